@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/convoy-gcs/convoy/multicast"
+)
+
+const multicastUsage = `Usage:
+  convoy bench multicast [flags]
+
+For each algorithm and group size, sends one message of -size bytes from
+rank 0 to every other member, -reps times, and, as the baseline, the same
+message to a single receiver (a two-member group on the same transport with
+the same block size). It prints the median times and their ratio: how much
+longer reaching every member takes than reaching one.
+
+Every receiver checks that what it got is exactly what was sent.
+
+By default every node runs in this process with its own TCP endpoint on
+127.0.0.1. With -netns (root only), each node is a process in its own
+network namespace, behind an emulated switch whose links are shaped to
+-rate Mbit/s in each direction.
+`
+
+// multicastBench is a parsed "convoy bench multicast" command line.
+type multicastBench struct {
+	algos    []multicast.Algorithm
+	nodes    []int
+	size     int
+	block    int
+	reps     int
+	json     bool
+	netns    bool
+	rateMbit int
+	timeout  time.Duration
+	verbose  bool
+}
+
+// multicastResult is one output line.
+type multicastResult struct {
+	Algo       string `json:"algo"`
+	Nodes      int    `json:"nodes"`
+	Bytes      int    `json:"bytes"`
+	BlockBytes int    `json:"block_bytes"`
+	// Seconds is the median time from the Send call to the last
+	// receiver's Complete.
+	Seconds float64 `json:"seconds"`
+	// UnicastSeconds is the same for a single receiver.
+	UnicastSeconds float64 `json:"unicast_seconds"`
+	// Ratio is Seconds / UnicastSeconds.
+	Ratio float64 `json:"ratio"`
+}
+
+func runBenchMulticast(ctx context.Context, args []string, c *cli) error {
+	b, err := parseMulticastBench(args, c)
+	if err != nil {
+		return err
+	}
+	return b.run(ctx, c)
+}
+
+func parseMulticastBench(args []string, c *cli) (*multicastBench, error) {
+	fs := newFlagSet("bench multicast", multicastUsage, c)
+	algos := fs.String("algos", "sequential,chain,tree,pipeline", "algorithms to run, comma-separated (sequential, chain, tree, pipeline)")
+	nodes := fs.String("nodes", "2,4,8", "group sizes to run, comma-separated, each at least 2")
+	size := fs.String("size", "64MiB", "message size (with a KiB, MiB or GiB suffix, or bytes)")
+	block := fs.String("block", "1MiB", "block size")
+	b := &multicastBench{}
+	fs.IntVar(&b.reps, "reps", 5, "repetitions of each measurement; the median is reported")
+	fs.BoolVar(&b.json, "json", false, "print one JSON object per line instead of a table")
+	fs.BoolVar(&b.netns, "netns", false, "run each node as a process in its own network namespace behind a shaped switch (root only)")
+	fs.IntVar(&b.rateMbit, "rate", 1000, "with -netns: link rate in Mbit/s per direction per node; 0 leaves links unshaped")
+	fs.DurationVar(&b.timeout, "timeout", 5*time.Minute, "give up on a single message after this long")
+	fs.BoolVar(&b.verbose, "v", false, "log debug messages to stderr")
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+
+	var err error
+	if b.algos, err = parseList(*algos, multicast.ParseAlgorithm); err != nil {
+		return nil, usagef("-algos: %v", err)
+	}
+	if b.nodes, err = parseList(*nodes, strconv.Atoi); err != nil {
+		return nil, usagef("-nodes: %v", err)
+	}
+	if slices.Min(b.nodes) < 2 {
+		return nil, usagef("-nodes: groups need at least 2 members")
+	}
+	if b.size, err = parseSize(*size); err != nil {
+		return nil, usagef("-size: %v", err)
+	}
+	if b.block, err = parseSize(*block); err != nil {
+		return nil, usagef("-block: %v", err)
+	}
+	switch {
+	case b.reps < 1:
+		return nil, usagef("-reps must be at least 1")
+	case b.timeout <= 0:
+		return nil, usagef("-timeout must be positive")
+	case b.rateMbit < 0:
+		return nil, usagef("-rate must not be negative")
+	}
+	rateSet := false
+	fs.Visit(func(f *flag.Flag) { rateSet = rateSet || f.Name == "rate" })
+	if rateSet && !b.netns {
+		return nil, usagef("-rate needs -netns")
+	}
+	return b, nil
+}
+
+// run measures every algorithm and group size on one fleet of nodes and
+// prints a line for each as soon as it is known.
+func (b *multicastBench) run(ctx context.Context, c *cli) (err error) {
+	log := newLogger(c.stderr, b.verbose)
+	f, err := b.newFleet(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("teardown: %w", cerr))
+		}
+	}()
+	r := &trialRunner{fleet: f, log: log, timeout: b.timeout}
+	if !b.json {
+		b.printHeader(c.stdout)
+	}
+	for _, algo := range b.algos {
+		for _, n := range b.nodes {
+			res, err := b.measure(ctx, r, algo, n)
+			if err != nil {
+				return err
+			}
+			if err := b.print(c.stdout, res); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (b *multicastBench) newFleet(ctx context.Context, c *cli, log *slog.Logger) (fleet, error) {
+	n := slices.Max(b.nodes)
+	if !b.netns {
+		return newLoopbackFleet(n, b.block, log, c.tamper)
+	}
+	return newNetnsFleet(ctx, netnsOptions{
+		nodes:    n,
+		rateMbit: b.rateMbit,
+		block:    b.block,
+		verbose:  b.verbose,
+		self:     c.self,
+		stderr:   c.stderr,
+		log:      log,
+	})
+}
+
+// measure runs the trials for one algorithm and group size, alternating
+// multicast and unicast so that both see the same conditions.
+func (b *multicastBench) measure(ctx context.Context, r *trialRunner, algo multicast.Algorithm, n int) (multicastResult, error) {
+	multi := trialSpec{members: n, algo: algo, size: b.size, block: b.block}
+	uni := multi
+	uni.members = 2
+
+	// Warm up: open the connections the schedule uses before timing.
+	for _, s := range []trialSpec{multi, uni} {
+		s.size = min(s.size, 2*s.block)
+		if _, err := r.run(ctx, s); err != nil {
+			return multicastResult{}, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	var ms, us []time.Duration
+	for range b.reps {
+		d, err := r.run(ctx, multi)
+		if err != nil {
+			return multicastResult{}, err
+		}
+		ms = append(ms, d)
+		if d, err = r.run(ctx, uni); err != nil {
+			return multicastResult{}, err
+		}
+		us = append(us, d)
+	}
+	res := multicastResult{
+		Algo:           algo.String(),
+		Nodes:          n,
+		Bytes:          b.size,
+		BlockBytes:     b.block,
+		Seconds:        median(ms).Seconds(),
+		UnicastSeconds: median(us).Seconds(),
+	}
+	if res.UnicastSeconds > 0 {
+		res.Ratio = res.Seconds / res.UnicastSeconds
+	}
+	return res, nil
+}
+
+func (b *multicastBench) printHeader(w io.Writer) {
+	where := "loopback TCP, all nodes in one process"
+	if b.netns {
+		where = "one process per node in network namespaces, unshaped links"
+		if b.rateMbit > 0 {
+			where = fmt.Sprintf("one process per node in network namespaces, links at %d Mbit/s", b.rateMbit)
+		}
+	}
+	fmt.Fprintf(w, "# %s messages in %s blocks, median of %d; %s\n", formatSize(b.size), formatSize(b.block), b.reps, where)
+	fmt.Fprintf(w, "%-10s %5s %10s %10s %7s\n", "algo", "nodes", "seconds", "unicast", "ratio")
+}
+
+func (b *multicastBench) print(w io.Writer, r multicastResult) error {
+	if b.json {
+		line, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", line)
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%-10s %5d %10.3f %10.3f %7.2f\n", r.Algo, r.Nodes, r.Seconds, r.UnicastSeconds, r.Ratio)
+	return err
+}
+
+// median returns the median of ds (the mean of the middle two for an even
+// count).
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

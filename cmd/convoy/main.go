@@ -1,0 +1,141 @@
+// Command convoy runs Convoy's tools: for now, its benchmarks.
+//
+// Usage:
+//
+//	convoy bench multicast [flags]   multicast of one large message vs. unicast
+//	convoy help                      list the commands
+//
+// Run "convoy <command> -h" for a command's flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/convoy-gcs/convoy/rdma"
+)
+
+const mainUsage = `convoy runs the tools of Convoy, a total-order group communication library.
+
+Usage:
+  convoy <command> [arguments]
+
+Commands:
+  bench    run a benchmark (convoy bench multicast ...)
+  help     show this help
+
+Run "convoy <command> -h" for a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], &cli{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr})
+	stop()
+	os.Exit(code)
+}
+
+// cli is what a command runs with: its standard streams and how to start
+// this program again. Tests run commands in-process with their own.
+type cli struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	// self starts this program again (for node processes); the zero value
+	// means os.Executable with the current environment.
+	self selfExec
+	// tamper, if set, alters every message that node receives before it
+	// is verified, so tests can check that corruption is caught.
+	tamper func(node rdma.NodeID, msg []byte)
+}
+
+// selfExec says how to run this program as a child process.
+type selfExec struct {
+	path string   // empty means os.Executable()
+	env  []string // added to the current environment
+}
+
+// usageError is a mistake on the command line; it exits with status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// run runs the command line args and returns the exit status.
+func run(ctx context.Context, args []string, c *cli) int {
+	err := dispatch(ctx, args, c)
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(c.stderr, "convoy: %v\n", err)
+		return 2
+	case ctx.Err() != nil:
+		fmt.Fprintf(c.stderr, "convoy: interrupted: %v\n", err)
+		return 130
+	}
+	fmt.Fprintf(c.stderr, "convoy: %v\n", err)
+	return 1
+}
+
+func dispatch(ctx context.Context, args []string, c *cli) error {
+	if len(args) == 0 {
+		fmt.Fprint(c.stderr, mainUsage)
+		return usagef("no command given")
+	}
+	switch args[0] {
+	case "bench":
+		return runBench(ctx, args[1:], c)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(c.stdout, mainUsage)
+		return nil
+	}
+	fmt.Fprint(c.stderr, mainUsage)
+	return usagef("unknown command %q", args[0])
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting and
+// prints usage (head, then the flags) to the command's stderr.
+func newFlagSet(name, head string, c *cli) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.Usage = func() {
+		fmt.Fprint(c.stderr, head)
+		fmt.Fprintln(c.stderr, "\nFlags:")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args, turning errors into usage errors.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usagef("%s: %v", fs.Name(), err)
+	}
+	if fs.NArg() > 0 {
+		return usagef("%s: unexpected arguments %q", fs.Name(), fs.Args())
+	}
+	return nil
+}
+
+// newLogger logs to w: warnings and errors only, everything with verbose.
+func newLogger(w io.Writer, verbose bool) *slog.Logger {
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}

@@ -1,0 +1,253 @@
+package multicast
+
+import (
+	"fmt"
+)
+
+const (
+	// wrFirst marks the receive posted for the first block of the next
+	// message (into the scratch buffer); other receives carry the block
+	// number as their work request id.
+	wrFirst = 1 << 62
+	// recvWindow is how many block receives a member keeps posted (each
+	// announced with a ready-for-block signal) beyond those completed.
+	recvWindow = 8
+	// sendWindow is how many block sends a member keeps queued on the
+	// transport: the schedule's one send per step, plus one so the link
+	// never idles between steps.
+	sendWindow = 2
+)
+
+// largeState is the progress of the one large message this member is
+// working on, and the root's queue of large messages. Members handle large
+// messages strictly one after another; the group as a whole pipelines them
+// because members finish at different times.
+type largeState struct {
+	scratch []byte // receivers: buffer for the first block of the next message
+	active  bool
+	size    int
+	k       int    // blocks
+	buf     []byte // the message: the root's send buffer or the receiver's destination
+	seq     uint64 // root: send-order index of the message
+	sends   []op   // this member's plan, in step order
+	recvs   []op
+	have    bitset // blocks held
+	// Invariants: sendsDone ≤ sendNext ≤ len(sends), sendNext-sendsDone ≤
+	// sendWindow; recvsDone ≤ recvNext ≤ len(recvs).
+	sendNext, sendsDone int
+	recvNext, recvsDone int
+	// queue holds the send-order indexes of large messages waiting at the
+	// root.
+	queue []uint64
+}
+
+func (g *Group) numBlocks(size int) int {
+	if size == 0 {
+		return 1
+	}
+	return (size + g.cfg.BlockBytes - 1) / g.cfg.BlockBytes
+}
+
+// blockRange returns the bytes of block b of a message of size bytes.
+func (g *Group) blockRange(size, b int) (lo, hi int) {
+	lo = b * g.cfg.BlockBytes
+	return lo, min(lo+g.cfg.BlockBytes, size)
+}
+
+func (s *largeState) initReceiver(g *Group) {
+	s.scratch = make([]byte, g.cfg.BlockBytes)
+}
+
+// awaitLargeLocked posts the scratch buffer for the first block of the
+// next message and tells the member that sends it.
+func (g *Group) awaitLargeLocked() {
+	src := g.sched.firstSource()
+	qp := g.mu.qps[chanBlocks][src]
+	if err := qp.PostRecv(g.mu.large.scratch, wrFirst); err != nil {
+		g.failLocked(err)
+		return
+	}
+	if err := qp.Signal(0); err != nil {
+		g.failLocked(err)
+	}
+}
+
+// startLargeLocked begins the root's next queued large message.
+func (g *Group) startLargeLocked() {
+	L := &g.mu.large
+	if L.active || len(L.queue) == 0 {
+		return
+	}
+	seq := L.queue[0]
+	L.queue = L.queue[1:]
+	msg := g.mu.root.entry(seq).msg
+	L.active, L.seq, L.buf, L.size = true, seq, msg, len(msg)
+	L.k = g.numBlocks(L.size)
+	L.sends, L.recvs = g.sched.plan(L.k, L.sends[:0], L.recvs[:0])
+	L.have.reset(L.k, true)
+	L.sendNext, L.sendsDone, L.recvNext, L.recvsDone = 0, 0, 0, 0
+	g.pumpBlocksLocked()
+	g.finishLargeLocked()
+}
+
+// blockReceivedLocked handles a completed block receive from rank peer.
+func (g *Group) blockReceivedLocked(peer int, wr uint64, n int, imm uint64) {
+	L := &g.mu.large
+	if wr == wrFirst {
+		if L.active {
+			g.failLocked(fmt.Errorf("first block from node %d while a message is in progress", g.ranks[peer]))
+			return
+		}
+		if imm > uint64(g.cfg.MaxMessageBytes) {
+			g.failLocked(fmt.Errorf("node %d announced a %d-byte message, limit %d", g.ranks[peer], imm, g.cfg.MaxMessageBytes))
+			return
+		}
+		size := int(imm)
+		k := g.numBlocks(size)
+		L.sends, L.recvs = g.sched.plan(k, L.sends[:0], L.recvs[:0])
+		if len(L.recvs) == 0 || L.recvs[0].peer != peer {
+			g.failLocked(fmt.Errorf("schedule: first block of a %d-block message not expected from rank %d", k, peer))
+			return
+		}
+		b := L.recvs[0].block
+		lo, hi := g.blockRange(size, b)
+		if n != hi-lo {
+			g.failLocked(fmt.Errorf("node %d sent %d bytes for block %d of a %d-byte message, want %d", g.ranks[peer], n, b, size, hi-lo))
+			return
+		}
+		buf, err := g.allocLocked(size)
+		if err != nil {
+			g.failLocked(err)
+			return
+		}
+		copy(buf[lo:hi], L.scratch[:n])
+		L.active, L.size, L.k, L.buf = true, size, k, buf
+		L.have.reset(k, false)
+		L.have.set(b)
+		L.sendNext, L.sendsDone, L.recvNext, L.recvsDone = 0, 0, 1, 1
+		g.m.blockRecv(n)
+	} else {
+		b := int(wr)
+		if !L.active || imm != uint64(L.size) || wr >= uint64(L.k) || L.have.get(b) {
+			g.failLocked(fmt.Errorf("unexpected block %d (size %d) from node %d", wr, imm, g.ranks[peer]))
+			return
+		}
+		if lo, hi := g.blockRange(L.size, b); n != hi-lo {
+			g.failLocked(fmt.Errorf("node %d sent %d bytes for block %d, want %d", g.ranks[peer], n, b, hi-lo))
+			return
+		}
+		L.have.set(b)
+		L.recvsDone++
+		g.m.blockRecv(n)
+	}
+	g.postBlockRecvsLocked()
+	g.pumpBlocksLocked()
+	g.finishLargeLocked()
+}
+
+// postBlockRecvsLocked keeps up to recvWindow block receives posted, each
+// announced to its sender with a ready-for-block signal.
+func (g *Group) postBlockRecvsLocked() {
+	L := &g.mu.large
+	for L.active && L.recvNext < len(L.recvs) && L.recvNext-L.recvsDone < recvWindow {
+		o := L.recvs[L.recvNext]
+		lo, hi := g.blockRange(L.size, o.block)
+		qp := g.mu.qps[chanBlocks][o.peer]
+		if err := qp.PostRecv(L.buf[lo:hi:hi], uint64(o.block)); err != nil {
+			g.failLocked(err)
+			return
+		}
+		if err := qp.Signal(0); err != nil {
+			g.failLocked(err)
+			return
+		}
+		L.recvNext++
+	}
+}
+
+// pumpBlocksLocked posts this member's next sends, in step order, as long
+// as it holds the block and the receiver announced a buffer for it.
+func (g *Group) pumpBlocksLocked() {
+	L := &g.mu.large
+	for L.active && L.sendNext < len(L.sends) && L.sendNext-L.sendsDone < sendWindow {
+		o := L.sends[L.sendNext]
+		if !L.have.get(o.block) || g.mu.credits[o.peer] == 0 {
+			return
+		}
+		g.mu.credits[o.peer]--
+		lo, hi := g.blockRange(L.size, o.block)
+		if err := g.mu.qps[chanBlocks][o.peer].PostSend(L.buf[lo:hi], uint64(L.size), uint64(o.block)); err != nil {
+			g.failLocked(err)
+			return
+		}
+		L.sendNext++
+	}
+}
+
+// blockSentLocked handles a completed block send.
+func (g *Group) blockSentLocked() {
+	L := &g.mu.large
+	if !L.active || L.sendsDone == L.sendNext {
+		g.failLocked(fmt.Errorf("unexpected block send completion"))
+		return
+	}
+	L.sendsDone++
+	g.pumpBlocksLocked()
+	g.finishLargeLocked()
+}
+
+// finishLargeLocked completes the current message once this member has
+// made all its sends and receives, and moves on to the next.
+func (g *Group) finishLargeLocked() {
+	L := &g.mu.large
+	if !L.active || L.sendsDone < len(L.sends) || L.recvsDone < len(L.recvs) {
+		return
+	}
+	L.active = false
+	buf := L.buf
+	L.buf = nil
+	if g.rank == 0 {
+		g.mu.root.markDone(g, L.seq)
+		g.startLargeLocked()
+		return
+	}
+	g.mu.recv.largeComplete(g, buf)
+	if g.doneLocked() == nil {
+		g.awaitLargeLocked()
+	}
+}
+
+// allocLocked returns the destination for an incoming message of size
+// bytes, from Callbacks.Alloc when it provides one.
+func (g *Group) allocLocked(size int) ([]byte, error) {
+	if g.cb.Alloc != nil {
+		if b := g.cb.Alloc(size); b != nil {
+			if cap(b) < size {
+				return nil, fmt.Errorf("Alloc returned %d bytes for a %d-byte message", cap(b), size)
+			}
+			return b[:size], nil
+		}
+	}
+	return make([]byte, size), nil
+}
+
+// bitset is a fixed-size set of block numbers.
+type bitset struct{ w []uint64 }
+
+func (s *bitset) reset(n int, all bool) {
+	words := (n + 63) / 64
+	if cap(s.w) < words {
+		s.w = make([]uint64, words)
+	}
+	s.w = s.w[:words]
+	var fill uint64
+	if all {
+		fill = ^uint64(0)
+	}
+	for i := range s.w {
+		s.w[i] = fill
+	}
+}
+
+func (s *bitset) set(i int)      { s.w[i/64] |= 1 << (i % 64) }
+func (s *bitset) get(i int) bool { return s.w[i/64]&(1<<(i%64)) != 0 }

@@ -1,0 +1,162 @@
+package rdma
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// tune sets the socket options of a new connection.
+func (e *TCPEndpoint) tune(nc net.Conn) {
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	// Frames are gathered by the writer; never hold them back.
+	_ = tc.SetNoDelay(true)
+	if n := e.cfg.SocketBufferBytes; n > 0 {
+		_ = tc.SetReadBuffer(n)
+		_ = tc.SetWriteBuffer(n)
+	}
+}
+
+// dialPeer connects to peer and runs the handshake.
+func (e *TCPEndpoint) dialPeer(peer NodeID) (net.Conn, error) {
+	if e.cfg.Resolve == nil {
+		return nil, errors.New("no Resolve function configured")
+	}
+	addr, err := e.cfg.Resolve(peer)
+	if err != nil {
+		return nil, fmt.Errorf("resolve: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.DialTimeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	e.tune(nc)
+	nc, err = e.guard(ctx, nc, func(nc net.Conn) (net.Conn, error) {
+		return e.clientHandshake(ctx, nc, peer, addr)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("handshake with %s: %w", addr, err)
+	}
+	return nc, nil
+}
+
+// guard runs handshake on nc with ctx's deadline, closing nc if ctx ends
+// first or the handshake fails. It returns the connection handshake made.
+func (e *TCPEndpoint) guard(ctx context.Context, nc net.Conn, handshake func(net.Conn) (net.Conn, error)) (net.Conn, error) {
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	if dl, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(dl)
+	}
+	hc, err := handshake(nc)
+	if !stop() && err == nil {
+		err = context.Cause(ctx)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	if err := hc.SetDeadline(time.Time{}); err != nil {
+		hc.Close()
+		return nil, err
+	}
+	return hc, nil
+}
+
+// clientHandshake runs the dialing side of the handshake: TLS if
+// configured, then hellos, checking that the node answering is peer.
+func (e *TCPEndpoint) clientHandshake(ctx context.Context, nc net.Conn, peer NodeID, addr string) (net.Conn, error) {
+	if e.cfg.TLS != nil {
+		cfg := e.cfg.TLS.Clone()
+		if cfg.ServerName == "" {
+			if host, _, err := net.SplitHostPort(addr); err == nil {
+				cfg.ServerName = host
+			}
+		}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		nc = tc
+	}
+	var b [helloLen]byte
+	encodeHello(b[:], e.cfg.ID)
+	if _, err := nc.Write(b[:]); err != nil {
+		return nil, fmt.Errorf("send hello: %w", err)
+	}
+	if _, err := io.ReadFull(nc, b[:]); err != nil {
+		return nil, fmt.Errorf("read hello: %w", err)
+	}
+	id, err := decodeHello(b[:])
+	if err != nil {
+		return nil, &ProtocolError{Peer: peer, Reason: err.Error()}
+	}
+	if id != peer {
+		return nil, &ProtocolError{Peer: peer, Reason: fmt.Sprintf("dialed node %d at %s but node %d answered", peer, addr, id)}
+	}
+	return nc, nil
+}
+
+// handshakeInbound runs the accepting side of the handshake on nc and, if
+// it succeeds, installs the connection. It runs on its own goroutine.
+func (e *TCPEndpoint) handshakeInbound(nc net.Conn) {
+	defer e.wg.Done()
+	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.DialTimeout)
+	defer cancel()
+	e.tune(nc)
+	remote := nc.RemoteAddr()
+	var peer NodeID
+	hc, err := e.guard(ctx, nc, func(nc net.Conn) (net.Conn, error) {
+		var err error
+		nc, peer, err = e.serverHandshake(ctx, nc)
+		return nc, err
+	})
+	if err != nil {
+		if e.ctx.Err() == nil {
+			e.reportConnError(peer, fmt.Errorf("rdma: refused connection from %v: %w", remote, err))
+		}
+		return
+	}
+	e.attachInbound(peer, hc)
+}
+
+// serverHandshake runs the accepting side of the handshake: TLS if
+// configured, then hellos. Only a node with a lower id may dial this one.
+// It returns the peer's id, once known, even on failure.
+func (e *TCPEndpoint) serverHandshake(ctx context.Context, nc net.Conn) (net.Conn, NodeID, error) {
+	if e.serverTLS != nil {
+		tc := tls.Server(nc, e.serverTLS)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, 0, fmt.Errorf("tls: %w", err)
+		}
+		nc = tc
+	}
+	var b [helloLen]byte
+	if _, err := io.ReadFull(nc, b[:]); err != nil {
+		return nil, 0, fmt.Errorf("read hello: %w", err)
+	}
+	id, err := decodeHello(b[:])
+	if err != nil {
+		return nil, 0, &ProtocolError{Reason: err.Error()}
+	}
+	switch {
+	case id == e.cfg.ID:
+		return nil, id, &ProtocolError{Peer: id, Reason: fmt.Sprintf("peer claims this node's own id %d", id)}
+	case id > e.cfg.ID:
+		return nil, id, &ProtocolError{Peer: id, Reason: fmt.Sprintf("node %d dialed node %d, but only the node with the lower id dials", id, e.cfg.ID)}
+	}
+	encodeHello(b[:], e.cfg.ID)
+	if _, err := nc.Write(b[:]); err != nil {
+		return nil, id, fmt.Errorf("send hello: %w", err)
+	}
+	return nc, id, nil
+}
