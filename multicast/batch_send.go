@@ -9,8 +9,8 @@ import "fmt"
 // while a busy one packs many per frame. Each sealed frame goes to every
 // receiver as that receiver's credits (posted batch buffers) allow.
 type batchSender struct {
-	nextRecord uint64        // send-order index of the next message to pack
-	open       *sealedBatch  // frame being filled, or nil
+	nextRecord uint64         // send-order index of the next message to pack
+	open       *sealedBatch   // frame being filled, or nil
 	sealed     []*sealedBatch // in order; sealed[i] has number sealedBase+i
 	sealedBase uint64
 	free       []*sealedBatch // reusable frames

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -105,7 +106,9 @@ func newMemFabric(t *testing.T, n int, seed int64) *fabric {
 	return f
 }
 
-func newTCPFabric(t *testing.T, n int) *fabric {
+func newTCPFabric(t *testing.T, n int) *fabric { return newTCPFabricB(t, n) }
+
+func newTCPFabricB(t testing.TB, n int) *fabric {
 	t.Helper()
 	f := &fabric{}
 	addrs := make(map[rdma.NodeID]string)
@@ -361,58 +364,70 @@ func TestGroupSmallBatching(t *testing.T) {
 // not its neighbours; nothing hangs and no goroutine is left behind.
 func TestGroupRelayCrash(t *testing.T) {
 	for _, alg := range algorithms {
-		t.Run(alg.String(), func(t *testing.T) {
+		t.Run("mem/"+alg.String(), func(t *testing.T) {
 			f := newMemFabric(t, 6, 11)
 			defer f.close()
-			const victim = 2
-			started := make(chan struct{})
-			var once sync.Once
-			members := make([]*member, 6)
-			groups := make([]*Group, 6)
-			cfg := GroupConfig{ID: 4, Members: f.ids(), Root: f.eps[0].ID(), Algorithm: alg, BlockBytes: 1024, SmallThreshold: -1}
-			for i := range f.eps {
-				members[i] = newMember()
-				cb := members[i].callbacks()
-				if i == victim {
-					cb.Alloc = func(size int) []byte {
-						once.Do(func() { close(started) })
-						return nil
-					}
-				}
-				g, err := NewGroup(context.Background(), f.eps[i], cfg, cb)
-				if err != nil {
-					t.Fatal(err)
-				}
-				groups[i] = g
-			}
-			defer closeAll(groups)
-			if err := groups[0].Send(context.Background(), payload(1, 1024*500)); err != nil {
-				t.Fatal(err)
-			}
-			<-started
-			f.mem.Crash(f.eps[victim].ID())
-			for i, m := range members {
-				if i == victim {
-					continue
-				}
-				m.waitFor(t, "failure", func(m *member) bool { return len(m.failures) > 0 })
-			}
-			// Give stray events a chance to show up, then count.
-			time.Sleep(50 * time.Millisecond)
-			for i, m := range members {
-				if i == victim {
-					continue
-				}
-				m.mu.Lock()
-				if len(m.failures) != 1 || !errors.Is(m.failures[0], ErrGroupFailed) {
-					t.Errorf("member %d: failures %v, want exactly one ErrGroupFailed", i, m.failures)
-				}
-				m.mu.Unlock()
-			}
-			if err := groups[0].Send(context.Background(), []byte("x")); !errors.Is(err, ErrGroupFailed) {
-				t.Errorf("Send after failure = %v, want ErrGroupFailed", err)
-			}
+			testRelayCrash(t, f, alg, func(victim int) { f.mem.Crash(f.eps[victim].ID()) })
 		})
+	}
+	// On tcp a crash is the victim's endpoint going away: its connections
+	// close under the peers.
+	for _, alg := range []Algorithm{Chain, BinomialPipeline} {
+		t.Run("tcp/"+alg.String(), func(t *testing.T) {
+			f := newTCPFabric(t, 6)
+			defer f.close()
+			testRelayCrash(t, f, alg, func(victim int) { f.eps[victim].Close() })
+		})
+	}
+}
+
+func testRelayCrash(t *testing.T, f *fabric, alg Algorithm, crash func(victim int)) {
+	const victim = 2
+	started := make(chan struct{})
+	var once sync.Once
+	members := make([]*member, len(f.eps))
+	groups := make([]*Group, len(f.eps))
+	cfg := GroupConfig{ID: 4, Members: f.ids(), Root: f.eps[0].ID(), Algorithm: alg, BlockBytes: 1024, SmallThreshold: -1}
+	for i := range f.eps {
+		members[i] = newMember()
+		cb := members[i].callbacks()
+		if i == victim {
+			cb.Alloc = func(size int) []byte {
+				once.Do(func() { close(started) })
+				return nil
+			}
+		}
+		g, err := NewGroup(context.Background(), f.eps[i], cfg, cb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		groups[i] = g
+	}
+	defer closeAll(groups)
+	if err := groups[0].Send(context.Background(), payload(1, 1024*500)); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	crash(victim)
+	for i, m := range members {
+		if i != victim {
+			m.waitFor(t, "failure", func(m *member) bool { return len(m.failures) > 0 })
+		}
+	}
+	// Give stray events a chance to show up, then count.
+	time.Sleep(50 * time.Millisecond)
+	for i, m := range members {
+		if i == victim {
+			continue
+		}
+		m.mu.Lock()
+		if len(m.failures) != 1 || !errors.Is(m.failures[0], ErrGroupFailed) {
+			t.Errorf("member %d: failures %v, want exactly one ErrGroupFailed", i, m.failures)
+		}
+		m.mu.Unlock()
+	}
+	if err := groups[0].Send(context.Background(), []byte("x")); !errors.Is(err, ErrGroupFailed) {
+		t.Errorf("Send after failure = %v, want ErrGroupFailed", err)
 	}
 }
 
@@ -481,3 +496,5 @@ func TestGroupConfigValidation(t *testing.T) {
 		})
 	}
 }
+
+func spinYield() { runtime.Gosched() }
