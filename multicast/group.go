@@ -48,8 +48,10 @@ type Group struct {
 		events     []event
 		eventsHead int
 		delivering bool
-		// space is closed and replaced whenever the send queue shrinks.
-		space chan struct{}
+		// space is closed and replaced when the send queue shrinks while
+		// spaceWaiters senders wait for it.
+		space        chan struct{}
+		spaceWaiters int
 	}
 }
 
@@ -172,13 +174,20 @@ func (g *Group) Send(ctx context.Context, msg []byte) error {
 			return ErrBackpressure
 		}
 		space := g.mu.space
+		g.mu.spaceWaiters++
 		g.mu.Unlock()
+		var err error
 		select {
 		case <-space:
 		case <-ctx.Done():
-			return ctx.Err()
+			err = ctx.Err()
 		}
 		g.mu.Lock()
+		g.mu.spaceWaiters--
+		if err != nil {
+			g.mu.Unlock()
+			return err
+		}
 	}
 	g.mu.root.enqueue(g, msg)
 	g.unlockAndDeliver()
@@ -243,12 +252,14 @@ func (g *Group) releaseLocked() {
 	g.mu.large = largeState{}
 	g.mu.root = rootState{}
 	g.mu.recv = recvState{}
-	close(g.mu.space)
-	g.mu.space = make(chan struct{})
+	g.spaceFreedLocked()
 }
 
 // spaceFreedLocked wakes senders waiting for queue space.
 func (g *Group) spaceFreedLocked() {
+	if g.mu.spaceWaiters == 0 {
+		return
+	}
 	close(g.mu.space)
 	g.mu.space = make(chan struct{})
 }

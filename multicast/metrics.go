@@ -11,7 +11,7 @@ import (
 // groupMetrics are a group's otel instruments. Instruments that fail to
 // register are replaced by no-ops, so metrics never stop a group.
 type groupMetrics struct {
-	attrs          metric.MeasurementOption
+	attrs          []metric.AddOption // built once: passing options allocates otherwise
 	sentMsgs       metric.Int64Counter
 	sentBytes      metric.Int64Counter
 	deliveredMsgs  metric.Int64Counter
@@ -30,7 +30,7 @@ func newGroupMetrics(mp metric.MeterProvider, cfg GroupConfig) *groupMetrics {
 		return c
 	}
 	return &groupMetrics{
-		attrs:          metric.WithAttributeSet(attribute.NewSet(attribute.String("algorithm", cfg.Algorithm.String()))),
+		attrs:          []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("algorithm", cfg.Algorithm.String())))},
 		sentMsgs:       counter("convoy.multicast.sent.messages", "{message}", "Messages accepted by Send on the root."),
 		sentBytes:      counter("convoy.multicast.sent.bytes", "By", "Bytes accepted by Send on the root."),
 		deliveredMsgs:  counter("convoy.multicast.delivered.messages", "{message}", "Messages completed on receivers."),
@@ -42,16 +42,16 @@ func newGroupMetrics(mp metric.MeterProvider, cfg GroupConfig) *groupMetrics {
 
 func (m *groupMetrics) sent(n int) {
 	ctx := context.Background()
-	m.sentMsgs.Add(ctx, 1, m.attrs)
-	m.sentBytes.Add(ctx, int64(n), m.attrs)
+	m.sentMsgs.Add(ctx, 1, m.attrs...)
+	m.sentBytes.Add(ctx, int64(n), m.attrs...)
 }
 
 func (m *groupMetrics) delivered(n int) {
 	ctx := context.Background()
-	m.deliveredMsgs.Add(ctx, 1, m.attrs)
-	m.deliveredBytes.Add(ctx, int64(n), m.attrs)
+	m.deliveredMsgs.Add(ctx, 1, m.attrs...)
+	m.deliveredBytes.Add(ctx, int64(n), m.attrs...)
 }
 
 func (m *groupMetrics) blockRecv(int) {
-	m.blocksRecv.Add(context.Background(), 1, m.attrs)
+	m.blocksRecv.Add(context.Background(), 1, m.attrs...)
 }
