@@ -27,4 +27,39 @@
 // connection per node pair) and "mem" (in-process, deterministic for a
 // given seed, with fault injection for tests). Nothing above this package
 // knows which one runs.
+//
+// A receiver posts buffers, then tells the sender it is ready; the sender
+// sends only after that:
+//
+//	ep, err := rdma.ListenTCP(rdma.TCPConfig{ID: 1, Resolve: addrOf})
+//	...
+//	qp, err := ep.Open(ctx, 2, stream, handler)
+//	qp.PostRecv(buf, 1)
+//	qp.Signal(readyForBlock)
+//	// handler.RecvComplete(1, n, imm) reports the block.
+//
+// # Implementation notes
+//
+// Handler calls go through a per-queue-pair event queue drained by
+// whichever transport goroutine finds it idle, so calls for one queue pair
+// never overlap and keep their order, no goroutine ever waits for another's
+// handler, and handlers may post work anywhere. Endpoint.Close waits for the
+// transport's goroutines, so it must not be called from a handler.
+//
+// tcp: between two nodes the one with the lower id dials and the other
+// waits up to DialTimeout for it; each side first sends a hello (magic,
+// version, node id). Frames have a 24-byte header (type, reserved zero
+// bytes, length, stream, immediate) described in frame.go. One writer
+// goroutine per connection gathers queued frames into vectored writes; one
+// reader goroutine reads headers into a fixed array and payloads straight
+// into posted buffers. Bad input from a peer (oversized frame, unknown type,
+// non-zero reserved bytes, data for a stream never opened) closes the
+// connection with a *ProtocolError; a transfer with no posted buffer fails
+// only its queue pair. Frames for streams closed here are dropped, and
+// signals for streams not yet opened wait for Open, both within bounds.
+//
+// mem: a MemFabric keeps each direction of each connection as a FIFO and
+// picks the next connection to deliver from at random, from a seed. In
+// Manual mode nothing runs until the caller steps the fabric, and delivery
+// order then depends only on the seed and the calls made.
 package rdma

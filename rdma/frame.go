@@ -75,8 +75,9 @@ func encodeFrameHeader(b []byte, h frameHeader) {
 }
 
 // decodeFrameHeader parses and checks a frame header. maxPayload bounds the
-// payload length. The error text describes what is wrong with the frame; the
-// returned header holds whatever fields could be read even then.
+// payload length. The error text describes what is wrong with the frame. If
+// only the length is wrong, the returned header still holds the other
+// fields.
 func decodeFrameHeader(b []byte, maxPayload int) (frameHeader, error) {
 	if len(b) < frameHeaderLen {
 		return frameHeader{}, fmt.Errorf("short frame header: %d bytes", len(b))
@@ -88,7 +89,7 @@ func decodeFrameHeader(b []byte, maxPayload int) (frameHeader, error) {
 		imm:    binary.BigEndian.Uint64(b[16:24]),
 	}
 	if b[1] != 0 || b[2] != 0 || b[3] != 0 {
-		return h, fmt.Errorf("non-zero reserved bytes %#x %#x %#x in frame header", b[1], b[2], b[3])
+		return frameHeader{}, fmt.Errorf("non-zero reserved bytes %#x %#x %#x in frame header", b[1], b[2], b[3])
 	}
 	switch h.typ {
 	case frameData:
@@ -100,7 +101,7 @@ func decodeFrameHeader(b []byte, maxPayload int) (frameHeader, error) {
 			return h, fmt.Errorf("%v frame with a %d-byte payload", h.typ, h.length)
 		}
 	default:
-		return h, fmt.Errorf("unknown frame type %d", uint8(h.typ))
+		return frameHeader{}, fmt.Errorf("unknown frame type %d", uint8(h.typ))
 	}
 	return h, nil
 }

@@ -190,7 +190,10 @@ func (c *tcpConn) attach(nc net.Conn) bool {
 	go c.readLoop(nc)
 	go c.writeLoop(nc)
 	if c.mu.out.len() > 0 {
-		c.wake <- struct{}{}
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
 	}
 	c.ep.metrics.add(c.ep.metrics.connsOpened, 1)
 	c.log.Debug("rdma: connection up", "local", nc.LocalAddr(), "remote", nc.RemoteAddr())
@@ -201,6 +204,10 @@ func (c *tcpConn) attach(nc net.Conn) bool {
 // is nil (the endpoint is closing), is closed without a handler call. If
 // report is not nil the break is logged and reported to OnConnError.
 func (c *tcpConn) shutdown(qpErr, report error) {
+	if c.ep.ctx.Err() != nil {
+		// The endpoint is closing: whatever broke, it is not news.
+		qpErr, report = nil, nil
+	}
 	c.mu.Lock()
 	if c.mu.state == connBroken {
 		c.mu.Unlock()

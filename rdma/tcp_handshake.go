@@ -84,7 +84,7 @@ func (e *TCPEndpoint) clientHandshake(ctx context.Context, nc net.Conn, peer Nod
 		}
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return nil, fmt.Errorf("tls: %w", err)
+			return nil, fmt.Errorf("tls handshake: %w", err)
 		}
 		nc = tc
 	}
@@ -136,7 +136,7 @@ func (e *TCPEndpoint) serverHandshake(ctx context.Context, nc net.Conn) (net.Con
 	if e.serverTLS != nil {
 		tc := tls.Server(nc, e.serverTLS)
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return nil, 0, fmt.Errorf("tls: %w", err)
+			return nil, 0, fmt.Errorf("tls handshake: %w", err)
 		}
 		nc = tc
 	}

@@ -1,0 +1,300 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// connErrors collects what OnConnError reports.
+type connErrors chan error
+
+func (ch connErrors) hook(peer NodeID, err error) {
+	select {
+	case ch <- err:
+	default:
+	}
+}
+
+func (ch connErrors) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(waitTimeout):
+		t.Fatal("OnConnError was not called")
+		return nil
+	}
+}
+
+// rawPeer dials ep and says hello as node id, then hands back the socket.
+func rawPeer(t *testing.T, ep *TCPEndpoint, id NodeID) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", ep.Addr().String())
+	must(t, err)
+	t.Cleanup(func() { nc.Close() })
+	var b [helloLen]byte
+	encodeHello(b[:], id)
+	_, err = nc.Write(b[:])
+	must(t, err)
+	must(t, nc.SetReadDeadline(time.Now().Add(waitTimeout)))
+	_, err = io.ReadFull(nc, b[:])
+	must(t, err)
+	got, err := decodeHello(b[:])
+	must(t, err)
+	if got != ep.ID() {
+		t.Fatalf("hello from node %d, want %d", got, ep.ID())
+	}
+	return nc
+}
+
+// header encodes a frame header.
+func header(typ frameType, length uint32, stream StreamID, imm uint64) []byte {
+	b := make([]byte, frameHeaderLen)
+	encodeFrameHeader(b, frameHeader{typ: typ, length: length, stream: stream, imm: imm})
+	return b
+}
+
+// expectClosed checks that the endpoint closes nc.
+func expectClosed(t *testing.T, nc net.Conn) {
+	t.Helper()
+	must(t, nc.SetReadDeadline(time.Now().Add(waitTimeout)))
+	_, err := io.Copy(io.Discard, nc)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatal("endpoint did not close the connection")
+	}
+}
+
+func TestTCPBadInput(t *testing.T) {
+	withReserved := header(frameSignal, 0, 1, 0)
+	withReserved[2] = 1
+	cases := []struct {
+		name  string
+		input []byte
+		want  string // in the reported error
+	}{
+		{"oversize", header(frameData, 4096, 1, 0), "exceeds the limit"},
+		{"unknown type", header(9, 0, 1, 0), "unknown frame type 9"},
+		{"reserved bits", withReserved, "non-zero reserved"},
+		{"signal with payload", header(frameSignal, 4, 1, 0), "signal frame with a 4-byte payload"},
+		{"close with payload", header(frameClose, 4, 1, 0), "close frame with a 4-byte payload"},
+		{"unknown stream", append(header(frameData, 3, 77, 0), 1, 2, 3), "stream 77, which was never opened"},
+		{"garbage", []byte("GET / HTTP/1.1\r\nHost: example\r\n\r\n"), "frame"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := make(connErrors, 10)
+			n := newTCPNet(t, TCPConfig{MaxFrameBytes: 1024 + frameHeaderLen, OnConnError: errs.hook})
+			ep := n.tcpEndpoint(10, func(*TCPConfig) {})
+			r := newRecorder(t, "victim")
+			_, err := ep.Open(context.Background(), 5, 1, r)
+			must(t, err)
+
+			nc := rawPeer(t, ep, 5)
+			_, err = nc.Write(tc.input)
+			must(t, err)
+			expectClosed(t, nc)
+			err = errs.wait(t)
+			var perr *ProtocolError
+			if !errors.As(err, &perr) || perr.Peer != 5 || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("reported %v, want a *ProtocolError from node 5 mentioning %q", err, tc.want)
+			}
+			t.Logf("reported: %v", err)
+			err = r.waitFailed(ErrConnectionLost)
+			if !errors.Is(err, ErrProtocol) {
+				t.Errorf("queue pair failed with %v, want ErrProtocol too", err)
+			}
+
+			// The endpoint serves a new, good connection from the same node.
+			good := n.endpoint(5)
+			pa, pb := openPair(t, good, ep, 2)
+			transfer(t, pa, pb, []int{100, 0})
+			transfer(t, pb, pa, []int{1000})
+		})
+	}
+}
+
+func TestTCPTooManyPendingSignals(t *testing.T) {
+	errs := make(connErrors, 10)
+	n := newTCPNet(t, TCPConfig{OnConnError: errs.hook})
+	ep := n.tcpEndpoint(10, func(*TCPConfig) {})
+	nc := rawPeer(t, ep, 5)
+	var buf []byte
+	for i := range maxPendingSignals + 1 {
+		buf = append(buf, header(frameSignal, 0, StreamID(i), 0)...)
+	}
+	_, err := nc.Write(buf)
+	must(t, err)
+	expectClosed(t, nc)
+	if err := errs.wait(t); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("reported %v, want a protocol error", err)
+	}
+}
+
+func TestTCPHandshakeRejected(t *testing.T) {
+	cases := []struct {
+		name  string
+		hello func() []byte
+		want  string
+	}{
+		{"garbage", func() []byte { return []byte("SSH-2.0-OpenSSH_9.6\r\n") }, "magic"},
+		{"higher id", func() []byte { b := make([]byte, helloLen); encodeHello(b, 11); return b }, "lower id dials"},
+		{"own id", func() []byte { b := make([]byte, helloLen); encodeHello(b, 10); return b }, "own id"},
+		{"version", func() []byte { b := make([]byte, helloLen); encodeHello(b, 1); b[5] = 9; return b }, "version"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := make(connErrors, 10)
+			n := newTCPNet(t, TCPConfig{OnConnError: errs.hook})
+			ep := n.tcpEndpoint(10, func(*TCPConfig) {})
+			nc, err := net.Dial("tcp", ep.Addr().String())
+			must(t, err)
+			defer nc.Close()
+			_, err = nc.Write(tc.hello())
+			must(t, err)
+			expectClosed(t, nc)
+			err = errs.wait(t)
+			if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("reported %v, want a protocol error mentioning %q", err, tc.want)
+			}
+			t.Logf("reported: %v", err)
+			good := n.endpoint(1)
+			pa, pb := openPair(t, good, ep, 1)
+			transfer(t, pa, pb, []int{10})
+		})
+	}
+}
+
+func TestTCPSilentPeerTimesOut(t *testing.T) {
+	errs := make(connErrors, 10)
+	n := newTCPNet(t, TCPConfig{OnConnError: errs.hook, DialTimeout: 100 * time.Millisecond})
+	ep := n.tcpEndpoint(10, func(*TCPConfig) {})
+	nc, err := net.Dial("tcp", ep.Addr().String())
+	must(t, err)
+	defer nc.Close()
+	expectClosed(t, nc) // never says hello
+	errs.wait(t)
+}
+
+func TestTCPUnreachable(t *testing.T) {
+	// Nothing listens at the address node 2 resolves to.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	errs := make(connErrors, 10)
+	n := newTCPNet(t, TCPConfig{DialTimeout: 200 * time.Millisecond, OnConnError: errs.hook})
+	a := n.tcpEndpoint(1, func(c *TCPConfig) {
+		c.Resolve = func(NodeID) (string, error) { return addr, nil }
+	})
+	r := newRecorder(t, "dialer")
+	q, err := a.Open(context.Background(), 2, 1, r)
+	must(t, err)
+	// Queued until the connection is up, or refused if the dial failed
+	// already.
+	if err := q.Signal(1); err != nil && !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("Signal = %v", err)
+	}
+	err = r.waitFailed(ErrUnreachable)
+	t.Logf("dialer: %v", err)
+	errs.wait(t)
+
+	// The higher node waits for a connection that never comes.
+	b := n.tcpEndpoint(5, func(*TCPConfig) {})
+	r = newRecorder(t, "waiter")
+	_, err = b.Open(context.Background(), 3, 1, r)
+	must(t, err)
+	err = r.waitFailed(ErrUnreachable)
+	t.Logf("waiter: %v", err)
+	if a.numConns()+b.numConns() != 0 {
+		t.Error("failed connections were kept")
+	}
+}
+
+func TestTCPLargestTransfer(t *testing.T) {
+	n := newTCPNet(t, TCPConfig{MaxFrameBytes: 1000 + frameHeaderLen})
+	a, b := n.endpoint(1), n.endpoint(2)
+	pa, pb := openPair(t, a, b, 1)
+	transfer(t, pa, pb, []int{1000})
+	if err := pa.qp.PostSend(make([]byte, 1001), 0, 0); err == nil {
+		t.Fatal("PostSend beyond MaxFrameBytes succeeded")
+	}
+}
+
+func TestTCPMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	n := newTCPNet(t, TCPConfig{})
+	a := n.tcpEndpoint(1, func(c *TCPConfig) { c.MeterProvider = mp })
+	b := n.endpoint(2)
+	for s := range 4 {
+		pa, pb := openPair(t, a, b, StreamID(s))
+		transfer(t, pa, pb, []int{100, 200})
+	}
+	var rm metricdata.ResourceMetrics
+	must(t, reader.Collect(context.Background(), &rm))
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, dp := range sum.DataPoints {
+					got[m.Name] += dp.Value
+				}
+			}
+		}
+	}
+	if got["rdma.connections.opened"] != 1 {
+		t.Errorf("connections opened = %d, want 1 (all streams share one)", got["rdma.connections.opened"])
+	}
+	// 4 streams × (ready signal received, 2 data frames sent).
+	if got["rdma.frames.sent"] != 8 || got["rdma.frames.received"] != 4 {
+		t.Errorf("frames sent/received = %d/%d, want 8/4", got["rdma.frames.sent"], got["rdma.frames.received"])
+	}
+	if want := int64(4 * (2*frameHeaderLen + 300)); got["rdma.bytes.sent"] != want {
+		t.Errorf("bytes sent = %d, want %d", got["rdma.bytes.sent"], want)
+	}
+}
+
+func TestTCPConfigDefaults(t *testing.T) {
+	cfg, err := TCPConfig{ID: 3}.WithDefaults()
+	must(t, err)
+	if cfg.ListenAddr != DefaultListenAddr || cfg.MaxFrameBytes != DefaultMaxFrameBytes ||
+		cfg.DialTimeout != DefaultDialTimeout || cfg.Logger == nil || cfg.MeterProvider == nil {
+		t.Errorf("defaults not filled: %+v", cfg)
+	}
+	for _, bad := range []TCPConfig{{MaxFrameBytes: 3}, {DialTimeout: -1}, {SocketBufferBytes: -1}} {
+		if _, err := bad.WithDefaults(); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}
+
+func TestTCPCloseWithTrafficInFlight(t *testing.T) {
+	n := newTCPNet(t, TCPConfig{})
+	a, b := n.endpoint(1), n.endpoint(2)
+	pa, pb := openPair(t, a, b, 1)
+	for i := range 64 {
+		must(t, pb.qp.PostRecv(make([]byte, 1<<16), uint64(i)))
+	}
+	must(t, pb.qp.Signal(0))
+	pa.r.waitCount("signal", 1)
+	for i := range 64 {
+		must(t, pa.qp.PostSend(make([]byte, 1<<16), 0, uint64(i)))
+	}
+	// Closing both endpoints mid-transfer must neither hang nor leak, and
+	// the closed side gets no Failed.
+	must(t, b.Close())
+	must(t, a.Close())
+	if pb.r.count("failed") != 0 {
+		t.Error("Failed after Close")
+	}
+}
