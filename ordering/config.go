@@ -1,0 +1,116 @@
+package ordering
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Mode is a delivery guarantee.
+type Mode int
+
+const (
+	// Atomic delivers in total order below the commit barrier: a message
+	// is delivered only once every member holds it.
+	Atomic Mode = iota
+	// TotalOrder delivers in total order below the member's own receive
+	// frontier (best effort, DESIGN rule 4).
+	TotalOrder
+	// Unordered delivers each sender's messages in its order, at once.
+	Unordered
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Atomic:
+		return "atomic"
+	case TotalOrder:
+		return "total"
+	case Unordered:
+		return "unordered"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// ParseMode is the inverse of String.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range []Mode{Atomic, TotalOrder, Unordered} {
+		if m.String() == s {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("ordering: unknown mode %q (want atomic, total or unordered)", s)
+}
+
+// Defaults for Config fields left zero.
+const (
+	// DefaultBeaconInterval: an idle member beacons this often, which
+	// bounds how long it can hold the barriers back.
+	DefaultBeaconInterval = time.Millisecond
+	// DefaultMaxAhead bounds how far a peer's stamps may run ahead of this
+	// member's physical clock before they are rejected as faulty.
+	DefaultMaxAhead = time.Second
+	// DefaultWindow bounds how far ahead of its held prefix a sender's
+	// sequence numbers may run at a receiver.
+	DefaultWindow = 1 << 20
+	// DefaultMaxPayload bounds a message.
+	DefaultMaxPayload = 1 << 30
+)
+
+// Config configures a Core.
+type Config struct {
+	// Self is this member's rank; Members the number of members.
+	Self, Members int
+	// Mode is the delivery guarantee.
+	Mode Mode
+	// Epoch labels deliveries (the view; 1 until membership exists).
+	Epoch uint64
+	// BeaconInterval: the longest a member stays silent.
+	BeaconInterval time.Duration
+	// BeaconGap: the shortest time between records a member multicasts
+	// when it beacons in reaction to traffic (default BeaconInterval/8).
+	BeaconGap time.Duration
+	// MaxAhead: how far ahead of local time a peer's stamp may be.
+	MaxAhead time.Duration
+	// FanOut enables frontier aggregation through a tree of that fan-out
+	// (at least 2); zero announces frontiers to every member directly.
+	FanOut int
+	// Window bounds out-of-order sequence numbers per sender.
+	Window uint64
+	// MaxPayload bounds one message.
+	MaxPayload int
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Members < 1 || c.Self < 0 || c.Self >= c.Members {
+		return c, fmt.Errorf("ordering: rank %d in a group of %d", c.Self, c.Members)
+	}
+	if c.Mode < Atomic || c.Mode > Unordered {
+		return c, fmt.Errorf("ordering: unknown mode %d", c.Mode)
+	}
+	if c.FanOut == 1 || c.FanOut < 0 {
+		return c, fmt.Errorf("ordering: fan-out %d, want 0 or at least 2", c.FanOut)
+	}
+	if c.BeaconInterval < 0 || c.BeaconGap < 0 || c.MaxAhead < 0 {
+		return c, errors.New("ordering: negative duration")
+	}
+	if c.Epoch == 0 {
+		c.Epoch = 1
+	}
+	if c.BeaconInterval == 0 {
+		c.BeaconInterval = DefaultBeaconInterval
+	}
+	if c.BeaconGap == 0 {
+		c.BeaconGap = c.BeaconInterval / 8
+	}
+	if c.MaxAhead == 0 {
+		c.MaxAhead = DefaultMaxAhead
+	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.MaxPayload == 0 {
+		c.MaxPayload = DefaultMaxPayload
+	}
+	return c, nil
+}

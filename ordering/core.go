@@ -1,0 +1,411 @@
+package ordering
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/google/btree"
+
+	"github.com/convoy-gcs/convoy/barrier"
+)
+
+// Errors for records the core rejects, besides those of package barrier
+// and ErrBadRecord. Rejected records change nothing.
+var (
+	// ErrClockAhead: a stamp or promise too far ahead of local time.
+	ErrClockAhead = errors.New("ordering: peer clock too far ahead")
+	// ErrNotAggregating: a tree record in a group without aggregation.
+	ErrNotAggregating = errors.New("ordering: aggregation record, but aggregation is off")
+)
+
+// Delivery is one message delivered in the agreed order.
+type Delivery struct {
+	// Epoch and Index place the message in the group's sequence: Index
+	// counts deliveries from 1 within the epoch (in Unordered mode it is
+	// only this member's count).
+	Epoch, Index uint64
+	Sender       int
+	Seq          uint64
+	TS           Timestamp
+	Payload      []byte
+}
+
+// Envelope is a record for one member.
+type Envelope struct {
+	To     int
+	Record Record
+}
+
+// Ready is what the runtime must carry out: multicast Records in this
+// member's group in order, send Control, hand Deliveries to the
+// application in order. Stable is the highest own sequence number every
+// member is known to hold.
+type Ready struct {
+	Records    []Record
+	Control    []Envelope
+	Deliveries []Delivery
+	Stable     uint64
+}
+
+// Stats counts what the core did and rejected.
+type Stats struct {
+	Delivered, Beacons, Rejected uint64
+}
+
+type entry struct {
+	ts      Timestamp
+	rank    int
+	seq     uint64
+	payload []byte
+}
+
+func entryLess(a, b entry) bool {
+	if a.ts != b.ts {
+		return a.ts < b.ts
+	}
+	if a.rank != b.rank {
+		return a.rank < b.rank
+	}
+	return a.seq < b.seq
+}
+
+// Core is one member's ordering state machine. It is not safe for
+// concurrent use; the runtime serializes calls. Times passed in are this
+// member's monotonic clock in nanoseconds; they never go backwards (a
+// smaller value is treated as the last one seen).
+type Core struct {
+	cfg   Config
+	now   int64
+	clock hlc
+	seq   uint64 // own messages sent
+	prom  *barrier.Promises
+	// Exactly one of commit (direct) and tree (aggregated) is set.
+	commit *barrier.Commit
+	tree   *barrier.Tree
+	// buf holds complete messages not yet delivered, in delivery order.
+	buf       *btree.BTreeG[entry]
+	delivered uint64
+	// Unordered mode: next sequence to deliver per sender, and early
+	// arrivals.
+	nextSeq []uint64
+	early   []map[uint64]entry
+	// own stamps not yet known stable, oldest first.
+	unstable       []Timestamp
+	unstableSeq    uint64 // sequence number of unstable[0]
+	stable         uint64
+	lastSent       int64     // time of the last record multicast
+	announcedT     Timestamp // last promise multicast
+	announcedR     Timestamp // last frontier multicast
+	// frontierKey[j] places the record that last raised member j's
+	// announced frontier in j's send order (see frontierOrder).
+	frontierKey    []uint64
+	ready          Ready
+	spare          Ready // the slices Ready returned last time, for reuse
+	stats          Stats
+	lastDeliveryTS Timestamp
+}
+
+// NewCore returns a member's core at time now.
+func NewCore(cfg Config, now int64) (*Core, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	core := &Core{
+		cfg:         c,
+		now:         now,
+		prom:        barrier.NewPromises(c.Members, c.Window),
+		buf:         btree.NewG(32, entryLess),
+		nextSeq:     make([]uint64, c.Members),
+		frontierKey: make([]uint64, c.Members),
+		early:       make([]map[uint64]entry, c.Members),
+		unstableSeq: 1,
+		lastSent:    now,
+	}
+	for i := range core.nextSeq {
+		core.nextSeq[i] = 1
+	}
+	if c.FanOut >= 2 {
+		core.tree, err = barrier.NewTree(c.Self, c.Members, c.FanOut)
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		core.commit = barrier.NewCommit(c.Members)
+	}
+	return core, nil
+}
+
+func (c *Core) advance(now int64) {
+	c.now = max(c.now, now)
+	// Promise, for this member's own future messages, the lowest stamp the
+	// clock can still issue.
+	_ = c.prom.Beacon(c.cfg.Self, c.seq, c.clock.peek(c.now))
+}
+
+// Send stamps an application message at time now and queues it for
+// multicast. It returns the message's sequence number and stamp.
+func (c *Core) Send(now int64, payload []byte) (uint64, Timestamp) {
+	c.advance(now)
+	ts := c.clock.stamp(c.now)
+	c.seq++
+	if err := c.prom.Hold(c.cfg.Self, c.seq, ts); err != nil {
+		panic(fmt.Sprintf("ordering: own message rejected: %v", err)) // the clock guarantees it cannot be
+	}
+	c.unstable = append(c.unstable, ts)
+	c.multicast(Record{Kind: KindData, Seq: c.seq, TS: ts, Payload: payload})
+	c.accept(entry{ts: ts, rank: c.cfg.Self, seq: c.seq, payload: payload})
+	c.deliver()
+	return c.seq, ts
+}
+
+// multicast queues r for this member's group, with the frontier attached
+// in the direct scheme.
+func (c *Core) multicast(r Record) {
+	if c.cfg.Mode != Unordered && c.commit != nil {
+		r.Frontier = c.prom.Frontier()
+		c.announcedR = r.Frontier
+	}
+	promise := r.TS
+	if r.Kind == KindData {
+		promise++
+	}
+	c.announcedT = max(c.announcedT, promise)
+	c.lastSent = c.now
+	c.ready.Records = append(c.ready.Records, r)
+}
+
+// Step applies a record received from member from at time now. A record
+// that breaks the protocol is rejected with an error and changes nothing.
+func (c *Core) Step(now int64, from int, r Record) error {
+	c.advance(now)
+	if err := c.step(from, r); err != nil {
+		c.stats.Rejected++
+		return fmt.Errorf("record %v from member %d: %w", r.Kind, from, err)
+	}
+	c.react()
+	c.deliver()
+	return nil
+}
+
+func (c *Core) step(from int, r Record) error {
+	if from < 0 || from >= c.cfg.Members || from == c.cfg.Self {
+		return fmt.Errorf("%w: rank %d", barrier.ErrUnknownMember, from)
+	}
+	switch r.Kind {
+	case KindData, KindBeacon:
+		if limit := Timestamp(max(c.now, 0)) + Timestamp(c.cfg.MaxAhead); r.TS > limit {
+			return fmt.Errorf("%w: stamp %d, local time %d", ErrClockAhead, r.TS, c.now)
+		}
+		direct := c.commit != nil && c.cfg.Mode != Unordered
+		key := frontierOrder(r)
+		// A record overtaken by later ones (a large message) carries an
+		// older frontier; one that is not must not go backwards.
+		if direct && key >= c.frontierKey[from] && r.Frontier < c.commit.Announced(from) {
+			return fmt.Errorf("%w: member %d frontier %d after %d", barrier.ErrBackwards, from, r.Frontier, c.commit.Announced(from))
+		}
+		if r.Kind == KindData {
+			if len(r.Payload) > c.cfg.MaxPayload {
+				return fmt.Errorf("%w: %d-byte payload", ErrBadRecord, len(r.Payload))
+			}
+			if err := c.prom.Hold(from, r.Seq, r.TS); err != nil {
+				return err
+			}
+			c.accept(entry{ts: r.TS, rank: from, seq: r.Seq, payload: r.Payload})
+		} else if err := c.prom.Beacon(from, r.Seq, r.TS); err != nil {
+			return err
+		}
+		c.clock.observe(r.TS)
+		if direct && r.Frontier > c.commit.Announced(from) {
+			_ = c.commit.Announce(from, r.Frontier) // checked above
+			c.frontierKey[from] = max(c.frontierKey[from], key)
+		}
+	case KindUp:
+		if c.tree == nil {
+			return ErrNotAggregating
+		}
+		return c.tree.Report(from, r.TS)
+	case KindDown:
+		if c.tree == nil {
+			return ErrNotAggregating
+		}
+		return c.tree.SetBarrier(from, r.TS)
+	default:
+		return fmt.Errorf("%w: kind %v", ErrBadRecord, r.Kind)
+	}
+	return nil
+}
+
+// frontierOrder places a record in its sender's send order: data #n, then
+// the beacons sent after it (which carry n), then data #n+1.
+func frontierOrder(r Record) uint64 {
+	if r.Kind == KindBeacon {
+		return 2*r.Seq + 1
+	}
+	return 2 * r.Seq
+}
+
+// Tick tells the core that time now has come: it beacons if this member
+// has been silent for a beacon interval, or for a beacon gap while others
+// wait on its promise or frontier.
+func (c *Core) Tick(now int64) {
+	c.advance(now)
+	c.react()
+	c.deliver()
+}
+
+// wantsBeacon reports whether peers wait on a promise or frontier this
+// member has not announced.
+func (c *Core) wantsBeacon() bool {
+	if c.cfg.Mode == Unordered {
+		return false
+	}
+	if c.clock.last >= c.announcedT {
+		return true // a peer stamped at or above the last promise
+	}
+	return c.commit != nil && c.prom.Frontier() > c.announcedR
+}
+
+func (c *Core) react() {
+	if c.cfg.Mode == Unordered {
+		return
+	}
+	silent := c.now - c.lastSent
+	if silent >= int64(c.cfg.BeaconInterval) || (silent >= int64(c.cfg.BeaconGap) && c.wantsBeacon()) {
+		c.stats.Beacons++
+		c.multicast(Record{Kind: KindBeacon, Seq: c.seq, TS: c.clock.peek(c.now)})
+	}
+	if c.tree != nil {
+		c.tree.SetOwn(c.prom.Frontier())
+		if f, ok := c.tree.Up(); ok {
+			c.ready.Control = append(c.ready.Control, Envelope{To: c.tree.Parent(), Record: Record{Kind: KindUp, TS: f}})
+		}
+		if b, ok := c.tree.Down(); ok {
+			for _, ch := range c.tree.Children() {
+				c.ready.Control = append(c.ready.Control, Envelope{To: ch, Record: Record{Kind: KindDown, TS: b}})
+			}
+		}
+	}
+}
+
+// Deadline returns the time at which Tick next has something to do.
+func (c *Core) Deadline() int64 {
+	if c.cfg.Mode == Unordered {
+		return c.now + int64(c.cfg.BeaconInterval)
+	}
+	if c.wantsBeacon() {
+		return c.lastSent + int64(c.cfg.BeaconGap)
+	}
+	return c.lastSent + int64(c.cfg.BeaconInterval)
+}
+
+// accept takes a complete message; in Unordered mode it is delivered as
+// soon as its sender's earlier messages are.
+func (c *Core) accept(e entry) {
+	if c.cfg.Mode != Unordered {
+		c.buf.ReplaceOrInsert(e)
+		return
+	}
+	if e.seq != c.nextSeq[e.rank] {
+		if c.early[e.rank] == nil {
+			c.early[e.rank] = make(map[uint64]entry)
+		}
+		c.early[e.rank][e.seq] = e
+		return
+	}
+	for {
+		c.emit(e)
+		c.nextSeq[e.rank]++
+		next, ok := c.early[e.rank][c.nextSeq[e.rank]]
+		if !ok {
+			return
+		}
+		delete(c.early[e.rank], next.seq)
+		e = next
+	}
+}
+
+// Barrier returns the timestamp below which this member delivers.
+func (c *Core) Barrier() Timestamp {
+	if c.cfg.Mode == TotalOrder {
+		return c.prom.Frontier()
+	}
+	return c.commitBarrier()
+}
+
+func (c *Core) deliver() {
+	if c.cfg.Mode == Unordered {
+		c.stable = c.seq
+		c.ready.Stable = c.stable
+		return
+	}
+	b := c.Barrier()
+	for {
+		e, ok := c.buf.Min()
+		if !ok || e.ts >= b {
+			break
+		}
+		c.buf.DeleteMin()
+		c.emit(e)
+	}
+	if c.cfg.Mode == TotalOrder {
+		b = c.commitBarrier()
+	}
+	for len(c.unstable) > 0 && c.unstable[0] < b {
+		c.unstable = c.unstable[1:]
+		c.stable = c.unstableSeq
+		c.unstableSeq++
+	}
+	c.ready.Stable = c.stable
+}
+
+// commitBarrier returns the barrier below which every member holds every
+// message.
+func (c *Core) commitBarrier() Timestamp {
+	r := c.prom.Frontier()
+	if c.tree != nil {
+		c.tree.SetOwn(r)
+		return min(r, c.tree.Barrier())
+	}
+	_ = c.commit.Announce(c.cfg.Self, r)
+	return c.commit.Barrier()
+}
+
+func (c *Core) emit(e entry) {
+	c.delivered++
+	c.stats.Delivered++
+	c.lastDeliveryTS = e.ts
+	c.ready.Deliveries = append(c.ready.Deliveries, Delivery{
+		Epoch: c.cfg.Epoch, Index: c.delivered, Sender: e.rank, Seq: e.seq, TS: e.ts, Payload: e.payload,
+	})
+}
+
+// HasReady reports whether Ready has anything to carry out.
+func (c *Core) HasReady() bool {
+	return len(c.ready.Records) > 0 || len(c.ready.Control) > 0 || len(c.ready.Deliveries) > 0
+}
+
+// Ready returns what the runtime must carry out and clears it. The
+// returned slices stay valid until the next call to Ready.
+func (c *Core) Ready() Ready {
+	rd := c.ready
+	clear(c.spare.Records)
+	clear(c.spare.Deliveries)
+	c.ready = Ready{
+		Records:    c.spare.Records[:0],
+		Control:    c.spare.Control[:0],
+		Deliveries: c.spare.Deliveries[:0],
+		Stable:     rd.Stable,
+	}
+	c.spare = rd
+	return rd
+}
+
+// Stats returns the core's counters.
+func (c *Core) Stats() Stats { return c.stats }
+
+// Frontier returns this member's receive frontier.
+func (c *Core) Frontier() Timestamp { return c.prom.Frontier() }
+
+// Buffered returns how many complete messages wait for the barrier.
+func (c *Core) Buffered() int { return c.buf.Len() }
