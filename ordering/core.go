@@ -90,12 +90,12 @@ type Core struct {
 	nextSeq []uint64
 	early   []map[uint64]entry
 	// own stamps not yet known stable, oldest first.
-	unstable       []Timestamp
-	unstableSeq    uint64 // sequence number of unstable[0]
-	stable         uint64
-	lastSent       int64     // time of the last record multicast
-	announcedT     Timestamp // last promise multicast
-	announcedR     Timestamp // last frontier multicast
+	unstable    []Timestamp
+	unstableSeq uint64 // sequence number of unstable[0]
+	stable      uint64
+	lastSent    int64     // time of the last record multicast
+	announcedT  Timestamp // last promise multicast
+	announcedR  Timestamp // last frontier multicast
 	// frontierKey[j] places the record that last raised member j's
 	// announced frontier in j's send order (see frontierOrder).
 	frontierKey    []uint64

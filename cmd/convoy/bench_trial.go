@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/convoy-gcs/convoy/multicast"
@@ -156,7 +157,7 @@ func (r *trialRunner) await(ctx context.Context, gid uint64, waits map[waitKey]b
 			for _, k := range slices.SortedFunc(maps.Keys(waits), func(a, b waitKey) int { return cmp.Compare(a.node, b.node) }) {
 				missing = append(missing, fmt.Sprintf("%s from node %d", k.event, k.node))
 			}
-			return fmt.Errorf("still waiting for %v: %w", missing, context.Cause(ctx))
+			return fmt.Errorf("still waiting for %s: %w", strings.Join(missing, ", "), context.Cause(ctx))
 		}
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/convoy-gcs/convoy/rdma"
@@ -72,6 +73,7 @@ func usagef(format string, args ...any) error {
 
 // run runs the command line args and returns the exit status.
 func run(ctx context.Context, args []string, c *cli) int {
+	c.stderr = syncWriter(c.stderr)
 	err := dispatch(ctx, args, c)
 	var ue *usageError
 	switch {
@@ -129,6 +131,30 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return usagef("%s: unexpected arguments %q", fs.Name(), fs.Args())
 	}
 	return nil
+}
+
+// syncWriter returns w made safe for concurrent writes (loggers and
+// child processes share stderr). Files are safe already, and child
+// processes can then write to them directly.
+func syncWriter(w io.Writer) io.Writer {
+	if _, ok := w.(*os.File); ok {
+		return w
+	}
+	if _, ok := w.(*lockedWriter); ok {
+		return w
+	}
+	return &lockedWriter{w: w}
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // newLogger logs to w: warnings and errors only, everything with verbose.

@@ -38,8 +38,8 @@ func parseSize(s string) (int, error) {
 	return int(n * mult), nil
 }
 
-// formatSize prints n bytes in the largest binary unit that divides it, or
-// with one decimal in the largest unit not above it.
+// formatSize prints n bytes in the largest binary unit not above it: as a
+// whole number if the unit divides it, else with one decimal.
 func formatSize(n int) string {
 	for _, u := range sizeUnits[:3] {
 		switch {
