@@ -38,18 +38,22 @@ type Promises struct {
 }
 
 type senderState struct {
-	// held: messages 1..held are all complete here.
-	held uint64
-	// early holds sequence numbers above held+1 already complete, when
-	// messages arrive out of order.
-	early map[uint64]struct{}
+	// held: messages 1..held are all complete here; heldTS is the stamp
+	// of message held.
+	held   uint64
+	heldTS Timestamp
+	// early holds the stamps of messages above held+1 already complete,
+	// when messages arrive out of order.
+	early map[uint64]Timestamp
 	// applied is the promise in force: every message of this sender not
 	// yet held is stamped at or above it.
 	applied Timestamp
-	// pending beacons, by increasing n and T, wait for held ≥ n.
+	// pending beacons, by increasing n, wait for held ≥ n.
 	pending []beacon
-	// last is the highest promise received, applied or not.
-	last Timestamp
+	// lastBeacon is the highest explicit beacon received. Explicit beacons
+	// travel in order among themselves, so they never go backwards; a
+	// message's own beacon may overtake them.
+	lastBeacon Timestamp
 }
 
 type beacon struct {
@@ -89,19 +93,20 @@ func (p *Promises) Hold(rank int, seq uint64, ts Timestamp) error {
 		return err
 	}
 	if seq == s.held+1 {
-		s.held = seq
+		s.held, s.heldTS = seq, ts
 		for {
-			if _, ok := s.early[s.held+1]; !ok {
+			next, ok := s.early[s.held+1]
+			if !ok {
 				break
 			}
 			delete(s.early, s.held+1)
-			s.held++
+			s.held, s.heldTS = s.held+1, next
 		}
 	} else {
 		if s.early == nil {
-			s.early = make(map[uint64]struct{})
+			s.early = make(map[uint64]Timestamp)
 		}
-		s.early[seq] = struct{}{}
+		s.early[seq] = ts
 	}
 	s.add(beacon{seq, ts + 1})
 	return nil
@@ -125,21 +130,34 @@ func (p *Promises) Beacon(rank int, n uint64, t Timestamp) error {
 	if err != nil {
 		return err
 	}
-	if t < s.last {
-		return fmt.Errorf("%w: sender %d promised %d after %d", ErrBackwards, rank, t, s.last)
+	if t < s.lastBeacon {
+		return fmt.Errorf("%w: sender %d promised %d after %d", ErrBackwards, rank, t, s.lastBeacon)
+	}
+	// A beacon is issued after message n, so it promises more than n's stamp.
+	nTS, known := s.early[n]
+	if n > 0 && n == s.held {
+		nTS, known = s.heldTS, true
+	}
+	if known && t <= nTS {
+		return fmt.Errorf("%w: sender %d promised %d after its message %d stamped %d", ErrBackwards, rank, t, n, nTS)
 	}
 	if n > s.held+p.window {
 		return fmt.Errorf("%w: sender %d beacon after message %d with %d held", ErrSequenceGap, rank, n, s.held)
 	}
+	// A message after n already held out of order must not be stamped
+	// below the promise.
+	for seq, ts := range s.early {
+		if seq > n && ts < t {
+			return fmt.Errorf("%w: sender %d promised %d after message %d, but its message %d is stamped %d", ErrBelowPromise, rank, t, n, seq, ts)
+		}
+	}
+	s.lastBeacon = t
 	s.add(beacon{n, t})
 	return nil
 }
 
 // add queues b and applies every pending beacon whose messages are held.
 func (s *senderState) add(b beacon) {
-	if b.t > s.last {
-		s.last = b.t
-	}
 	// Keep pending sorted by n; a beacon with a larger n and a smaller t
 	// than another is redundant once both apply, so only order matters.
 	i := len(s.pending)

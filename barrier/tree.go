@@ -105,6 +105,29 @@ func (t *Tree) Barrier() Timestamp {
 	return t.barrier
 }
 
+// Sent returns the lowest value this member last sent up or down: the
+// point below which its neighbours know what it knows.
+func (t *Tree) Sent() Timestamp {
+	v := Infinity
+	if t.rank != 0 {
+		v = t.sentUp
+	}
+	if len(t.children) > 0 {
+		v = min(v, t.sentDown)
+	}
+	return v
+}
+
+// Pending reports whether Up or Down would return something now.
+func (t *Tree) Pending() bool {
+	if t.rank != 0 {
+		if m, ok := t.subtree(); ok && (!t.upValid || m > t.sentUp) {
+			return true
+		}
+	}
+	return len(t.children) > 0 && t.Barrier() > t.sentDown
+}
+
 // Up returns the subtree minimum to send to the parent, if it changed
 // since the last call that returned ok.
 func (t *Tree) Up() (Timestamp, bool) {

@@ -139,9 +139,10 @@ func (g *Group) batchSentLocked(p int, wr uint64) {
 	if f.completed == len(g.ranks)-1 {
 		// Sends to each receiver complete in order, so frames finish in
 		// order too: f is at the front.
-		// Large messages may already have completed and left the queue.
-		for s := max(f.first, r.base); s < f.end; s++ {
-			if e := r.entry(s); !e.large {
+		// Large messages may already have completed and left the queue,
+		// and each markDone may let more leave.
+		for s := f.first; s < f.end; s++ {
+			if s >= r.base && !r.entry(s).large {
 				r.markDone(g, s)
 			}
 		}

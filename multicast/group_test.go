@@ -498,3 +498,41 @@ func TestGroupConfigValidation(t *testing.T) {
 }
 
 func spinYield() { runtime.Gosched() }
+
+// A large message can finish at the root before the batch frame that
+// carries its placeholder between small messages; when the frame then
+// completes, the small messages after it must still complete, in order.
+func TestGroupLargeBeforeItsBatch(t *testing.T) {
+	f := newMemFabric(t, 2, 1)
+	defer f.close()
+	m := newMember()
+	// The receiver never opens the group: no credits, nothing leaves, and
+	// the test plays the transport's completions by hand.
+	g, err := NewGroup(context.Background(), f.eps[0], GroupConfig{ID: 1, Members: f.ids(), Root: f.eps[0].ID(), SmallThreshold: 16}, m.callbacks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	g.mu.Lock()
+	r, b := &g.mu.root, &g.mu.root.batches
+	b.outstanding = 1 // pretend a frame is in flight so that the next one fills
+	for _, msg := range [][]byte{[]byte("s0"), make([]byte, 100)} {
+		r.enqueue(g, msg)
+	}
+	b.outstanding = 0
+	g.pumpBatchesLocked() // idle now: seals [s0, L1]
+	if len(b.sealed) != 1 || b.sealed[0].first != 0 || b.sealed[0].end != 2 {
+		t.Fatalf("sealed frames %d, want one holding messages 0 and 1", len(b.sealed))
+	}
+	r.markDone(g, 1) // the large message finished first
+	b.next[1], b.outstanding = 1, 1
+	g.batchSentLocked(1, 0) // the frame's send completes: the queue empties
+	r.enqueue(g, []byte("s2"))
+	g.unlockAndDeliver()
+	m.waitMessages(t, 2)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.msgs) != 2 || string(m.msgs[0]) != "s0" || len(m.msgs[1]) != 100 {
+		t.Fatalf("root completed %q, want s0 then the large message", m.msgs)
+	}
+}

@@ -94,8 +94,12 @@ type Core struct {
 	unstableSeq uint64 // sequence number of unstable[0]
 	stable      uint64
 	lastSent    int64     // time of the last record multicast
+	lastTree    int64     // time of the last aggregation record sent
 	announcedT  Timestamp // last promise multicast
 	announcedR  Timestamp // last frontier multicast
+	// maxData is the highest stamp of a peer's message held; maxStamp the
+	// highest of any message held, own included.
+	maxData, maxStamp Timestamp
 	// frontierKey[j] places the record that last raised member j's
 	// announced frontier in j's send order (see frontierOrder).
 	frontierKey    []uint64
@@ -121,6 +125,7 @@ func NewCore(cfg Config, now int64) (*Core, error) {
 		early:       make([]map[uint64]entry, c.Members),
 		unstableSeq: 1,
 		lastSent:    now,
+		lastTree:    now,
 	}
 	for i := range core.nextSeq {
 		core.nextSeq[i] = 1
@@ -153,6 +158,7 @@ func (c *Core) Send(now int64, payload []byte) (uint64, Timestamp) {
 		panic(fmt.Sprintf("ordering: own message rejected: %v", err)) // the clock guarantees it cannot be
 	}
 	c.unstable = append(c.unstable, ts)
+	c.maxStamp = max(c.maxStamp, ts)
 	c.multicast(Record{Kind: KindData, Seq: c.seq, TS: ts, Payload: payload})
 	c.accept(entry{ts: ts, rank: c.cfg.Self, seq: c.seq, payload: payload})
 	c.deliver()
@@ -212,6 +218,8 @@ func (c *Core) step(from int, r Record) error {
 				return err
 			}
 			c.accept(entry{ts: r.TS, rank: from, seq: r.Seq, payload: r.Payload})
+			c.maxData = max(c.maxData, r.TS)
+			c.maxStamp = max(c.maxStamp, r.TS)
 		} else if err := c.prom.Beacon(from, r.Seq, r.TS); err != nil {
 			return err
 		}
@@ -255,15 +263,29 @@ func (c *Core) Tick(now int64) {
 }
 
 // wantsBeacon reports whether peers wait on a promise or frontier this
-// member has not announced.
+// member has not announced: a peer's message is stamped at or above the
+// last promise (their frontiers wait for a higher one), or the frontier
+// moved while some message this member knows of is not yet below the
+// announced one (the commit barrier waits for it). Otherwise beacons keep
+// the idle pace of one per interval.
 func (c *Core) wantsBeacon() bool {
 	if c.cfg.Mode == Unordered {
 		return false
 	}
-	if c.clock.last >= c.announcedT {
-		return true // a peer stamped at or above the last promise
+	if c.maxData >= c.announcedT {
+		return true
 	}
-	return c.commit != nil && c.prom.Frontier() > c.announcedR
+	return c.commit != nil && c.announcedR <= c.maxStamp && c.prom.Frontier() > c.announcedR
+}
+
+// treeGap is how long aggregation records wait after the last ones: a gap
+// while some known message is not yet below what this member told its
+// tree neighbours, an interval otherwise.
+func (c *Core) treeGap() int64 {
+	if c.tree.Sent() <= c.maxStamp {
+		return int64(c.cfg.BeaconGap)
+	}
+	return int64(c.cfg.BeaconInterval)
 }
 
 func (c *Core) react() {
@@ -277,12 +299,15 @@ func (c *Core) react() {
 	}
 	if c.tree != nil {
 		c.tree.SetOwn(c.prom.Frontier())
-		if f, ok := c.tree.Up(); ok {
-			c.ready.Control = append(c.ready.Control, Envelope{To: c.tree.Parent(), Record: Record{Kind: KindUp, TS: f}})
-		}
-		if b, ok := c.tree.Down(); ok {
-			for _, ch := range c.tree.Children() {
-				c.ready.Control = append(c.ready.Control, Envelope{To: ch, Record: Record{Kind: KindDown, TS: b}})
+		if c.tree.Pending() && c.now-c.lastTree >= c.treeGap() {
+			c.lastTree = c.now
+			if f, ok := c.tree.Up(); ok {
+				c.ready.Control = append(c.ready.Control, Envelope{To: c.tree.Parent(), Record: Record{Kind: KindUp, TS: f}})
+			}
+			if b, ok := c.tree.Down(); ok {
+				for _, ch := range c.tree.Children() {
+					c.ready.Control = append(c.ready.Control, Envelope{To: ch, Record: Record{Kind: KindDown, TS: b}})
+				}
 			}
 		}
 	}
@@ -293,10 +318,17 @@ func (c *Core) Deadline() int64 {
 	if c.cfg.Mode == Unordered {
 		return c.now + int64(c.cfg.BeaconInterval)
 	}
+	d := c.lastSent + int64(c.cfg.BeaconInterval)
 	if c.wantsBeacon() {
-		return c.lastSent + int64(c.cfg.BeaconGap)
+		d = c.lastSent + int64(c.cfg.BeaconGap)
 	}
-	return c.lastSent + int64(c.cfg.BeaconInterval)
+	if c.tree != nil {
+		c.tree.SetOwn(c.prom.Frontier())
+		if c.tree.Pending() {
+			d = min(d, c.lastTree+c.treeGap())
+		}
+	}
+	return d
 }
 
 // accept takes a complete message; in Unordered mode it is delivered as

@@ -35,8 +35,7 @@ func (e *TCPEndpoint) dialPeer(peer NodeID) (net.Conn, error) {
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.DialTimeout)
 	defer cancel()
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	nc, err := dialRetry(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -159,4 +158,25 @@ func (e *TCPEndpoint) serverHandshake(ctx context.Context, nc net.Conn) (net.Con
 		return nil, id, fmt.Errorf("send hello: %w", err)
 	}
 	return nc, id, nil
+}
+
+// dialRetry dials addr until it succeeds or ctx ends: a peer that is just
+// starting (connection refused) gets until the dial timeout to listen.
+func dialRetry(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	backoff := 5 * time.Millisecond
+	for {
+		nc, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			return nc, nil
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 200*time.Millisecond)
+	}
 }

@@ -1,0 +1,24 @@
+// Package convoy is a total-order group communication library: a set of
+// processes forms a group, every member can multicast messages, and every
+// member delivers the same messages in the same order.
+//
+// Open a group on every member with the same member list and delivery mode,
+// then Send from any member and receive deliveries in the agreed order:
+//
+//	g, err := convoy.Open(ctx, convoy.Config{
+//		Self:    1,
+//		Members: []convoy.Member{{ID: 1, Addr: "10.0.0.1:7000"}, {ID: 2, Addr: "10.0.0.2:7000"}, {ID: 3, Addr: "10.0.0.3:7000"}},
+//		Mode:    convoy.Atomic,
+//	}, func(d convoy.Delivery) {
+//		apply(d.Index, d.Payload)
+//	})
+//	...
+//	_, err = g.Send(ctx, []byte("hello"), convoy.WaitDelivered())
+//
+// Each member multicasts its messages in its own RDMC group (package
+// multicast) over the rdma transport; the ordering core (package ordering)
+// stamps them with a hybrid logical clock and delivers them once the
+// barrier of the chosen mode has passed them (package barrier). Membership
+// is fixed for now: a member that fails stops the group, and the
+// application opens a new one.
+package convoy

@@ -1,0 +1,47 @@
+package convoy
+
+import (
+	"context"
+	"fmt"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
+// metrics are the group's otel instruments.
+type metrics struct {
+	deliveredMsgs  metric.Int64Counter
+	deliveredBytes metric.Int64Counter
+	rejected       metric.Int64Counter
+	latency        metric.Float64Histogram
+	barrierLag     metric.Int64Gauge
+}
+
+func newMetrics(mp metric.MeterProvider) (*metrics, error) {
+	m := mp.Meter("github.com/convoy-gcs/convoy")
+	var err error
+	var ms metrics
+	check := func(e error) {
+		if err == nil && e != nil {
+			err = fmt.Errorf("convoy: metrics: %w", e)
+		}
+	}
+	var e error
+	ms.deliveredMsgs, e = m.Int64Counter("convoy.delivered.messages", metric.WithUnit("{message}"), metric.WithDescription("Messages delivered to the application."))
+	check(e)
+	ms.deliveredBytes, e = m.Int64Counter("convoy.delivered.bytes", metric.WithUnit("By"), metric.WithDescription("Payload bytes delivered to the application."))
+	check(e)
+	ms.rejected, e = m.Int64Counter("convoy.rejected.records", metric.WithUnit("{record}"), metric.WithDescription("Records from other members rejected as protocol violations."))
+	check(e)
+	ms.latency, e = m.Float64Histogram("convoy.delivery.latency", metric.WithUnit("s"), metric.WithDescription("Time from Send to local delivery of own messages."),
+		metric.WithExplicitBucketBoundaries(10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1))
+	check(e)
+	ms.barrierLag, e = m.Int64Gauge("convoy.barrier.lag", metric.WithUnit("ns"), metric.WithDescription("How far the delivery barrier trails this member's clock."))
+	check(e)
+	return &ms, err
+}
+
+func (m *metrics) delivered(n int) {
+	ctx := context.Background()
+	m.deliveredMsgs.Add(ctx, 1)
+	m.deliveredBytes.Add(ctx, int64(n))
+}

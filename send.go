@@ -1,0 +1,198 @@
+package convoy
+
+import (
+	"context"
+	"fmt"
+)
+
+// Level is how far a message has come.
+type Level int
+
+const (
+	// Accepted: the group took the message (it is stamped and queued).
+	Accepted Level = iota
+	// Delivered: this member delivered it.
+	Delivered
+	// Stable: every member holds it (and, in Atomic mode, delivers it
+	// once it learns so).
+	Stable
+)
+
+func (l Level) String() string {
+	switch l {
+	case Accepted:
+		return "accepted"
+	case Delivered:
+		return "delivered"
+	case Stable:
+		return "stable"
+	}
+	return fmt.Sprintf("Level(%d)", int(l))
+}
+
+// SendOption changes how Send waits.
+type SendOption func(*sendOptions)
+
+type sendOptions struct{ level Level }
+
+// WaitDelivered makes Send return once this member delivered the message.
+func WaitDelivered() SendOption { return func(o *sendOptions) { o.level = Delivered } }
+
+// WaitStable makes Send return once every member holds the message.
+func WaitStable() SendOption { return func(o *sendOptions) { o.level = Stable } }
+
+// Receipt identifies a sent message.
+type Receipt struct {
+	// Seq is the message's sequence number among this member's messages.
+	Seq uint64
+}
+
+type waiter struct {
+	level Level
+	done  chan error
+}
+
+// Send multicasts payload to the group. It waits until the message is
+// accepted — which, when this member's window of undelivered messages is
+// full, waits for space (or, with Config.NoWait, fails with
+// ErrBackpressure) — or further with WaitDelivered or WaitStable. The group
+// owns payload from the call on: do not modify it.
+//
+// It returns ErrTooLarge above MaxMessageBytes, ErrClosed after Close, an
+// error wrapping ErrFailed after the group failed, and the context's error
+// if it ends first (the message may still be delivered).
+func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (Receipt, error) {
+	var o sendOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(payload) > g.cfg.MaxMessageBytes {
+		return Receipt{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(payload), g.cfg.MaxMessageBytes)
+	}
+	// One sender at a time takes a sequence number and queues its message,
+	// so that numbers follow queue order. The loop never takes this.
+	select {
+	case g.sendTurn <- struct{}{}:
+	case <-ctx.Done():
+		return Receipt{}, ctx.Err()
+	}
+	turn := true
+	defer func() {
+		if turn {
+			<-g.sendTurn
+		}
+	}()
+	g.mu.Lock()
+	for {
+		if err := g.errDoneLocked(); err != nil {
+			g.mu.Unlock()
+			return Receipt{}, err
+		}
+		if g.mu.inflight == 0 || (g.mu.inflight < g.cfg.WindowMessages && g.mu.inflightBytes+len(payload) <= g.cfg.WindowBytes) {
+			break
+		}
+		if g.cfg.NoWait {
+			g.mu.Unlock()
+			return Receipt{}, ErrBackpressure
+		}
+		space := g.mu.space
+		g.mu.Unlock()
+		select {
+		case <-space:
+		case <-ctx.Done():
+			return Receipt{}, ctx.Err()
+		}
+		g.mu.Lock()
+	}
+	seq := g.mu.nextSeq
+	g.mu.nextSeq++
+	g.mu.inflight++
+	g.mu.inflightBytes += len(payload)
+	var w waiter
+	if o.level > Accepted {
+		w = waiter{level: o.level, done: make(chan error, 1)}
+		g.mu.waiters[seq] = append(g.mu.waiters[seq], w)
+	}
+	g.mu.Unlock()
+	select {
+	case g.events <- event{kind: evSend, payload: payload}:
+	case <-g.stop:
+		return Receipt{}, ErrClosed
+	case <-ctx.Done():
+		// Not queued: give the number back (no later one was taken, as
+		// this sender holds the turn).
+		g.mu.Lock()
+		g.mu.nextSeq--
+		g.mu.inflight--
+		g.mu.inflightBytes -= len(payload)
+		delete(g.mu.waiters, seq)
+		g.mu.Unlock()
+		return Receipt{}, ctx.Err()
+	}
+	<-g.sendTurn
+	turn = false
+	if w.done == nil {
+		return Receipt{Seq: seq}, nil
+	}
+	select {
+	case err := <-w.done:
+		return Receipt{Seq: seq}, err
+	case <-ctx.Done():
+		return Receipt{Seq: seq}, ctx.Err()
+	}
+}
+
+// ownDelivered records that own message seq of n bytes was delivered
+// locally and releases window space and waiters.
+func (g *Group) ownDelivered(seq uint64, n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.mu.inflight--
+	g.mu.inflightBytes -= n
+	g.mu.delivered = seq
+	close(g.mu.space)
+	g.mu.space = make(chan struct{})
+	g.wakeLocked(seq, Delivered)
+}
+
+// ownStable records that own messages up to seq are held everywhere.
+func (g *Group) ownStable(seq uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for s := g.mu.stable + 1; s <= seq; s++ {
+		g.wakeLocked(s, Stable)
+	}
+	g.mu.stable = max(g.mu.stable, seq)
+}
+
+// wakeLocked completes the waiters of message seq up to level.
+func (g *Group) wakeLocked(seq uint64, level Level) {
+	ws := g.mu.waiters[seq]
+	if len(ws) == 0 {
+		return
+	}
+	keep := ws[:0]
+	for _, w := range ws {
+		if w.level <= level {
+			w.done <- nil
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	if len(keep) == 0 {
+		delete(g.mu.waiters, seq)
+	} else {
+		g.mu.waiters[seq] = keep
+	}
+}
+
+func (g *Group) wakeAllLocked(err error) {
+	for seq, ws := range g.mu.waiters {
+		for _, w := range ws {
+			w.done <- err
+		}
+		delete(g.mu.waiters, seq)
+	}
+	close(g.mu.space)
+	g.mu.space = make(chan struct{})
+}
