@@ -51,7 +51,6 @@ type runner struct {
 	// sendTimes[i] is when own message sentBase+i was sent, for latency.
 	sendTimes []int64
 	sentBase  uint64
-	buf       []byte
 }
 
 // handle applies one event; it returns false when the loop must stop.

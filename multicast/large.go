@@ -223,7 +223,7 @@ func (g *Group) allocLocked(size int) ([]byte, error) {
 	if g.cb.Alloc != nil {
 		if b := g.cb.Alloc(size); b != nil {
 			if cap(b) < size {
-				return nil, fmt.Errorf("Alloc returned %d bytes for a %d-byte message", cap(b), size)
+				return nil, fmt.Errorf("the Alloc callback returned %d bytes for a %d-byte message", cap(b), size)
 			}
 			return b[:size], nil
 		}

@@ -5,7 +5,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 )
 
 // cluster runs several cores over a simulated network of FIFO links, as
@@ -199,9 +198,6 @@ func describeRecord(r Record) string {
 func describeDelivery(d Delivery) string {
 	return fmt.Sprintf("%d/%d m%d#%d ts=%d %q", d.Epoch, d.Index, d.Sender, d.Seq, d.TS, d.Payload)
 }
-
-// ms converts milliseconds to the nanoseconds cores count in.
-func ms(v float64) int64 { return int64(v * float64(time.Millisecond)) }
 
 // nopTB lets the cluster run outside a test (in property checks that
 // report their own errors); its Fatal panics.

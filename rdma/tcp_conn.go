@@ -243,10 +243,3 @@ func (c *tcpConn) shutdown(qpErr, report error) {
 		c.ep.reportConnError(c.peer, report)
 	}
 }
-
-// numStreams returns the number of open queue pairs on c.
-func (c *tcpConn) numStreams() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.mu.streams)
-}
