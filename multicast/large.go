@@ -11,6 +11,11 @@ const (
 	wrFirst = 1 << 62
 	// recvWindow is how many block receives a member keeps posted (each
 	// announced with a ready-for-block signal) beyond those completed.
+	// Posting ahead keeps senders from waiting on the signal; but where
+	// schedules let a node receive from two peers in overlapping time (the
+	// paired vertices of a binomial pipeline over a group that is not a
+	// power of two, run asynchronously), one at a time keeps each transfer
+	// at the full rate of the receiver's link (see recvWindowFor).
 	recvWindow = 8
 	// sendWindow is how many block sends a member keeps queued on the
 	// transport: the schedule's one send per step, plus one so the link
@@ -149,7 +154,7 @@ func (g *Group) blockReceivedLocked(peer int, wr uint64, n int, imm uint64) {
 // announced to its sender with a ready-for-block signal.
 func (g *Group) postBlockRecvsLocked() {
 	L := &g.mu.large
-	for L.active && L.recvNext < len(L.recvs) && L.recvNext-L.recvsDone < recvWindow {
+	for L.active && L.recvNext < len(L.recvs) && L.recvNext-L.recvsDone < g.recvWindow {
 		o := L.recvs[L.recvNext]
 		lo, hi := g.blockRange(L.size, o.block)
 		qp := g.mu.qps[chanBlocks][o.peer]

@@ -23,6 +23,10 @@ const (
 	// wait for the peer's connection. Long enough for a loaded host, short
 	// enough that a dead peer is reported promptly.
 	DefaultDialTimeout = 5 * time.Second
+	// DefaultUnsentBytes is TCPConfig.UnsentBytes's default: an eighth of
+	// a default block, enough to keep the link busy while the writer
+	// wakes up.
+	DefaultUnsentBytes = 128 << 10
 )
 
 // TCPConfig configures a tcp endpoint. The zero value of every field but ID
@@ -48,6 +52,13 @@ type TCPConfig struct {
 	// buffer sizes of every connection. Zero leaves the system's automatic
 	// tuning in place.
 	SocketBufferBytes int
+	// UnsentBytes bounds the data a connection keeps queued in the kernel
+	// but not yet sent (TCP_NOTSENT_LOWAT). A send completes once its bytes
+	// are handed to the kernel, so a small bound makes completions follow
+	// the link: the next block of a multicast schedule leaves right after
+	// the previous one instead of sharing the link with it. Default
+	// DefaultUnsentBytes; negative leaves the kernel's default.
+	UnsentBytes int
 	// TLS, if set, wraps every connection in TLS with this configuration,
 	// as client on the dialing side and as server on the other. Peers
 	// authenticate each other: on the server side a ClientAuth of
@@ -86,6 +97,9 @@ func (c TCPConfig) WithDefaults() (TCPConfig, error) {
 		c.DialTimeout = DefaultDialTimeout
 	case c.DialTimeout < 0:
 		return c, errors.New("rdma: negative DialTimeout")
+	}
+	if c.UnsentBytes == 0 {
+		c.UnsentBytes = DefaultUnsentBytes
 	}
 	if c.SocketBufferBytes < 0 {
 		return c, errors.New("rdma: negative SocketBufferBytes")

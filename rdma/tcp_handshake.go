@@ -18,6 +18,9 @@ func (e *TCPEndpoint) tune(nc net.Conn) {
 	}
 	// Frames are gathered by the writer; never hold them back.
 	_ = tc.SetNoDelay(true)
+	if n := e.cfg.UnsentBytes; n > 0 {
+		setUnsentLimit(tc, n)
+	}
 	if n := e.cfg.SocketBufferBytes; n > 0 {
 		_ = tc.SetReadBuffer(n)
 		_ = tc.SetWriteBuffer(n)
