@@ -20,6 +20,7 @@ type benchmark struct {
 func benchmarks() []benchmark {
 	return []benchmark{
 		{name: "multicast", summary: "multicast one large message to a group and compare with unicast", run: runBenchMulticast},
+		{name: "order", summary: "throughput and latency of a delivery mode against unordered delivery", run: runBenchOrder},
 		{name: "node", summary: "a benchmark node driven over stdin and stdout", run: runBenchNode, hidden: true},
 	}
 }

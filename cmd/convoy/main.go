@@ -3,6 +3,7 @@
 // Usage:
 //
 //	convoy bench multicast [flags]   multicast of one large message vs. unicast
+//	convoy bench order [flags]       total-order throughput and latency vs. unordered
 //	convoy help                      list the commands
 //
 // Run "convoy <command> -h" for a command's flags.
@@ -29,7 +30,7 @@ Usage:
   convoy <command> [arguments]
 
 Commands:
-  bench    run a benchmark (convoy bench multicast ...)
+  bench    run a benchmark (convoy bench multicast|order ...)
   help     show this help
 
 Run "convoy <command> -h" for a command's flags.

@@ -1,0 +1,60 @@
+package barrier
+
+import "fmt"
+
+// Durable computes the durable barrier (DESIGN rule 3): every member
+// announces the highest delivery index it has written to its log and
+// synced, and a message is durable once every member of the view has it,
+// that is, when its index is at or below the minimum announced. It is the
+// hook the persistence layer drives; the ordering core's atomic delivery
+// produces the indexes.
+type Durable struct {
+	persisted []uint64
+}
+
+// NewDurable tracks the persisted indexes of n members, all initially 0.
+func NewDurable(n int) *Durable {
+	return &Durable{persisted: make([]uint64, n)}
+}
+
+// Announce records that member rank has persisted every index up to idx.
+// Persisted indexes never go backwards.
+func (d *Durable) Announce(rank int, idx uint64) error {
+	if rank < 0 || rank >= len(d.persisted) {
+		return fmt.Errorf("%w: rank %d", ErrUnknownMember, rank)
+	}
+	if idx < d.persisted[rank] {
+		return fmt.Errorf("%w: member %d persisted index %d after %d", ErrBackwards, rank, idx, d.persisted[rank])
+	}
+	d.persisted[rank] = idx
+	return nil
+}
+
+// Barrier returns the highest index every member has persisted.
+func (d *Durable) Barrier() uint64 {
+	if len(d.persisted) == 0 {
+		return 0
+	}
+	b := d.persisted[0]
+	for _, p := range d.persisted[1:] {
+		b = min(b, p)
+	}
+	return b
+}
+
+// Lagging returns the members whose persisted index trails the highest
+// announced by more than bound: the ones a view change should exclude
+// rather than let stall the group (rule 3).
+func (d *Durable) Lagging(bound uint64) []int {
+	var top uint64
+	for _, p := range d.persisted {
+		top = max(top, p)
+	}
+	var out []int
+	for r, p := range d.persisted {
+		if top-p > bound {
+			out = append(out, r)
+		}
+	}
+	return out
+}

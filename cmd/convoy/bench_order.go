@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/convoy-gcs/convoy"
+	"github.com/convoy-gcs/convoy/ordering"
+)
+
+const orderUsage = `Usage:
+  convoy bench order [flags]
+
+Runs a group of -nodes members in this process, each with its own TCP
+endpoint on 127.0.0.1, and has -senders of them multicast -size byte
+messages, first in the delivery mode -mode and then, under the same load,
+in unordered mode as the baseline. For each mode it prints:
+
+  throughput  messages delivered per second, the lowest over the members,
+              measured for -duration after -warmup with every sender
+              sending as fast as it can (or at -rate messages per second)
+  latency     median and 99th percentile time from a sender's Send call to
+              the delivery of that message on its own member, measured in
+              a separate run at a moderate fixed rate (-rate if set, else
+              2000 messages per second per sender)
+  ratio       on the -mode line: its throughput over the baseline's
+
+Every run opens a fresh group and closes every member at its end. Members
+check as they go that they deliver every sender's messages in the order
+sent, without loss or duplication, and in atomic and total mode that they
+all deliver the same sequence; any difference stops the benchmark with an
+error.
+`
+
+// Defaults of the order benchmark.
+const (
+	// defaultLatencyRate is the latency phase's rate per sender without
+	// -rate: far below what a small group sustains on loopback, so that
+	// latency is measured without queueing behind a backlog.
+	defaultLatencyRate = 2000
+	// orderHeaderBytes is the part of every message that identifies it:
+	// the sender's id and the message's sequence number.
+	orderHeaderBytes = 16
+)
+
+// orderBench is a parsed "convoy bench order" command line.
+type orderBench struct {
+	nodes   int
+	senders int
+	size    int
+	mode    convoy.Mode
+	// duration is how long each phase measures, after warmup.
+	duration time.Duration
+	warmup   time.Duration
+	// rate is the throughput phase's rate per sender, in messages per
+	// second; 0 sends as fast as possible.
+	rate    int
+	beacon  time.Duration
+	timeout time.Duration
+	json    bool
+	verbose bool
+}
+
+// orderResult is one output line.
+type orderResult struct {
+	Mode    string `json:"mode"`
+	Nodes   int    `json:"nodes"`
+	Senders int    `json:"senders"`
+	Size    int    `json:"size"`
+	// MsgsPerSec is the lowest, over the members, of the messages (from
+	// every sender) delivered per second; BytesPerSec the same in payload
+	// bytes.
+	MsgsPerSec  float64 `json:"msgs_per_sec"`
+	BytesPerSec float64 `json:"bytes_per_sec"`
+	// P50Us and P99Us are percentiles of the time from Send to delivery on
+	// the sender's own member, in microseconds.
+	P50Us float64 `json:"p50_us"`
+	P99Us float64 `json:"p99_us"`
+	// Ratio is MsgsPerSec over the unordered baseline's; only the line of
+	// the requested mode has it.
+	Ratio *float64 `json:"ratio,omitempty"`
+}
+
+func runBenchOrder(ctx context.Context, args []string, c *cli) error {
+	b, err := parseOrderBench(args, c)
+	if err != nil {
+		return err
+	}
+	return b.run(ctx, c)
+}
+
+func parseOrderBench(args []string, c *cli) (*orderBench, error) {
+	fs := newFlagSet("bench order", orderUsage, c)
+	b := &orderBench{}
+	fs.IntVar(&b.nodes, "nodes", 3, "members in the group, at least 2")
+	senders := fs.String("senders", "all", `how many members send: "all" or a number from 1 to -nodes`)
+	size := fs.String("size", "64", fmt.Sprintf("message size (bytes, or with a KiB, MiB or GiB suffix), at least %d", orderHeaderBytes))
+	mode := fs.String("mode", "atomic", "delivery mode to measure: atomic, total or unordered")
+	fs.DurationVar(&b.duration, "duration", 10*time.Second, "how long each phase is measured")
+	fs.DurationVar(&b.warmup, "warmup", time.Second, "how long each phase runs before it is measured")
+	fs.IntVar(&b.rate, "rate", 0, "messages per second per sender in the throughput phase (0: as fast as possible) and in the latency phase (0: 2000)")
+	fs.DurationVar(&b.beacon, "beacon", time.Millisecond, "beacon interval: the longest a member stays silent")
+	fs.DurationVar(&b.timeout, "timeout", time.Minute, "give up when a phase has not delivered everything this long after its senders stopped")
+	fs.BoolVar(&b.json, "json", false, "print one JSON object per line instead of a table")
+	fs.BoolVar(&b.verbose, "v", false, "log debug messages to stderr")
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+
+	var err error
+	if b.mode, err = ordering.ParseMode(*mode); err != nil {
+		return nil, usagef("-mode: %v", err)
+	}
+	if b.nodes < 2 {
+		return nil, usagef("-nodes: groups need at least 2 members")
+	}
+	if b.senders, err = parseSenders(*senders, b.nodes); err != nil {
+		return nil, usagef("-senders: %v", err)
+	}
+	if b.size, err = parseSize(*size); err != nil {
+		return nil, usagef("-size: %v", err)
+	}
+	switch {
+	case b.size < orderHeaderBytes:
+		return nil, usagef("-size: at least %d bytes (a message carries its sender and sequence number)", orderHeaderBytes)
+	case b.size > convoy.DefaultMaxMessageBytes:
+		return nil, usagef("-size: at most %s", formatSize(convoy.DefaultMaxMessageBytes))
+	case b.duration <= 0:
+		return nil, usagef("-duration must be positive")
+	case b.warmup < 0:
+		return nil, usagef("-warmup must not be negative")
+	case b.rate < 0:
+		return nil, usagef("-rate must not be negative")
+	case b.beacon <= 0:
+		return nil, usagef("-beacon must be positive")
+	case b.timeout <= 0:
+		return nil, usagef("-timeout must be positive")
+	}
+	return b, nil
+}
+
+// parseSenders parses -senders: "all" or a count from 1 to nodes.
+func parseSenders(s string, nodes int) (int, error) {
+	if s == "all" {
+		return nodes, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > nodes {
+		return 0, fmt.Errorf(`%q: want "all" or a number from 1 to %d`, s, nodes)
+	}
+	return n, nil
+}
+
+// latencyRate is the latency phase's rate per sender.
+func (b *orderBench) latencyRate() int {
+	if b.rate > 0 {
+		return b.rate
+	}
+	return defaultLatencyRate
+}
+
+// run measures the requested mode and the unordered baseline and prints
+// a line for each, the requested mode first.
+func (b *orderBench) run(ctx context.Context, c *cli) error {
+	log := newLogger(c.stderr, b.verbose)
+	modes := []convoy.Mode{b.mode}
+	if b.mode != convoy.Unordered {
+		modes = append(modes, convoy.Unordered)
+	}
+	var results []orderResult
+	for _, mode := range modes {
+		r, err := b.measure(ctx, mode, log)
+		if err != nil {
+			return fmt.Errorf("%v: %w", mode, err)
+		}
+		results = append(results, r)
+	}
+	base := results[len(results)-1].MsgsPerSec
+	if base > 0 {
+		ratio := round(results[0].MsgsPerSec/base, 4)
+		results[0].Ratio = &ratio
+	}
+	if !b.json {
+		b.printHeader(c.stdout)
+	}
+	for _, r := range results {
+		if err := b.print(c.stdout, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measure runs the throughput phase and then the latency phase of one
+// mode, each on a fresh group.
+func (b *orderBench) measure(ctx context.Context, mode convoy.Mode, log *slog.Logger) (orderResult, error) {
+	tput, err := b.phase(ctx, phaseSpec{name: "throughput", mode: mode, rate: b.rate}, log)
+	if err != nil {
+		return orderResult{}, err
+	}
+	lat, err := b.phase(ctx, phaseSpec{name: "latency", mode: mode, rate: b.latencyRate(), latency: true}, log)
+	if err != nil {
+		return orderResult{}, err
+	}
+	offered := float64(b.latencyRate() * b.senders)
+	if lat.msgsPerSec < 0.9*offered {
+		log.Warn("the latency phase did not keep up with its rate; latencies include queueing",
+			"mode", mode, "offered_msgs_per_sec", offered, "delivered_msgs_per_sec", math.Round(lat.msgsPerSec))
+	}
+	p50, p99 := percentile(lat.latencies, 0.50), percentile(lat.latencies, 0.99)
+	log.Debug("measured", "mode", mode, "msgs_per_sec", tput.msgsPerSec, "latency_samples", len(lat.latencies), "p50", p50, "p99", p99)
+	return orderResult{
+		Mode:        mode.String(),
+		Nodes:       b.nodes,
+		Senders:     b.senders,
+		Size:        b.size,
+		MsgsPerSec:  round(tput.msgsPerSec, 1),
+		BytesPerSec: round(tput.msgsPerSec*float64(b.size), 0),
+		P50Us:       round(float64(p50)/float64(time.Microsecond), 1),
+		P99Us:       round(float64(p99)/float64(time.Microsecond), 1),
+	}, nil
+}
+
+func (b *orderBench) printHeader(w io.Writer) {
+	load := "as fast as possible"
+	if b.rate > 0 {
+		load = fmt.Sprintf("at %d msgs/s per sender", b.rate)
+	}
+	fmt.Fprintf(w, "# %d nodes, %d senders, %s messages; throughput %s over %v, latency at %d msgs/s per sender; loopback TCP, one process\n",
+		b.nodes, b.senders, formatSize(b.size), load, b.duration, b.latencyRate())
+	fmt.Fprintf(w, "%-10s %12s %10s %10s %10s %7s\n", "mode", "msgs/s", "MB/s", "p50 µs", "p99 µs", "ratio")
+}
+
+func (b *orderBench) print(w io.Writer, r orderResult) error {
+	if b.json {
+		line, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", line)
+		return err
+	}
+	ratio := "-"
+	if r.Ratio != nil {
+		ratio = strconv.FormatFloat(*r.Ratio, 'f', 2, 64)
+	}
+	_, err := fmt.Fprintf(w, "%-10s %12.0f %10.2f %10.1f %10.1f %7s\n",
+		r.Mode, r.MsgsPerSec, r.BytesPerSec/1e6, r.P50Us, r.P99Us, ratio)
+	return err
+}
+
+// round rounds x to the given number of decimal places.
+func round(x float64, places int) float64 {
+	p := math.Pow(10, float64(places))
+	return math.Round(x*p) / p
+}
