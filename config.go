@@ -49,6 +49,9 @@ const (
 	DefaultWindowMessages = 64 << 10
 	// DefaultWindowBytes bounds their bytes.
 	DefaultWindowBytes = 64 << 20
+	// DefaultBeaconGap: reactions a little apart, so that a burst of
+	// records is answered once.
+	DefaultBeaconGap = 20 * time.Microsecond
 	// DefaultMaxMessageBytes bounds one message.
 	DefaultMaxMessageBytes = 64 << 20
 )
@@ -76,6 +79,11 @@ type Config struct {
 	// ordering); FanOut enables frontier aggregation for large groups.
 	BeaconInterval time.Duration
 	FanOut         int
+	// BeaconGap is the shortest time between a member's records when it
+	// beacons in reaction to traffic (default DefaultBeaconGap). The group
+	// reacts after each batch of incoming records, so a short gap costs
+	// little under load and saves waiting for a timer when idle.
+	BeaconGap time.Duration
 	// WindowMessages and WindowBytes bound this member's own messages sent
 	// but not yet delivered locally; Send waits for space (or returns
 	// ErrBackpressure with NoWait).
@@ -136,6 +144,9 @@ func (c Config) withDefaults() (Config, int, error) {
 	}
 	if c.Epoch >= 1<<40 {
 		return c, 0, fmt.Errorf("convoy: epoch %d out of range", c.Epoch)
+	}
+	if c.BeaconGap == 0 {
+		c.BeaconGap = DefaultBeaconGap
 	}
 	if c.WindowMessages == 0 {
 		c.WindowMessages = DefaultWindowMessages

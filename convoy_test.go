@@ -283,7 +283,9 @@ func TestGroupPropertiesTCP(t *testing.T) {
 	}
 }
 
-func freeAddrs(t *testing.T, n int) []string {
+func freeAddrs(t *testing.T, n int) []string { return freeAddrsTB(t, n) }
+
+func freeAddrsTB(t testing.TB, n int) []string {
 	t.Helper()
 	var addrs []string
 	var lns []net.Listener

@@ -53,6 +53,9 @@ type Group struct {
 
 	events chan event
 	stop   chan struct{}
+	// ctx ends when the group closes; the loop's blocking calls use it.
+	ctx    context.Context
+	cancel context.CancelFunc
 	// sendTurn is held (a value sent) by the one Send queueing a message.
 	sendTurn chan struct{}
 	loopWG   sync.WaitGroup
@@ -63,13 +66,17 @@ type Group struct {
 		err    error
 		// nextSeq is the sequence number the next accepted Send gets.
 		nextSeq uint64
-		// window: own messages accepted and not yet delivered locally.
-		inflight      int
-		inflightBytes int
-		space         chan struct{} // closed when the window shrinks
-		waiters       map[uint64][]waiter
-		delivered     uint64 // highest own seq delivered locally
-		stable        uint64 // highest own seq held by every member
+		// The window: own messages accepted and not yet delivered locally
+		// (inflight), and not yet handed to every member by this member's
+		// data group (sending). Send waits while either is full, so neither
+		// the ordering buffers nor the multicast queue grow without bound.
+		inflight, inflightBytes int
+		sending, sendingBytes   int
+		space                   chan struct{} // closed when the window shrinks while spaceWaiters > 0
+		spaceWaiters            int
+		waiters                 map[uint64][]waiter
+		delivered               uint64 // highest own seq delivered locally
+		stable                  uint64 // highest own seq held by every member
 	}
 }
 
@@ -106,6 +113,7 @@ func Open(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 		sendTurn: make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.mu.space = make(chan struct{})
 	g.mu.nextSeq = 1
 	g.mu.waiters = make(map[uint64][]waiter)
@@ -121,13 +129,15 @@ func Open(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 	}
 	core, err := ordering.NewCore(ordering.Config{
 		Self: self, Members: len(c.Members), Mode: c.Mode, Epoch: c.Epoch,
-		BeaconInterval: c.BeaconInterval, FanOut: c.FanOut, MaxPayload: c.MaxMessageBytes,
+		BeaconInterval: c.BeaconInterval, BeaconGap: c.BeaconGap, FanOut: c.FanOut, MaxPayload: c.MaxMessageBytes,
 	}, c.Clock())
 	if err != nil {
+		g.cancel()
 		g.closeTransport()
 		return nil, err
 	}
 	if err := g.openMulticast(ctx); err != nil {
+		g.cancel()
 		g.closeTransport()
 		return nil, err
 	}
@@ -193,8 +203,11 @@ func (g *Group) openMulticast(ctx context.Context) error {
 	}
 	open := func(kind, root int, ranks []int) (*multicast.Group, error) {
 		cb := multicast.Callbacks{Failed: g.failed}
-		if root != g.self {
+		switch {
+		case root != g.self:
 			cb.Complete = func(msg []byte) { g.received(root, msg) }
+		case kind == groupData:
+			cb.Complete = g.sent
 		}
 		return multicast.NewGroup(ctx, g.ep, multicast.GroupConfig{
 			ID: g.groupID(kind, root), Members: g.ids(ranks...), Root: g.cfg.Members[root].ID,
@@ -272,6 +285,19 @@ func (g *Group) received(rank int, msg []byte) {
 	}
 }
 
+// sent is called by this member's data group, in order, once a record it
+// multicast has reached every member.
+func (g *Group) sent(frame []byte) {
+	if len(frame) == 0 || ordering.Kind(frame[0]) != ordering.KindData {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.mu.sending--
+	g.mu.sendingBytes -= len(frame) - ordering.RecordHeaderBytes
+	g.spaceFreedLocked()
+}
+
 // failed is called by multicast when a group fails.
 func (g *Group) failed(err error) {
 	select {
@@ -292,6 +318,7 @@ func (g *Group) Close() error {
 	g.wakeAllLocked(ErrClosed)
 	g.mu.Unlock()
 	close(g.stop)
+	g.cancel()
 	g.loopWG.Wait()
 	g.closeTransport()
 	return nil

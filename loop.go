@@ -37,9 +37,11 @@ func (g *Group) loop(core *ordering.Core) {
 		case <-g.stop:
 			return
 		}
+		// React once per batch: beacons and tree records due now go out
+		// without waiting for a timer.
+		core.Tick(g.cfg.Clock())
 		r.ready()
-		now := g.cfg.Clock()
-		wait := time.Duration(core.Deadline() - now)
+		wait := time.Duration(core.Deadline() - g.cfg.Clock())
 		timer.Reset(max(wait, 0))
 	}
 }
@@ -80,7 +82,7 @@ func (r *runner) handle(ev event) bool {
 func (r *runner) ready() {
 	g := r.g
 	rd := r.core.Ready()
-	ctx := context.Background()
+	ctx := g.ctx
 	for i := range rd.Records {
 		frame := ordering.AppendRecord(make([]byte, 0, ordering.RecordHeaderBytes+len(rd.Records[i].Payload)), &rd.Records[i])
 		if err := g.data[g.self].Send(ctx, frame); err != nil {

@@ -88,7 +88,7 @@ func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (R
 			g.mu.Unlock()
 			return Receipt{}, err
 		}
-		if g.mu.inflight == 0 || (g.mu.inflight < g.cfg.WindowMessages && g.mu.inflightBytes+len(payload) <= g.cfg.WindowBytes) {
+		if g.windowOpenLocked(len(payload)) {
 			break
 		}
 		if g.cfg.NoWait {
@@ -96,18 +96,27 @@ func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (R
 			return Receipt{}, ErrBackpressure
 		}
 		space := g.mu.space
+		g.mu.spaceWaiters++
 		g.mu.Unlock()
+		var err error
 		select {
 		case <-space:
 		case <-ctx.Done():
-			return Receipt{}, ctx.Err()
+			err = ctx.Err()
 		}
 		g.mu.Lock()
+		g.mu.spaceWaiters--
+		if err != nil {
+			g.mu.Unlock()
+			return Receipt{}, err
+		}
 	}
 	seq := g.mu.nextSeq
 	g.mu.nextSeq++
 	g.mu.inflight++
 	g.mu.inflightBytes += len(payload)
+	g.mu.sending++
+	g.mu.sendingBytes += len(payload)
 	var w waiter
 	if o.level > Accepted {
 		w = waiter{level: o.level, done: make(chan error, 1)}
@@ -125,6 +134,8 @@ func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (R
 		g.mu.nextSeq--
 		g.mu.inflight--
 		g.mu.inflightBytes -= len(payload)
+		g.mu.sending--
+		g.mu.sendingBytes -= len(payload)
 		delete(g.mu.waiters, seq)
 		g.mu.Unlock()
 		return Receipt{}, ctx.Err()
@@ -150,9 +161,26 @@ func (g *Group) ownDelivered(seq uint64, n int) {
 	g.mu.inflight--
 	g.mu.inflightBytes -= n
 	g.mu.delivered = seq
+	g.spaceFreedLocked()
+	g.wakeLocked(seq, Delivered)
+}
+
+// windowOpenLocked reports whether a message of n bytes fits in the
+// window. A message larger than the byte window goes alone.
+func (g *Group) windowOpenLocked(n int) bool {
+	fits := func(msgs, bytes int) bool {
+		return msgs == 0 || (msgs < g.cfg.WindowMessages && bytes+n <= g.cfg.WindowBytes)
+	}
+	return fits(g.mu.inflight, g.mu.inflightBytes) && fits(g.mu.sending, g.mu.sendingBytes)
+}
+
+// spaceFreedLocked wakes the senders waiting for window space.
+func (g *Group) spaceFreedLocked() {
+	if g.mu.spaceWaiters == 0 {
+		return
+	}
 	close(g.mu.space)
 	g.mu.space = make(chan struct{})
-	g.wakeLocked(seq, Delivered)
 }
 
 // ownStable records that own messages up to seq are held everywhere.

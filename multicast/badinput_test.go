@@ -144,3 +144,27 @@ func TestGroupDeterministic(t *testing.T) {
 		t.Logf("seeds 42 and 43 gave the same trace (possible, but unlikely)")
 	}
 }
+
+// A group whose setup fails — here a receiver whose root has no endpoint —
+// returns the error from NewGroup instead of panicking or calling Failed.
+func TestGroupSetupFailure(t *testing.T) {
+	fab := rdma.NewMemFabric(rdma.MemOptions{Seed: 1})
+	defer fab.Close()
+	ep, err := fab.Endpoint(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	m := newMember()
+	g, err := NewGroup(context.Background(), ep, GroupConfig{ID: 1, Members: []rdma.NodeID{2, 1}, Root: 2}, m.callbacks())
+	if err == nil {
+		g.Close()
+		t.Fatal("NewGroup succeeded with an unreachable root")
+	}
+	if !errors.Is(err, ErrGroupFailed) || !errors.Is(err, rdma.ErrUnreachable) {
+		t.Fatalf("NewGroup = %v, want ErrGroupFailed wrapping rdma.ErrUnreachable", err)
+	}
+	if len(m.failures) != 0 {
+		t.Fatalf("Failed called for a setup error: %v", m.failures)
+	}
+}

@@ -131,7 +131,15 @@ func NewGroup(ctx context.Context, ep rdma.Endpoint, cfg GroupConfig, cb Callbac
 		g.mu.recv.init(g)
 		g.mu.large.initReceiver(g)
 		g.startBatchReceivesLocked()
-		g.awaitLargeLocked()
+		if g.doneLocked() == nil {
+			g.awaitLargeLocked()
+		}
+	}
+	if err := g.mu.err; err != nil {
+		// Setup failed (a peer unreachable at once): report it here rather
+		// than through Failed.
+		g.mu.events = g.mu.events[:0]
+		return nil, err
 	}
 	return g, nil
 }

@@ -32,7 +32,7 @@ func (s *recvState) init(g *Group) {
 // startBatchReceivesLocked posts every batch buffer and grants the root a
 // credit for each.
 func (g *Group) startBatchReceivesLocked() {
-	for i := range g.mu.recv.bufs {
+	for i := 0; i < len(g.mu.recv.bufs) && g.doneLocked() == nil; i++ {
 		g.postBatchLocked(i)
 	}
 }

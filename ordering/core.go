@@ -183,13 +183,16 @@ func (c *Core) multicast(r Record) {
 
 // Step applies a record received from member from at time now. A record
 // that breaks the protocol is rejected with an error and changes nothing.
+// Step delivers what the record lets through but sends nothing: beacons
+// and aggregation records in reaction go out at the next Tick, which the
+// runtime calls after each batch of records, so that a busy member reacts
+// once per batch rather than once per record.
 func (c *Core) Step(now int64, from int, r Record) error {
 	c.advance(now)
 	if err := c.step(from, r); err != nil {
 		c.stats.Rejected++
 		return fmt.Errorf("record %v from member %d: %w", r.Kind, from, err)
 	}
-	c.react()
 	c.deliver()
 	return nil
 }

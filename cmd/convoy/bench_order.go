@@ -31,6 +31,11 @@ in unordered mode as the baseline. For each mode it prints:
               2000 messages per second per sender)
   ratio       on the -mode line: its throughput over the baseline's
 
+In unordered mode a member delivers its own messages as it sends them, so
+the baseline's latency is that of the local path alone. Senders keep at
+most -window of their messages undelivered at some member; 0 leaves only
+the group's own flow control.
+
 Every run opens a fresh group and closes every member at its end. Members
 check as they go that they deliver every sender's messages in the order
 sent, without loss or duplication, and in atomic and total mode that they
@@ -44,6 +49,10 @@ const (
 	// -rate: far below what a small group sustains on loopback, so that
 	// latency is measured without queueing behind a backlog.
 	defaultLatencyRate = 2000
+	// defaultOrderWindow is each sender's default window: enough messages
+	// in flight to keep a small group busy, and well within the group's
+	// own send queues.
+	defaultOrderWindow = 4 << 10
 	// orderHeaderBytes is the part of every message that identifies it:
 	// the sender's id and the message's sequence number.
 	orderHeaderBytes = 16
@@ -60,7 +69,10 @@ type orderBench struct {
 	warmup   time.Duration
 	// rate is the throughput phase's rate per sender, in messages per
 	// second; 0 sends as fast as possible.
-	rate    int
+	rate int
+	// window bounds each sender's messages not yet delivered by every
+	// member; 0 leaves only the group's own flow control.
+	window  uint64
 	beacon  time.Duration
 	timeout time.Duration
 	json    bool
@@ -105,6 +117,7 @@ func parseOrderBench(args []string, c *cli) (*orderBench, error) {
 	fs.DurationVar(&b.duration, "duration", 10*time.Second, "how long each phase is measured")
 	fs.DurationVar(&b.warmup, "warmup", time.Second, "how long each phase runs before it is measured")
 	fs.IntVar(&b.rate, "rate", 0, "messages per second per sender in the throughput phase (0: as fast as possible) and in the latency phase (0: 2000)")
+	fs.Uint64Var(&b.window, "window", defaultOrderWindow, "most messages a sender keeps undelivered at some member (0: no limit but the group's own)")
 	fs.DurationVar(&b.beacon, "beacon", time.Millisecond, "beacon interval: the longest a member stays silent")
 	fs.DurationVar(&b.timeout, "timeout", time.Minute, "give up when a phase has not delivered everything this long after its senders stopped")
 	fs.BoolVar(&b.json, "json", false, "print one JSON object per line instead of a table")
@@ -215,13 +228,14 @@ func (b *orderBench) measure(ctx context.Context, mode convoy.Mode, log *slog.Lo
 	}
 	p50, p99 := percentile(lat.latencies, 0.50), percentile(lat.latencies, 0.99)
 	log.Debug("measured", "mode", mode, "msgs_per_sec", tput.msgsPerSec, "latency_samples", len(lat.latencies), "p50", p50, "p99", p99)
+	msgs := round(tput.msgsPerSec, 1)
 	return orderResult{
 		Mode:        mode.String(),
 		Nodes:       b.nodes,
 		Senders:     b.senders,
 		Size:        b.size,
-		MsgsPerSec:  round(tput.msgsPerSec, 1),
-		BytesPerSec: round(tput.msgsPerSec*float64(b.size), 0),
+		MsgsPerSec:  msgs,
+		BytesPerSec: round(msgs*float64(b.size), 0),
 		P50Us:       round(float64(p50)/float64(time.Microsecond), 1),
 		P99Us:       round(float64(p99)/float64(time.Microsecond), 1),
 	}, nil
@@ -232,7 +246,7 @@ func (b *orderBench) printHeader(w io.Writer) {
 	if b.rate > 0 {
 		load = fmt.Sprintf("at %d msgs/s per sender", b.rate)
 	}
-	fmt.Fprintf(w, "# %d nodes, %d senders, %s messages; throughput %s over %v, latency at %d msgs/s per sender; loopback TCP, one process\n",
+	fmt.Fprintf(w, "# %d nodes (%d sending), %s messages; throughput %s over %v, latency at %d msgs/s per sender; loopback TCP, one process\n",
 		b.nodes, b.senders, formatSize(b.size), load, b.duration, b.latencyRate())
 	fmt.Fprintf(w, "%-10s %12s %10s %10s %10s %7s\n", "mode", "msgs/s", "MB/s", "p50 µs", "p99 µs", "ratio")
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,12 +26,17 @@ type orderCluster struct {
 	start   time.Time // phase start: the origin of latency timestamps
 	members []*orderMember
 	check   *orderCheck
+	// gates[r] is where the sender of rank r waits for its window.
+	gates []*sendGate
 
 	// cancel ends the phase's context, which Sends run under.
 	cancel   context.CancelCauseFunc
 	failOnce sync.Once
 	failed   chan struct{} // closed by fail
 	err      error         // set once, before failed is closed
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed once every member is closed
 }
 
 // orderMember is one member of an orderCluster.
@@ -42,10 +48,15 @@ type orderMember struct {
 	// lat times this member's own messages; nil when it does not send or
 	// latency is not measured.
 	lat *latencyLog
+	// groupClosed is set once Close of g has returned.
+	groupClosed atomic.Bool
 
 	// delivered counts deliveries; the handler stores it after updating
 	// the fields below, so a reader that sees a count sees them too.
 	delivered atomic.Uint64
+	// progress[r] counts the deliveries of messages from the member of
+	// rank r.
+	progress []atomic.Uint64
 
 	// Written only by the handler, on the group's goroutine; read by
 	// others once the group is closed.
@@ -68,7 +79,7 @@ func openOrderCluster(ctx context.Context, cancel context.CancelCauseFunc, n, se
 	}
 	defer func() {
 		if err != nil {
-			c.close()
+			err = errors.Join(err, c.close(openTimeout))
 		}
 	}()
 	// The groups log only in verbose runs: a member that closes first
@@ -86,12 +97,12 @@ func openOrderCluster(ctx context.Context, cancel context.CancelCauseFunc, n, se
 			ID:         id,
 			ListenAddr: "127.0.0.1:0",
 			Resolve:    book.resolve,
-			Logger:     log.With("node", id),
+			Logger:     log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("node %d: %w", id, err)
 		}
-		m := &orderMember{rank: i, id: id, ep: ep, next: make([]uint64, n)}
+		m := &orderMember{rank: i, id: id, ep: ep, next: make([]uint64, n), progress: make([]atomic.Uint64, n)}
 		for s := range m.next {
 			m.next[s] = 1
 		}
@@ -99,6 +110,7 @@ func openOrderCluster(ctx context.Context, cancel context.CancelCauseFunc, n, se
 			m.lat = &latencyLog{}
 		}
 		c.members = append(c.members, m)
+		c.gates = append(c.gates, &sendGate{wake: make(chan struct{}, 1)})
 		book.set(id, ep.Addr().String())
 		members[i] = convoy.Member{ID: id, Addr: ep.Addr().String()}
 	}
@@ -160,6 +172,9 @@ func (c *orderCluster) deliver(m *orderMember, d convoy.Delivery) {
 		m.lat.delivered(d.Seq, now)
 	}
 	m.delivered.Store(m.count)
+	rank := int(d.Sender) - 1
+	m.progress[rank].Store(d.Seq)
+	c.gates[rank].progressed(d.Seq)
 }
 
 // apply checks delivery d against what member m delivered before and
@@ -190,18 +205,41 @@ func (m *orderMember) apply(d convoy.Delivery, ordered bool, check *orderCheck) 
 	return nil
 }
 
-// close closes every member's group, then every endpoint. It may be
-// called more than once.
-func (c *orderCluster) close() {
-	for _, m := range c.members {
-		if m.g != nil {
-			_ = m.g.Close()
+// close closes every member's group, then every endpoint. It returns an
+// error if that has not finished within timeout, leaving it to finish in
+// the background: a group whose Close does not return is a bug the
+// benchmark reports rather than waits out. It may be called more than
+// once.
+func (c *orderCluster) close(timeout time.Duration) error {
+	c.closeOnce.Do(func() {
+		c.closed = make(chan struct{})
+		go func() {
+			defer close(c.closed)
+			for _, m := range c.members {
+				if m.g != nil {
+					_ = m.g.Close()
+				}
+				m.groupClosed.Store(true)
+			}
+			for _, m := range c.members {
+				if m.ep != nil {
+					_ = m.ep.Close()
+				}
+			}
+		}()
+	})
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-c.closed:
+		return nil
+	case <-t.C:
+		for _, m := range c.members {
+			if !m.groupClosed.Load() {
+				return fmt.Errorf("closing member %d has not finished after %v", m.id, timeout)
+			}
 		}
-	}
-	for _, m := range c.members {
-		if m.ep != nil {
-			_ = m.ep.Close()
-		}
+		return fmt.Errorf("closing the endpoints has not finished after %v", timeout)
 	}
 }
 
@@ -348,4 +386,61 @@ func (oc *orderCheck) record(rank int, n, hash uint64) error {
 		delete(oc.pending, n)
 	}
 	return nil
+}
+
+// sendGate is where a sender waits for room in its window: for every
+// member to have delivered enough of its messages.
+type sendGate struct {
+	// target, when not 0, is the delivery count the waiting sender needs
+	// from every member.
+	target atomic.Uint64
+	wake   chan struct{} // capacity 1
+}
+
+// progressed is called by a member's handler with its count of this
+// sender's messages; it wakes the sender if it waits for that count.
+func (s *sendGate) progressed(n uint64) {
+	if t := s.target.Load(); t != 0 && n >= t {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// minProgress returns the lowest count, over the members, of messages
+// delivered from the member of rank r.
+func (c *orderCluster) minProgress(r int) uint64 {
+	lo := uint64(math.MaxUint64)
+	for _, m := range c.members {
+		lo = min(lo, m.progress[r].Load())
+	}
+	return lo
+}
+
+// awaitWindow returns once message seq of member m fits in its window:
+// once every member delivered all of m's messages but the last window.
+// A sender that finds its window full waits until it is a quarter empty,
+// so that it wakes once per batch rather than once per delivery. It
+// returns false if stop is closed or ctx ends first.
+func (c *orderCluster) awaitWindow(ctx context.Context, m *orderMember, seq, window uint64, stop <-chan struct{}) bool {
+	if window == 0 || seq <= window || c.minProgress(m.rank) >= seq-window {
+		return true
+	}
+	gate := c.gates[m.rank]
+	target := seq - window + window/4
+	defer gate.target.Store(0)
+	for {
+		gate.target.Store(target)
+		if c.minProgress(m.rank) >= target {
+			return true
+		}
+		select {
+		case <-gate.wake:
+		case <-stop:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -41,13 +42,16 @@ func (b *orderBench) phase(ctx context.Context, s phaseSpec, log *slog.Logger) (
 	fail := func(err error) (phaseResult, error) {
 		return phaseResult{}, fmt.Errorf("%s phase: %w", s.name, err)
 	}
+	// Collect the previous phase's garbage now rather than while this
+	// one is measured.
+	runtime.GC()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	c, err := openOrderCluster(ctx, cancel, b.nodes, b.senders, s.mode, b.beacon, s.latency, log)
 	if err != nil {
 		return fail(err)
 	}
-	defer c.close()
+	defer func() { _ = c.close(b.timeout) }()
 
 	measureFrom := time.Since(c.start) + b.warmup
 	stop := make(chan struct{})
@@ -55,16 +59,32 @@ func (b *orderBench) phase(ctx context.Context, s phaseSpec, log *slog.Logger) (
 	var wg sync.WaitGroup
 	for _, m := range c.members[:b.senders] {
 		wg.Go(func() {
-			n, err := c.send(ctx, m, stop, s.rate, b.size, measureFrom)
+			n, err := c.send(ctx, m, stop, s.rate, b.window, b.size, measureFrom)
 			sent[m.rank] = n
 			if err != nil {
 				c.fail(fmt.Errorf("member %d: %w", m.id, err))
 			}
 		})
 	}
+	sendersDone := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(sendersDone)
+	}()
+	// stopSenders stops the senders and waits for them. A Send that does
+	// not return (the group stalled) fails the phase, which ends its
+	// context and so the Send.
 	stopSenders := sync.OnceFunc(func() {
 		close(stop)
-		wg.Wait()
+		t := time.NewTimer(b.timeout)
+		defer t.Stop()
+		select {
+		case <-sendersDone:
+			return
+		case <-t.C:
+			c.fail(fmt.Errorf("a Send has not returned %v after the senders were told to stop; members delivered %v", b.timeout, c.delivered()))
+		}
+		<-sendersDone
 	})
 	defer stopSenders()
 
@@ -77,6 +97,11 @@ func (b *orderBench) phase(ctx context.Context, s phaseSpec, log *slog.Logger) (
 	}
 	after, elapsed := c.delivered(), time.Since(t0)
 	stopSenders()
+	select {
+	case <-c.failed:
+		return fail(c.err)
+	default:
+	}
 
 	var total uint64
 	for _, n := range sent {
@@ -85,7 +110,9 @@ func (b *orderBench) phase(ctx context.Context, s phaseSpec, log *slog.Logger) (
 	if err := c.drain(ctx, total, b.timeout); err != nil {
 		return fail(err)
 	}
-	c.close()
+	if err := c.close(b.timeout); err != nil {
+		return fail(err)
+	}
 	select {
 	case <-c.failed:
 		return fail(c.err)
@@ -134,14 +161,17 @@ func (c *orderCluster) sleep(ctx context.Context, d time.Duration) error {
 
 // send is the sender loop of member m: it sends size-byte messages, at
 // rate per second (or as fast as Send accepts them if rate is 0), until
-// stop is closed, and returns how many it sent. Messages whose Send begins
-// at measureFrom (since the phase start) or later are timed, if m times
-// its messages.
+// stop is closed, and returns how many it sent. With a window, it keeps at
+// most that many of its messages undelivered at some member. Messages
+// whose Send begins at measureFrom (since the phase start) or later are
+// timed, if m times its messages.
 //
 // The rate is kept open-loop: message k is due k/rate after the first,
 // whatever happened to the earlier ones, so a slow Send is followed by
-// sends in quick succession rather than by a lower rate.
-func (c *orderCluster) send(ctx context.Context, m *orderMember, stop <-chan struct{}, rate, size int, measureFrom time.Duration) (uint64, error) {
+// sends in quick succession rather than by a lower rate. (Go timers on an
+// idle Linux process wake at millisecond granularity, so above 1000
+// messages per second they leave in small bursts at the same average.)
+func (c *orderCluster) send(ctx context.Context, m *orderMember, stop <-chan struct{}, rate int, window uint64, size int, measureFrom time.Duration) (uint64, error) {
 	var interval time.Duration
 	if rate > 0 {
 		interval = time.Second / time.Duration(rate)
@@ -168,6 +198,9 @@ func (c *orderCluster) send(ctx context.Context, m *orderMember, stop <-chan str
 		default:
 		}
 		seq := sent + 1
+		if !c.awaitWindow(ctx, m, seq, window, stop) {
+			return sent, nil
+		}
 		p := make([]byte, size)
 		encodeOrderHeader(p, m.id, seq)
 		if m.lat != nil {
