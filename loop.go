@@ -109,18 +109,19 @@ func (r *runner) ready() {
 	now := g.cfg.Clock()
 	for _, d := range rd.Deliveries {
 		g.m.delivered(len(d.Payload))
+		if g.h != nil {
+			g.h(Delivery{
+				Epoch: d.Epoch, Index: d.Index, Sender: g.cfg.Members[d.Sender].ID,
+				Seq: d.Seq, Timestamp: uint64(d.TS), Payload: d.Payload,
+			})
+		}
+		// Own messages count as delivered once the handler has seen them.
 		if d.Sender == g.self {
 			if i := d.Seq - r.sentBase; i < uint64(len(r.sendTimes)) {
 				g.m.latency.Record(ctx, time.Duration(now-r.sendTimes[i]).Seconds())
 			}
 			r.trimSendTimes(d.Seq)
 			g.ownDelivered(d.Seq, len(d.Payload))
-		}
-		if g.h != nil {
-			g.h(Delivery{
-				Epoch: d.Epoch, Index: d.Index, Sender: g.cfg.Members[d.Sender].ID,
-				Seq: d.Seq, Timestamp: uint64(d.TS), Payload: d.Payload,
-			})
 		}
 	}
 	g.m.barrierLag.Record(ctx, now-int64(min(r.core.Barrier(), ordering.Timestamp(now))))
