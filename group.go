@@ -58,7 +58,9 @@ type Group struct {
 	cancel context.CancelFunc
 	// sendTurn is held (a value sent) by the one Send queueing a message.
 	sendTurn chan struct{}
-	loopWG   sync.WaitGroup
+	// space gets a value when the window shrinks or the group ends.
+	space  chan struct{}
+	loopWG sync.WaitGroup
 
 	mu struct {
 		sync.Mutex
@@ -72,8 +74,6 @@ type Group struct {
 		// the ordering buffers nor the multicast queue grow without bound.
 		inflight, inflightBytes int
 		sending, sendingBytes   int
-		space                   chan struct{} // closed when the window shrinks while spaceWaiters > 0
-		spaceWaiters            int
 		waiters                 map[uint64][]waiter
 		delivered               uint64 // highest own seq delivered locally
 		stable                  uint64 // highest own seq held by every member
@@ -111,10 +111,10 @@ func Open(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 		h:        h,
 		events:   make(chan event, 4096),
 		sendTurn: make(chan struct{}, 1),
+		space:    make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
-	g.mu.space = make(chan struct{})
 	g.mu.nextSeq = 1
 	g.mu.waiters = make(map[uint64][]waiter)
 	g.m, err = newMetrics(c.MeterProvider)

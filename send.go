@@ -95,21 +95,15 @@ func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (R
 			g.mu.Unlock()
 			return Receipt{}, ErrBackpressure
 		}
-		space := g.mu.space
-		g.mu.spaceWaiters++
+		// Only the sender holding the turn waits here, so one kick
+		// (buffered) is enough to wake it; a stale kick costs a recheck.
 		g.mu.Unlock()
-		var err error
 		select {
-		case <-space:
+		case <-g.space:
 		case <-ctx.Done():
-			err = ctx.Err()
+			return Receipt{}, ctx.Err()
 		}
 		g.mu.Lock()
-		g.mu.spaceWaiters--
-		if err != nil {
-			g.mu.Unlock()
-			return Receipt{}, err
-		}
 	}
 	seq := g.mu.nextSeq
 	g.mu.nextSeq++
@@ -174,13 +168,12 @@ func (g *Group) windowOpenLocked(n int) bool {
 	return fits(g.mu.inflight, g.mu.inflightBytes) && fits(g.mu.sending, g.mu.sendingBytes)
 }
 
-// spaceFreedLocked wakes the senders waiting for window space.
+// spaceFreedLocked wakes the sender waiting for window space, if any.
 func (g *Group) spaceFreedLocked() {
-	if g.mu.spaceWaiters == 0 {
-		return
+	select {
+	case g.space <- struct{}{}:
+	default:
 	}
-	close(g.mu.space)
-	g.mu.space = make(chan struct{})
 }
 
 // ownStable records that own messages up to seq are held everywhere.
@@ -221,6 +214,5 @@ func (g *Group) wakeAllLocked(err error) {
 		}
 		delete(g.mu.waiters, seq)
 	}
-	close(g.mu.space)
-	g.mu.space = make(chan struct{})
+	g.spaceFreedLocked()
 }

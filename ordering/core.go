@@ -59,7 +59,17 @@ type entry struct {
 	payload []byte
 }
 
-func entryLess(a, b entry) bool {
+// key places a buffered message in delivery order. The buffer holds keys
+// only, and payloads wait in their sender's queue (payloadQueue): each
+// sender's messages are delivered in its order, and small keys keep the
+// btree's node moves cheap.
+type key struct {
+	ts   Timestamp
+	seq  uint64
+	rank int32
+}
+
+func keyLess(a, b key) bool {
 	if a.ts != b.ts {
 		return a.ts < b.ts
 	}
@@ -67,6 +77,42 @@ func entryLess(a, b entry) bool {
 		return a.rank < b.rank
 	}
 	return a.seq < b.seq
+}
+
+// payloadQueue holds one sender's buffered payloads by sequence number.
+type payloadQueue struct {
+	next  uint64   // sequence number of items[head]
+	items [][]byte // items[head+i] is message next+i, nil until it arrives
+	head  int
+}
+
+func (q *payloadQueue) put(seq uint64, p []byte) {
+	i := q.head + int(seq-q.next)
+	for len(q.items) <= i {
+		q.items = append(q.items, nil)
+	}
+	q.items[i] = p
+}
+
+// take removes message seq, which is the oldest (each sender's messages
+// are delivered in its order).
+func (q *payloadQueue) take(seq uint64) []byte {
+	if seq != q.next || q.head == len(q.items) {
+		panic(fmt.Sprintf("ordering: delivering message %d of a sender whose next is %d", seq, q.next))
+	}
+	p := q.items[q.head]
+	q.items[q.head] = nil
+	q.head++
+	q.next++
+	switch {
+	case q.head == len(q.items):
+		q.items, q.head = q.items[:0], 0
+	case q.head >= 1024 && 2*q.head >= len(q.items):
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+	return p
 }
 
 // Core is one member's ordering state machine. It is not safe for
@@ -82,8 +128,10 @@ type Core struct {
 	// Exactly one of commit (direct) and tree (aggregated) is set.
 	commit *barrier.Commit
 	tree   *barrier.Tree
-	// buf holds complete messages not yet delivered, in delivery order.
-	buf       *btree.BTreeG[entry]
+	// buf holds complete messages not yet delivered, in delivery order;
+	// payloads[rank] holds their payloads.
+	buf       *btree.BTreeG[key]
+	payloads  []payloadQueue
 	delivered uint64
 	// Unordered mode: next sequence to deliver per sender, and early
 	// arrivals.
@@ -119,7 +167,8 @@ func NewCore(cfg Config, now int64) (*Core, error) {
 		cfg:         c,
 		now:         now,
 		prom:        barrier.NewPromises(c.Members, c.Window),
-		buf:         btree.NewG(32, entryLess),
+		buf:         btree.NewG(32, keyLess),
+		payloads:    make([]payloadQueue, c.Members),
 		nextSeq:     make([]uint64, c.Members),
 		frontierKey: make([]uint64, c.Members),
 		early:       make([]map[uint64]entry, c.Members),
@@ -129,6 +178,7 @@ func NewCore(cfg Config, now int64) (*Core, error) {
 	}
 	for i := range core.nextSeq {
 		core.nextSeq[i] = 1
+		core.payloads[i].next = 1
 	}
 	if c.FanOut >= 2 {
 		core.tree, err = barrier.NewTree(c.Self, c.Members, c.FanOut)
@@ -338,7 +388,8 @@ func (c *Core) Deadline() int64 {
 // soon as its sender's earlier messages are.
 func (c *Core) accept(e entry) {
 	if c.cfg.Mode != Unordered {
-		c.buf.ReplaceOrInsert(e)
+		c.buf.ReplaceOrInsert(key{ts: e.ts, seq: e.seq, rank: int32(e.rank)})
+		c.payloads[e.rank].put(e.seq, e.payload)
 		return
 	}
 	if e.seq != c.nextSeq[e.rank] {
@@ -376,12 +427,13 @@ func (c *Core) deliver() {
 	}
 	b := c.Barrier()
 	for {
-		e, ok := c.buf.Min()
-		if !ok || e.ts >= b {
+		k, ok := c.buf.Min()
+		if !ok || k.ts >= b {
 			break
 		}
 		c.buf.DeleteMin()
-		c.emit(e)
+		rank := int(k.rank)
+		c.emit(entry{ts: k.ts, rank: rank, seq: k.seq, payload: c.payloads[rank].take(k.seq)})
 	}
 	if c.cfg.Mode == TotalOrder {
 		b = c.commitBarrier()
