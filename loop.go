@@ -89,6 +89,9 @@ func (r *runner) ready() {
 			g.fail(err)
 			return
 		}
+		if rd.Records[i].Kind == ordering.KindBeacon {
+			g.m.control.Add(ctx, int64(len(g.cfg.Members)-1), g.m.beaconAttr)
+		}
 	}
 	var lastDown ordering.Timestamp
 	for _, e := range rd.Control {
@@ -104,6 +107,11 @@ func (r *runner) ready() {
 		if err := mg.Send(ctx, frame); err != nil {
 			g.fail(err)
 			return
+		}
+		if e.Record.Kind == ordering.KindUp {
+			g.m.control.Add(ctx, 1, g.m.upAttr)
+		} else {
+			g.m.control.Add(ctx, int64(g.down.Size()-1), g.m.downAttr)
 		}
 	}
 	now := g.cfg.Clock()

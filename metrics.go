@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -12,6 +13,9 @@ type metrics struct {
 	deliveredMsgs  metric.Int64Counter
 	deliveredBytes metric.Int64Counter
 	rejected       metric.Int64Counter
+	control        metric.Int64Counter
+	// controlKinds are the attribute options of control, by kind.
+	beaconAttr, upAttr, downAttr metric.AddOption
 	latency        metric.Float64Histogram
 	barrierLag     metric.Int64Gauge
 }
@@ -32,6 +36,13 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	check(e)
 	ms.rejected, e = m.Int64Counter("convoy.rejected.records", metric.WithUnit("{record}"), metric.WithDescription("Records from other members rejected as protocol violations."))
 	check(e)
+	ms.control, e = m.Int64Counter("convoy.control.messages", metric.WithUnit("{message}"),
+		metric.WithDescription("Control messages sent, counted per receiving member: beacons (to every other member) and frontier aggregation records (up to the parent, down to the children)."))
+	check(e)
+	kind := func(k string) metric.AddOption {
+		return metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", k)))
+	}
+	ms.beaconAttr, ms.upAttr, ms.downAttr = kind("beacon"), kind("up"), kind("down")
 	ms.latency, e = m.Float64Histogram("convoy.delivery.latency", metric.WithUnit("s"), metric.WithDescription("Time from Send to local delivery of own messages."),
 		metric.WithExplicitBucketBoundaries(10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1))
 	check(e)

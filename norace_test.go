@@ -1,0 +1,5 @@
+//go:build !race
+
+package convoy
+
+const raceEnabled = false
