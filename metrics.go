@@ -16,8 +16,8 @@ type metrics struct {
 	control        metric.Int64Counter
 	// controlKinds are the attribute options of control, by kind.
 	beaconAttr, upAttr, downAttr metric.AddOption
-	latency        metric.Float64Histogram
-	barrierLag     metric.Int64Gauge
+	latency                      metric.Float64Histogram
+	barrierLag                   metric.Int64Gauge
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
