@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,35 +35,15 @@ func controlCounts(t *testing.T, n, fanOut int) map[string]float64 {
 		eps[i] = ep
 	}
 	readers := make([]*sdkmetric.ManualReader, n)
-	groups := make([]*Group, n)
-	var wg sync.WaitGroup
-	for i := range groups {
+	cfgs := make([]Config, n)
+	for i := range cfgs {
 		readers[i] = sdkmetric.NewManualReader()
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(readers[i]))
 		defer mp.Shutdown(context.Background())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g, err := Open(context.Background(), Config{Self: members[i].ID, Members: members, Endpoint: eps[i],
-				BeaconInterval: interval, FanOut: fanOut, MeterProvider: mp}, nil)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			groups[i] = g
-		}()
+		cfgs[i] = Config{Self: members[i].ID, Members: members, Endpoint: eps[i], BeaconInterval: interval, FanOut: fanOut, MeterProvider: mp}
 	}
-	wg.Wait()
-	defer func() {
-		for _, g := range groups {
-			if g != nil {
-				g.Close()
-			}
-		}
-	}()
-	if t.Failed() {
-		t.FailNow()
-	}
+	groups, closeAll := openAll(t, cfgs, func(int) Handler { return nil })
+	defer closeAll()
 	// Light load: one member sends a message per interval.
 	for deadline := time.Now().Add(run); time.Now().Before(deadline); time.Sleep(interval) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

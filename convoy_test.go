@@ -302,3 +302,35 @@ func freeAddrsTB(t testing.TB, n int) []string {
 	}
 	return addrs
 }
+
+// openAll opens one group per config concurrently (members wait for each
+// other's connections) and returns them with a function closing them all.
+// It fails the test if any Open fails.
+func openAll(tb testing.TB, cfgs []Config, h func(i int) Handler) ([]*Group, func()) {
+	tb.Helper()
+	groups := make([]*Group, len(cfgs))
+	errs := make([]error, len(cfgs))
+	var wg sync.WaitGroup
+	for i := range cfgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			groups[i], errs[i] = Open(context.Background(), cfgs[i], h(i))
+		}()
+	}
+	wg.Wait()
+	closeAll := func() {
+		for _, g := range groups {
+			if g != nil {
+				g.Close()
+			}
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			closeAll()
+			tb.Fatal(err)
+		}
+	}
+	return groups, closeAll
+}

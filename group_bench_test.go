@@ -21,32 +21,13 @@ func BenchmarkGroupThroughput(b *testing.B) {
 				members[i] = Member{ID: NodeID(i + 1), Addr: addrs[i]}
 			}
 			var delivered atomic.Int64
-			groups := make([]*Group, n)
+			cfgs := make([]Config, n)
+			for i := range cfgs {
+				cfgs[i] = Config{Self: members[i].ID, Members: members, Mode: mode, BeaconInterval: time.Millisecond}
+			}
+			groups, closeAll := openAll(b, cfgs, func(int) Handler { return func(Delivery) { delivered.Add(1) } })
+			defer closeAll()
 			var wg sync.WaitGroup
-			for i := range groups {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					g, err := Open(context.Background(), Config{Self: members[i].ID, Members: members, Mode: mode, BeaconInterval: time.Millisecond},
-						func(Delivery) { delivered.Add(1) })
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					groups[i] = g
-				}()
-			}
-			wg.Wait()
-			defer func() {
-				for _, g := range groups {
-					if g != nil {
-						g.Close()
-					}
-				}
-			}()
-			if b.Failed() {
-				return
-			}
 			per := b.N/n + 1
 			b.ResetTimer()
 			for _, g := range groups {
