@@ -1,0 +1,302 @@
+package membership
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Defaults for DetectorConfig fields left zero.
+const (
+	DefaultHeartbeatInterval = 10 * time.Millisecond
+	// DefaultTimeout: several missed heartbeats before a neighbour is
+	// suspected.
+	DefaultTimeout = 50 * time.Millisecond
+	// DefaultProbes is how many other neighbours of a suspect are asked.
+	DefaultProbes = 2
+)
+
+// DetectorConfig configures a member's failure detector.
+type DetectorConfig struct {
+	// Self is this member's rank in the view, Members the view's size.
+	Self, Members int
+	// HeartbeatInterval is how often heartbeats go to every neighbour;
+	// Timeout how long a neighbour may stay silent before it is suspected.
+	HeartbeatInterval, Timeout time.Duration
+	// StallTimeout, if positive, is how long a neighbour's receive frontier
+	// may stay put, below this member's, while its heartbeats continue,
+	// before it is suspected of stalling the group.
+	StallTimeout time.Duration
+	// Probes is how many other neighbours of a suspect are asked to
+	// confirm (CubicRing's multi-path confirmation).
+	Probes int
+}
+
+func (c DetectorConfig) withDefaults() (DetectorConfig, error) {
+	if c.Members < 1 || c.Self < 0 || c.Self >= c.Members {
+		return c, fmt.Errorf("membership: rank %d in a view of %d", c.Self, c.Members)
+	}
+	if c.HeartbeatInterval < 0 || c.Timeout < 0 || c.StallTimeout < 0 || c.Probes < 0 {
+		return c, errors.New("membership: negative detector setting")
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Probes == 0 {
+		c.Probes = DefaultProbes
+	}
+	if c.Timeout <= c.HeartbeatInterval {
+		return c, fmt.Errorf("membership: timeout %v must exceed the heartbeat interval %v", c.Timeout, c.HeartbeatInterval)
+	}
+	return c, nil
+}
+
+// MsgKind says what a detector message is.
+type MsgKind uint8
+
+const (
+	// MsgHeartbeat: the sender is alive; Frontier is its receive frontier.
+	MsgHeartbeat MsgKind = iota + 1
+	// MsgProbe asks the receiver whether it still hears from Suspect.
+	MsgProbe
+	// MsgProbeReply answers a probe: Alive says whether the replier heard
+	// from Suspect within the timeout (and saw its frontier move).
+	MsgProbeReply
+)
+
+func (k MsgKind) String() string {
+	switch k {
+	case MsgHeartbeat:
+		return "heartbeat"
+	case MsgProbe:
+		return "probe"
+	case MsgProbeReply:
+		return "probe-reply"
+	}
+	return fmt.Sprintf("MsgKind(%d)", uint8(k))
+}
+
+// Message is a detector message between two members (ranks).
+type Message struct {
+	Kind     MsgKind
+	From, To int
+	Suspect  int
+	Alive    bool
+	Frontier uint64
+}
+
+// Verdict is a confirmed failure: the runtime records it and starts a view
+// change without the member.
+type Verdict struct {
+	Rank   int
+	Reason string
+}
+
+// DetectorReady is what the runtime must carry out.
+type DetectorReady struct {
+	Messages  []Message
+	Confirmed []Verdict
+	// Refuted lists suspicions a second path contradicted: the link to
+	// that neighbour is bad, the neighbour is not.
+	Refuted []int
+}
+
+// ErrNotNeighbour is returned by Step for a heartbeat from a member this
+// one does not watch, or a message naming a rank outside the view.
+var ErrNotNeighbour = errors.New("membership: not a neighbour")
+
+type watch struct {
+	lastHeard     int64
+	frontier      uint64
+	frontierSince int64 // when frontier last advanced
+	// probing: a suspicion waiting for probe replies until deadline.
+	probing  bool
+	reason   string
+	asked    int
+	dead     int
+	deadline int64
+}
+
+// Detector is one member's failure detector (CubicRing §4): heartbeats to
+// and from its neighbours, suspicion after a timeout, confirmation through
+// other neighbours of the suspect. It is not safe for concurrent use.
+type Detector struct {
+	cfg       DetectorConfig
+	now       int64
+	lastBeat  int64
+	frontier  uint64
+	nbrs      []int
+	watches   map[int]*watch
+	confirmed map[int]bool
+	ready     DetectorReady
+}
+
+// NewDetector returns the detector of member cfg.Self at time now (in
+// nanoseconds on its monotonic clock).
+func NewDetector(cfg DetectorConfig, now int64) (*Detector, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	d := &Detector{cfg: c, now: now, lastBeat: now - int64(c.HeartbeatInterval), nbrs: Neighbours(c.Members, c.Self),
+		watches: make(map[int]*watch), confirmed: make(map[int]bool)}
+	for _, n := range d.nbrs {
+		d.watches[n] = &watch{lastHeard: now, frontierSince: now}
+	}
+	return d, nil
+}
+
+// SetFrontier records this member's receive frontier, sent with
+// heartbeats and compared with the neighbours'.
+func (d *Detector) SetFrontier(f uint64) { d.frontier = max(d.frontier, f) }
+
+// Tick tells the detector that time now has come: it sends heartbeats when
+// due, suspects silent or stalled neighbours, and settles probes whose
+// time is up.
+func (d *Detector) Tick(now int64) {
+	d.now = max(d.now, now)
+	if d.now-d.lastBeat >= int64(d.cfg.HeartbeatInterval) {
+		d.lastBeat = d.now
+		for _, n := range d.nbrs {
+			d.send(Message{Kind: MsgHeartbeat, To: n, Frontier: d.frontier})
+		}
+	}
+	for _, n := range d.nbrs {
+		w := d.watches[n]
+		if d.confirmed[n] {
+			continue
+		}
+		switch {
+		case w.probing && d.now >= w.deadline:
+			// No one refuted the suspicion in time: the probes that did
+			// not come back count against the suspect too.
+			d.confirm(n, w.reason)
+		case w.probing:
+		case d.now-w.lastHeard >= int64(d.cfg.Timeout):
+			d.suspect(n, w, fmt.Sprintf("no heartbeat for %v", time.Duration(d.now-w.lastHeard)))
+		case d.stalled(w):
+			d.suspect(n, w, fmt.Sprintf("frontier stuck at %d for %v", w.frontier, time.Duration(d.now-w.frontierSince)))
+		}
+	}
+}
+
+// stalled reports whether a neighbour's frontier has stayed below this
+// member's for the stall timeout while its heartbeats kept coming.
+func (d *Detector) stalled(w *watch) bool {
+	return d.cfg.StallTimeout > 0 && w.frontier < d.frontier && d.now-w.frontierSince >= int64(d.cfg.StallTimeout)
+}
+
+// suspect starts multi-path confirmation: other neighbours of the suspect
+// are asked whether they still hear from it.
+func (d *Detector) suspect(s int, w *watch, reason string) {
+	probers := d.probers(s)
+	if len(probers) == 0 {
+		d.confirm(s, reason+" (no other path to ask)")
+		return
+	}
+	*w = watch{lastHeard: w.lastHeard, frontier: w.frontier, frontierSince: w.frontierSince,
+		probing: true, reason: reason, asked: len(probers), deadline: d.now + int64(d.cfg.Timeout)}
+	for _, p := range probers {
+		d.send(Message{Kind: MsgProbe, To: p, Suspect: s})
+	}
+}
+
+// probers returns up to Probes neighbours of s other than this member,
+// starting at a position derived from this member's rank so that the
+// watchers of one suspect spread their probes.
+func (d *Detector) probers(s int) []int {
+	var cands []int
+	for _, p := range Neighbours(d.cfg.Members, s) {
+		if p != d.cfg.Self && !d.confirmed[p] {
+			cands = append(cands, p)
+		}
+	}
+	var out []int
+	for i := 0; i < len(cands) && len(out) < d.cfg.Probes; i++ {
+		out = append(out, cands[(d.cfg.Self+i)%len(cands)])
+	}
+	return out
+}
+
+func (d *Detector) confirm(s int, reason string) {
+	d.confirmed[s] = true
+	d.watches[s].probing = false
+	d.ready.Confirmed = append(d.ready.Confirmed, Verdict{Rank: s, Reason: reason})
+}
+
+func (d *Detector) send(m Message) {
+	m.From = d.cfg.Self
+	d.ready.Messages = append(d.ready.Messages, m)
+}
+
+// Step applies a message received at time now.
+func (d *Detector) Step(now int64, m Message) error {
+	d.now = max(d.now, now)
+	if m.From < 0 || m.From >= d.cfg.Members || m.From == d.cfg.Self {
+		return fmt.Errorf("%w: message from rank %d", ErrNotNeighbour, m.From)
+	}
+	switch m.Kind {
+	case MsgHeartbeat:
+		w := d.watches[m.From]
+		if w == nil {
+			return fmt.Errorf("%w: heartbeat from rank %d", ErrNotNeighbour, m.From)
+		}
+		w.lastHeard = d.now
+		if m.Frontier > w.frontier {
+			w.frontier, w.frontierSince = m.Frontier, d.now
+		}
+		if w.probing && !d.stalled(w) {
+			// Direct evidence beats the probes.
+			w.probing = false
+			d.ready.Refuted = append(d.ready.Refuted, m.From)
+		}
+	case MsgProbe:
+		w := d.watches[m.Suspect]
+		alive := w != nil && !d.confirmed[m.Suspect] && d.now-w.lastHeard < int64(d.cfg.Timeout) && !d.stalled(w)
+		d.send(Message{Kind: MsgProbeReply, To: m.From, Suspect: m.Suspect, Alive: alive})
+	case MsgProbeReply:
+		w := d.watches[m.Suspect]
+		if w == nil || !w.probing {
+			return nil // a late reply
+		}
+		if m.Alive {
+			// Another path reaches the suspect: only our link is bad.
+			w.probing = false
+			w.lastHeard = d.now
+			d.ready.Refuted = append(d.ready.Refuted, m.Suspect)
+			return nil
+		}
+		if w.dead++; w.dead >= w.asked {
+			d.confirm(m.Suspect, w.reason+fmt.Sprintf("; confirmed by %d other neighbours", w.dead))
+		}
+	default:
+		return fmt.Errorf("membership: unknown detector message kind %d", m.Kind)
+	}
+	return nil
+}
+
+// Deadline returns the time at which Tick next has something to do.
+func (d *Detector) Deadline() int64 {
+	next := d.lastBeat + int64(d.cfg.HeartbeatInterval)
+	for _, n := range d.nbrs {
+		w := d.watches[n]
+		switch {
+		case d.confirmed[n]:
+		case w.probing:
+			next = min(next, w.deadline)
+		default:
+			next = min(next, w.lastHeard+int64(d.cfg.Timeout))
+		}
+	}
+	return next
+}
+
+// Ready returns what the runtime must carry out and clears it.
+func (d *Detector) Ready() DetectorReady {
+	rd := d.ready
+	d.ready = DetectorReady{}
+	return rd
+}
