@@ -59,7 +59,10 @@ type Group struct {
 	// sendTurn is held (a value sent) by the one Send queueing a message.
 	sendTurn chan struct{}
 	// space gets a value when the window shrinks or the group ends.
-	space  chan struct{}
+	space chan struct{}
+	// frames recycles the buffers of small records this member multicasts
+	// (see smallFrameBytes).
+	frames sync.Pool
 	loopWG sync.WaitGroup
 
 	mu struct {
@@ -288,7 +291,14 @@ func (g *Group) received(rank int, msg []byte) {
 // sent is called by this member's data group, in order, once a record it
 // multicast has reached every member.
 func (g *Group) sent(frame []byte) {
-	if len(frame) == 0 || ordering.Kind(frame[0]) != ordering.KindData {
+	if len(frame) == 0 {
+		return
+	}
+	kind := ordering.Kind(frame[0])
+	if cap(frame) == smallFrameBytes {
+		g.frames.Put(&frame)
+	}
+	if kind != ordering.KindData {
 		return
 	}
 	g.mu.Lock()
@@ -296,6 +306,22 @@ func (g *Group) sent(frame []byte) {
 	g.mu.sending--
 	g.mu.sendingBytes -= len(frame) - ordering.RecordHeaderBytes
 	g.spaceFreedLocked()
+}
+
+// smallFrameBytes is the capacity of recycled record buffers: records up
+// to this size (beacons and small messages, the common case) are encoded
+// into buffers the data group hands back through sent.
+const smallFrameBytes = 512
+
+// frame returns a buffer for a record of n encoded bytes.
+func (g *Group) frame(n int) []byte {
+	if n > smallFrameBytes {
+		return make([]byte, 0, n)
+	}
+	if b, ok := g.frames.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, smallFrameBytes)
 }
 
 // failed is called by multicast when a group fails.

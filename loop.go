@@ -84,7 +84,7 @@ func (r *runner) ready() {
 	rd := r.core.Ready()
 	ctx := g.ctx
 	for i := range rd.Records {
-		frame := ordering.AppendRecord(make([]byte, 0, ordering.RecordHeaderBytes+len(rd.Records[i].Payload)), &rd.Records[i])
+		frame := ordering.AppendRecord(g.frame(ordering.RecordHeaderBytes+len(rd.Records[i].Payload)), &rd.Records[i])
 		if err := g.data[g.self].Send(ctx, frame); err != nil {
 			g.fail(err)
 			return

@@ -150,11 +150,10 @@ type Core struct {
 	maxData, maxStamp Timestamp
 	// frontierKey[j] places the record that last raised member j's
 	// announced frontier in j's send order (see frontierOrder).
-	frontierKey    []uint64
-	ready          Ready
-	spare          Ready // the slices Ready returned last time, for reuse
-	stats          Stats
-	lastDeliveryTS Timestamp
+	frontierKey []uint64
+	ready       Ready
+	spare       Ready // the slices Ready returned last time, for reuse
+	stats       Stats
 }
 
 // NewCore returns a member's core at time now.
@@ -461,7 +460,6 @@ func (c *Core) commitBarrier() Timestamp {
 func (c *Core) emit(e entry) {
 	c.delivered++
 	c.stats.Delivered++
-	c.lastDeliveryTS = e.ts
 	c.ready.Deliveries = append(c.ready.Deliveries, Delivery{
 		Epoch: c.cfg.Epoch, Index: c.delivered, Sender: e.rank, Seq: e.seq, TS: e.ts, Payload: e.payload,
 	})
