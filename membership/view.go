@@ -1,0 +1,130 @@
+package membership
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ID identifies a member process (the transport's node id). A member that
+// restarts, or rejoins after being excluded, keeps its ID and takes a new
+// Incarnation.
+type ID = uint64
+
+// Member is one incarnation of a member.
+type Member struct {
+	ID          ID     `json:"id"`
+	Incarnation uint64 `json:"incarnation"`
+	// Addr is the member's transport address (host:port).
+	Addr string `json:"addr"`
+}
+
+func (m Member) String() string { return fmt.Sprintf("%d.%d", m.ID, m.Incarnation) }
+
+// SenderCut says how many of one sender's messages of a view are
+// delivered in that view: its messages 1..Seq (by its sequence numbers in
+// that view) are, every later one is not.
+type SenderCut struct {
+	ID  ID     `json:"id"`
+	Seq uint64 `json:"seq"`
+}
+
+// View is a committed view record: view Epoch with its Members in rank
+// order, together with the cut that ended the previous view. It is the
+// unit the store commits, one per epoch, and never changes once committed.
+type View struct {
+	Epoch uint64 `json:"epoch"`
+	// Members lists the view in rank order: the members of the previous
+	// view that stay, in their previous order, then the joiners.
+	Members []Member `json:"members"`
+	// Cut ends the previous view: for every member of the previous view
+	// (including those excluded now), in the previous view's rank order,
+	// how many of its messages of that view are delivered. Empty for the
+	// first view.
+	Cut []SenderCut `json:"cut,omitempty"`
+	// Start is the global delivery index of the previous view's last
+	// message (L_{e-1} in DESIGN's notation): this view's first message
+	// gets index Start+1. Zero for the first view.
+	Start uint64 `json:"start"`
+	// Sent gives, for every member of this view in rank order, how many of
+	// its messages were delivered in earlier views. A member's messages
+	// are numbered across views: its message #s in this view is its
+	// message Sent[rank]+s overall (per incarnation; zero for joiners).
+	Sent []uint64 `json:"sent"`
+	// Joining lists the members admitted by this view that must receive
+	// state before they count towards a majority (DESIGN rule 10).
+	Joining []ID `json:"joining,omitempty"`
+}
+
+// Rank returns the rank of member id in v, or -1.
+func (v *View) Rank(id ID) int {
+	for i, m := range v.Members {
+		if m.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// End returns the global index of the last message of view v given its
+// cut (the next view's Start): v.Start plus every sender's cut.
+func End(v *View, cut []SenderCut) uint64 {
+	end := v.Start
+	for _, c := range cut {
+		end += c.Seq
+	}
+	return end
+}
+
+// Report is a member's final report for a view it has wedged (DESIGN rule
+// 5): it sends, announces and delivers nothing more in that view.
+type Report struct {
+	Epoch  uint64 `json:"epoch"`
+	Member Member `json:"member"`
+	// Held[r] is, for the member of rank r in the view, the highest
+	// sequence number s such that the reporter holds that member's
+	// messages 1..s complete.
+	Held []uint64 `json:"held"`
+	// Delivered is the global index of the last message the reporter
+	// delivered in the view (or the view's Start if none).
+	Delivered uint64 `json:"delivered"`
+}
+
+// Errors about views, for callers to test with errors.Is.
+var (
+	// ErrConflict: the view the caller built on is no longer current (a
+	// different view or cut was committed first).
+	ErrConflict = errors.New("membership: view changed concurrently")
+	// ErrNoMajority: the proposed view does not hold a majority of the
+	// caught-up members of the current view.
+	ErrNoMajority = errors.New("membership: no majority of the current view")
+	// ErrNoView: no view has been committed yet.
+	ErrNoView = errors.New("membership: no view committed")
+	// ErrBadReport: a final report contradicts the view (wrong size, or a
+	// delivered index beyond the cut).
+	ErrBadReport = errors.New("membership: inconsistent report")
+)
+
+// HasMajority reports whether next keeps a majority of cur's caught-up
+// members: the members of cur, except joiners of cur that have not
+// completed their state transfer (caughtUp says which have).
+func HasMajority(cur *View, caughtUp func(ID) bool, next []Member) bool {
+	joining := make(map[ID]bool, len(cur.Joining))
+	for _, id := range cur.Joining {
+		joining[id] = true
+	}
+	in := make(map[ID]bool, len(next))
+	for _, m := range next {
+		in[m.ID] = true
+	}
+	var voters, kept int
+	for _, m := range cur.Members {
+		if joining[m.ID] && (caughtUp == nil || !caughtUp(m.ID)) {
+			continue
+		}
+		voters++
+		if in[m.ID] {
+			kept++
+		}
+	}
+	return 2*kept > voters
+}
