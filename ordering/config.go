@@ -63,8 +63,11 @@ type Config struct {
 	Self, Members int
 	// Mode is the delivery guarantee.
 	Mode Mode
-	// Epoch labels deliveries (the view; 1 until membership exists).
+	// Epoch labels deliveries (the view; default 1).
 	Epoch uint64
+	// Start is the global index of the last message delivered before this
+	// view: the view's first delivery gets index Start+1.
+	Start uint64
 	// BeaconInterval: the longest a member stays silent.
 	BeaconInterval time.Duration
 	// BeaconGap: the shortest time between records a member multicasts

@@ -3,6 +3,7 @@ package ordering
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/btree"
 
@@ -151,9 +152,11 @@ type Core struct {
 	// frontierKey[j] places the record that last raised member j's
 	// announced frontier in j's send order (see frontierOrder).
 	frontierKey []uint64
-	ready       Ready
-	spare       Ready // the slices Ready returned last time, for reuse
-	stats       Stats
+	// wedged: the view is ending (see Wedge).
+	wedged bool
+	ready  Ready
+	spare  Ready // the slices Ready returned last time, for reuse
+	stats  Stats
 }
 
 // NewCore returns a member's core at time now.
@@ -199,7 +202,12 @@ func (c *Core) advance(now int64) {
 
 // Send stamps an application message at time now and queues it for
 // multicast. It returns the message's sequence number and stamp.
+//
+// Send must not be called once the core is wedged; it then returns zero.
 func (c *Core) Send(now int64, payload []byte) (uint64, Timestamp) {
+	if c.wedged {
+		return 0, 0
+	}
 	c.advance(now)
 	ts := c.clock.stamp(c.now)
 	c.seq++
@@ -236,7 +244,13 @@ func (c *Core) multicast(r Record) {
 // and aggregation records in reaction go out at the next Tick, which the
 // runtime calls after each batch of records, so that a busy member reacts
 // once per batch rather than once per record.
+//
+// Once the core is wedged, records are dropped: the final report must not
+// change.
 func (c *Core) Step(now int64, from int, r Record) error {
+	if c.wedged {
+		return nil
+	}
 	c.advance(now)
 	if err := c.step(from, r); err != nil {
 		c.stats.Rejected++
@@ -309,6 +323,9 @@ func frontierOrder(r Record) uint64 {
 // has been silent for a beacon interval, or for a beacon gap while others
 // wait on its promise or frontier.
 func (c *Core) Tick(now int64) {
+	if c.wedged {
+		return
+	}
 	c.advance(now)
 	c.react()
 	c.deliver()
@@ -367,6 +384,9 @@ func (c *Core) react() {
 
 // Deadline returns the time at which Tick next has something to do.
 func (c *Core) Deadline() int64 {
+	if c.wedged {
+		return c.now + int64(time.Hour)
+	}
 	if c.cfg.Mode == Unordered {
 		return c.now + int64(c.cfg.BeaconInterval)
 	}
@@ -461,7 +481,7 @@ func (c *Core) emit(e entry) {
 	c.delivered++
 	c.stats.Delivered++
 	c.ready.Deliveries = append(c.ready.Deliveries, Delivery{
-		Epoch: c.cfg.Epoch, Index: c.delivered, Sender: e.rank, Seq: e.seq, TS: e.ts, Payload: e.payload,
+		Epoch: c.cfg.Epoch, Index: c.cfg.Start + c.delivered, Sender: e.rank, Seq: e.seq, TS: e.ts, Payload: e.payload,
 	})
 }
 
