@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/multicast"
 	"github.com/convoy-gcs/convoy/ordering"
 	"github.com/convoy-gcs/convoy/rdma"
@@ -56,13 +57,69 @@ const (
 	DefaultMaxMessageBytes = 64 << 20
 )
 
-// Config configures one member of a group. Every member must use the same
-// Members (same order), Mode, BeaconInterval and FanOut.
+// StateMachine is implemented by applications whose state a joining
+// member needs: see Config.State.
+type StateMachine = membership.StateMachine
+
+// EtcdConfig says where a view-managed group keeps its views.
+type EtcdConfig struct {
+	// Endpoints of an etcd cluster (production: a fixed etcd quorum, not
+	// embedded in members that come and go). Empty: Open starts an
+	// embedded single-node etcd in this process, the development default
+	// (see Group.EtcdEndpoints to let other processes use it).
+	Endpoints []string
+	// Prefix namespaces the group's keys (default "/convoy/").
+	Prefix string
+	// TLS secures the connection to etcd.
+	TLS *tls.Config
+	// DialTimeout bounds connecting (default 5s).
+	DialTimeout time.Duration
+	// LeaseTTL is how long a member's registration outlives it (default
+	// 5s): a coarse liveness hint besides the failure detector.
+	LeaseTTL time.Duration
+	// Dir is the embedded etcd's data directory ("" = a temporary one).
+	Dir string
+}
+
+// Config configures one member of a group.
+//
+// A group has either fixed membership — Members lists it, every member
+// uses the same Members (same order), Mode, BeaconInterval and FanOut, and
+// a member's failure ends the group — or views kept in etcd (Etcd set,
+// Members empty): members come and go, failed members are detected and
+// excluded, joiners receive the group's state, and the group goes on in
+// a new view (virtual synchrony, Atomic mode only).
 type Config struct {
-	// Self is this member's id; it must be in Members.
+	// Self is this member's id, unique in the group.
 	Self NodeID
-	// Members lists the group in rank order.
+	// Members lists a group with fixed membership in rank order.
 	Members []Member
+
+	// Etcd enables views kept in etcd.
+	Etcd *EtcdConfig
+	// Addr is this member's transport address in a view-managed group,
+	// as other members reach it (default: ListenAddr, or the address the
+	// tcp transport listens on).
+	Addr string
+	// InitialMembers is how many members must have registered before the
+	// one with the lowest id founds the group with all of them (default
+	// 1). Later members join through view changes.
+	InitialMembers int
+	// HeartbeatInterval, SuspectTimeout and StallTimeout tune the failure
+	// detector (package membership): a neighbour silent for SuspectTimeout
+	// (default 250ms), or whose receive frontier stays behind for
+	// StallTimeout (default 2s) while it keeps beating, is suspected, and
+	// excluded once other paths confirm.
+	HeartbeatInterval, SuspectTimeout, StallTimeout time.Duration
+	// State, if set, is the application state that joiners receive
+	// (snapshot at the end of the view before the one that admits them,
+	// streamed in parts from up to MaxDonors members, default 4).
+	State     StateMachine
+	MaxDonors int
+	// OnView, if set, receives every view this member takes part in, in
+	// order with the deliveries, on the same goroutine as the Handler.
+	OnView func(View)
+
 	// Mode is the delivery guarantee (default Atomic).
 	Mode Mode
 	// Epoch labels this group's deliveries (default 1).
@@ -102,6 +159,9 @@ type Config struct {
 	Logger        *slog.Logger
 	MeterProvider metric.MeterProvider
 
+	// onPropose, for tests, is called when this member, as leader, is
+	// about to commit a view.
+	onPropose func(epoch uint64)
 	// onHeld, for tests, is called when a data record from member rank
 	// with sequence seq arrives complete, before the core sees it.
 	onHeld func(rank int, seq uint64)
@@ -119,14 +179,34 @@ var (
 	ErrBackpressure = errors.New("convoy: send window full")
 	// ErrTooLarge is returned by Send above MaxMessageBytes.
 	ErrTooLarge = errors.New("convoy: message too large")
+	// ErrNotMember is returned by Send while this member takes part in no
+	// view (it is rejoining).
+	ErrNotMember = errors.New("convoy: not a member of the current view")
+	// ErrExcluded is wrapped by the errors Send returns for messages of a
+	// member that a view change excluded (it rejoins as a new
+	// incarnation): messages beyond the view's cut are lost.
+	ErrExcluded = errors.New("convoy: excluded from the group")
+	// ErrLeft is returned by Send after Leave.
+	ErrLeft = errors.New("convoy: left the group")
 )
 
-func (c Config) withDefaults() (Config, int, error) {
+// Defaults for the view-managed group.
+const (
+	DefaultHeartbeatInterval = 50 * time.Millisecond
+	DefaultSuspectTimeout    = 250 * time.Millisecond
+	DefaultStallTimeout      = 2 * time.Second
+	DefaultMaxDonors         = 4
+)
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Etcd != nil {
+		return c.dynamicDefaults()
+	}
 	self := -1
 	seen := make(map[NodeID]bool)
 	for i, m := range c.Members {
 		if seen[m.ID] {
-			return c, 0, fmt.Errorf("convoy: member %d listed twice", m.ID)
+			return c, fmt.Errorf("convoy: member %d listed twice", m.ID)
 		}
 		seen[m.ID] = true
 		if m.ID == c.Self {
@@ -134,17 +214,65 @@ func (c Config) withDefaults() (Config, int, error) {
 		}
 	}
 	if self < 0 {
-		return c, 0, fmt.Errorf("convoy: self %d is not in Members", c.Self)
+		return c, fmt.Errorf("convoy: self %d is not in Members", c.Self)
 	}
 	if len(c.Members) > 1<<14 {
-		return c, 0, fmt.Errorf("convoy: %d members, at most %d", len(c.Members), 1<<14)
+		return c, fmt.Errorf("convoy: %d members, at most %d", len(c.Members), 1<<14)
 	}
 	if c.Epoch == 0 {
 		c.Epoch = 1
 	}
 	if c.Epoch >= 1<<40 {
-		return c, 0, fmt.Errorf("convoy: epoch %d out of range", c.Epoch)
+		return c, fmt.Errorf("convoy: epoch %d out of range", c.Epoch)
 	}
+	return c.commonDefaults()
+}
+
+// dynamicDefaults checks and completes the configuration of a
+// view-managed group.
+func (c Config) dynamicDefaults() (Config, error) {
+	if len(c.Members) > 0 {
+		return c, errors.New("convoy: a view-managed group (Etcd set) takes its members from etcd, not Members")
+	}
+	if c.Mode != Atomic {
+		return c, fmt.Errorf("convoy: views need atomic mode, not %v (DESIGN rule 4)", c.Mode)
+	}
+	if c.Self == 0 {
+		return c, errors.New("convoy: Self must be a non-zero id")
+	}
+	e := *c.Etcd
+	if e.Prefix == "" {
+		e.Prefix = "/convoy/"
+	}
+	if e.DialTimeout == 0 {
+		e.DialTimeout = 5 * time.Second
+	}
+	if e.LeaseTTL == 0 {
+		e.LeaseTTL = 5 * time.Second
+	}
+	c.Etcd = &e
+	if c.InitialMembers == 0 {
+		c.InitialMembers = 1
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.SuspectTimeout == 0 {
+		c.SuspectTimeout = DefaultSuspectTimeout
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = DefaultStallTimeout
+	}
+	if c.MaxDonors == 0 {
+		c.MaxDonors = DefaultMaxDonors
+	}
+	if c.InitialMembers < 1 || c.MaxDonors < 1 || c.HeartbeatInterval < 0 || c.SuspectTimeout <= c.HeartbeatInterval || c.StallTimeout < 0 {
+		return c, errors.New("convoy: InitialMembers and MaxDonors must be positive, SuspectTimeout above HeartbeatInterval")
+	}
+	return c.commonDefaults()
+}
+
+func (c Config) commonDefaults() (Config, error) {
 	if c.BeaconGap == 0 {
 		c.BeaconGap = DefaultBeaconGap
 	}
@@ -158,7 +286,7 @@ func (c Config) withDefaults() (Config, int, error) {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if c.WindowMessages < 1 || c.WindowBytes < 1 || c.MaxMessageBytes < 1 {
-		return c, 0, errors.New("convoy: window and message limits must be positive")
+		return c, errors.New("convoy: window and message limits must be positive")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -174,5 +302,5 @@ func (c Config) withDefaults() (Config, int, error) {
 		base := start.UnixNano()
 		c.Clock = func() int64 { return base + int64(time.Since(start)) }
 	}
-	return c, self, nil
+	return c, nil
 }

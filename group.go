@@ -6,8 +6,7 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/convoy-gcs/convoy/barrier"
-	"github.com/convoy-gcs/convoy/multicast"
+	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/ordering"
 	"github.com/convoy-gcs/convoy/rdma"
 )
@@ -36,20 +35,14 @@ type Handler func(Delivery)
 // concurrent use.
 type Group struct {
 	cfg   Config
-	self  int
 	log   *slog.Logger
 	m     *metrics
 	h     Handler
 	ep    rdma.Endpoint
 	ownEP bool
-
-	// The multicast groups of this member: data[j] is member j's data
-	// group; up and down are this member's aggregation-tree groups and
-	// treeIn the groups of its tree neighbours.
-	data   []*multicast.Group
-	up     *multicast.Group
-	down   *multicast.Group
-	treeIn []*multicast.Group
+	// mem is the membership runtime of a view-managed group (Config.Etcd
+	// set); nil with fixed membership.
+	mem *member
 
 	events chan event
 	stop   chan struct{}
@@ -69,7 +62,12 @@ type Group struct {
 		sync.Mutex
 		closed bool
 		err    error
-		// nextSeq is the sequence number the next accepted Send gets.
+		// epoch is the view this member takes part in (0: none); out says
+		// why it takes part in none, when it does not.
+		epoch uint64
+		out   error
+		// nextSeq is the number the next accepted Send gets: a member's
+		// messages are numbered from 1 across views, per incarnation.
 		nextSeq uint64
 		// The window: own messages accepted and not yet delivered locally
 		// (inflight), and not yet handed to every member by this member's
@@ -77,9 +75,11 @@ type Group struct {
 		// the ordering buffers nor the multicast queue grow without bound.
 		inflight, inflightBytes int
 		sending, sendingBytes   int
-		waiters                 map[uint64][]waiter
-		delivered               uint64 // highest own seq delivered locally
-		stable                  uint64 // highest own seq held by every member
+		// queued counts messages accepted and not yet taken by the loop.
+		queued, queuedBytes int
+		waiters             map[uint64][]waiter
+		delivered           uint64 // highest own seq delivered locally
+		stable              uint64 // highest own seq held by every member
 	}
 }
 
@@ -89,27 +89,42 @@ const (
 	evSend eventKind = iota
 	evRecord
 	evFail
+	evSignal
+	evState
+	evRestored
 )
 
+// event is something for the loop. v names the view it belongs to; the
+// loop ignores events of views it has closed.
 type event struct {
 	kind    eventKind
-	from    int // evRecord: the sender's rank
+	v       *view
+	from    int // evRecord, evSignal: the sender's rank
 	rec     ordering.Record
 	payload []byte
+	imm     uint64
 	err     error
+	state   *membership.State
+	parts   [][]byte
 }
 
-// Open joins this member to the group described by cfg. Every member must
-// call Open with the same Members, Mode, BeaconInterval and FanOut; each
-// waits for the others' connections as it needs them.
+// Open joins this member to the group described by cfg.
+//
+// With fixed membership (Config.Members), every member must call Open with
+// the same Members, Mode, BeaconInterval and FanOut; each waits for the
+// others' connections as it needs them, and a failure ends the group.
+//
+// In a view-managed group (Config.Etcd set), Open registers this member in
+// etcd and returns once it takes part in a view: the first view when it
+// founds the group, otherwise the view that admits it, with its state
+// transferred (Config.State).
 func Open(ctx context.Context, cfg Config, h Handler) (*Group, error) {
-	c, self, err := cfg.withDefaults()
+	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	g := &Group{
 		cfg:      c,
-		self:     self,
 		log:      c.Logger.With("member", c.Self),
 		h:        h,
 		events:   make(chan event, 4096),
@@ -120,53 +135,68 @@ func Open(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.mu.nextSeq = 1
 	g.mu.waiters = make(map[uint64][]waiter)
-	g.m, err = newMetrics(c.MeterProvider)
-	if err != nil {
+	if g.m, err = newMetrics(c.MeterProvider); err != nil {
 		return nil, err
 	}
+	if g.dynamic() {
+		return g.openDynamic(ctx)
+	}
 	if g.ep = c.Endpoint; g.ep == nil {
-		if g.ep, err = g.listen(); err != nil {
+		if g.ep, err = g.listen(staticResolver(c.Members)); err != nil {
 			return nil, err
 		}
 		g.ownEP = true
 	}
-	core, err := ordering.NewCore(ordering.Config{
-		Self: self, Members: len(c.Members), Mode: c.Mode, Epoch: c.Epoch,
-		BeaconInterval: c.BeaconInterval, BeaconGap: c.BeaconGap, FanOut: c.FanOut, MaxPayload: c.MaxMessageBytes,
-	}, c.Clock())
+	rec := membership.View{Epoch: c.Epoch, Sent: make([]uint64, len(c.Members))}
+	self := 0
+	for i, m := range c.Members {
+		rec.Members = append(rec.Members, membership.Member{ID: uint64(m.ID), Addr: m.Addr})
+		if m.ID == c.Self {
+			self = i
+		}
+	}
+	v, err := g.openView(ctx, rec, self, c.Clock())
 	if err != nil {
 		g.cancel()
 		g.closeTransport()
 		return nil, err
 	}
-	if err := g.openMulticast(ctx); err != nil {
-		g.cancel()
-		g.closeTransport()
-		return nil, err
-	}
+	g.mu.epoch = rec.Epoch
 	g.loopWG.Add(1)
-	go g.loop(core)
+	go g.loop(&runner{g: g, v: v})
 	return g, nil
 }
 
-func (g *Group) listen() (rdma.Endpoint, error) {
-	addrs := make(map[NodeID]string, len(g.cfg.Members))
-	for _, m := range g.cfg.Members {
+// dynamic reports whether views come from etcd.
+func (g *Group) dynamic() bool { return g.cfg.Etcd != nil }
+
+func staticResolver(members []Member) func(NodeID) (string, error) {
+	addrs := make(map[NodeID]string, len(members))
+	for _, m := range members {
 		addrs[m.ID] = m.Addr
 	}
+	return func(id NodeID) (string, error) {
+		if a, ok := addrs[id]; ok {
+			return a, nil
+		}
+		return "", fmt.Errorf("convoy: node %d is not a member", id)
+	}
+}
+
+func (g *Group) listen(resolve func(NodeID) (string, error)) (rdma.Endpoint, error) {
 	listen := g.cfg.ListenAddr
 	if listen == "" {
-		listen = addrs[g.cfg.Self]
+		listen = g.cfg.Addr
+	}
+	if listen == "" {
+		if a, err := resolve(g.cfg.Self); err == nil {
+			listen = a
+		}
 	}
 	ep, err := rdma.ListenTCP(rdma.TCPConfig{
-		ID:         g.cfg.Self,
-		ListenAddr: listen,
-		Resolve: func(id NodeID) (string, error) {
-			if a, ok := addrs[id]; ok {
-				return a, nil
-			}
-			return "", fmt.Errorf("convoy: node %d is not a member", id)
-		},
+		ID:            g.cfg.Self,
+		ListenAddr:    listen,
+		Resolve:       resolve,
 		TLS:           g.cfg.TLS,
 		Logger:        g.cfg.Logger,
 		MeterProvider: g.cfg.MeterProvider,
@@ -177,120 +207,32 @@ func (g *Group) listen() (rdma.Endpoint, error) {
 	return ep, nil
 }
 
-// Group ids: epoch, kind and the root's rank.
-const (
-	groupData = 0
-	groupUp   = 1
-	groupDown = 2
-)
-
-func (g *Group) groupID(kind, rank int) uint64 {
-	return g.cfg.Epoch<<16 | uint64(kind)<<14 | uint64(rank)
-}
-
-func (g *Group) ids(ranks ...int) []rdma.NodeID {
-	out := make([]rdma.NodeID, len(ranks))
-	for i, r := range ranks {
-		out[i] = g.cfg.Members[r].ID
-	}
-	return out
-}
-
-// openMulticast creates the data group of every member and, with
-// aggregation, the tree groups this member takes part in.
-func (g *Group) openMulticast(ctx context.Context) error {
-	n := len(g.cfg.Members)
-	all := make([]int, n)
-	for i := range all {
-		all[i] = i
-	}
-	open := func(kind, root int, ranks []int) (*multicast.Group, error) {
-		cb := multicast.Callbacks{Failed: g.failed}
-		switch {
-		case root != g.self:
-			cb.Complete = func(msg []byte) { g.received(root, msg) }
-		case kind == groupData:
-			cb.Complete = g.sent
-		}
-		return multicast.NewGroup(ctx, g.ep, multicast.GroupConfig{
-			ID: g.groupID(kind, root), Members: g.ids(ranks...), Root: g.cfg.Members[root].ID,
-			Algorithm: g.cfg.Algorithm, BlockBytes: g.cfg.BlockBytes,
-			MaxMessageBytes:   g.cfg.MaxMessageBytes + ordering.RecordHeaderBytes,
-			MaxQueuedMessages: g.cfg.WindowMessages + 1<<14, // beacons ride along
-			MaxQueuedBytes:    g.cfg.WindowBytes + 1<<24,
-			Logger:            g.cfg.Logger, MeterProvider: g.cfg.MeterProvider,
-		}, cb)
-	}
-	for j := 0; j < n; j++ {
-		mg, err := open(groupData, j, all)
-		if err != nil {
-			return err
-		}
-		g.data = append(g.data, mg)
-	}
-	if g.cfg.FanOut < 2 || g.cfg.Mode == Unordered {
-		return nil
-	}
-	tree, err := barrier.NewTree(g.self, n, g.cfg.FanOut)
-	if err != nil {
-		return err
-	}
-	children := tree.Children()
-	if p := tree.Parent(); p >= 0 {
-		if g.up, err = open(groupUp, g.self, []int{g.self, p}); err != nil {
-			return err
-		}
-		in, err := open(groupDown, p, append([]int{p}, siblings(p, n, g.cfg.FanOut)...))
-		if err != nil {
-			return err
-		}
-		g.treeIn = append(g.treeIn, in)
-	}
-	if len(children) > 0 {
-		if g.down, err = open(groupDown, g.self, append([]int{g.self}, children...)); err != nil {
-			return err
-		}
-		for _, c := range children {
-			in, err := open(groupUp, c, []int{c, g.self})
-			if err != nil {
-				return err
-			}
-			g.treeIn = append(g.treeIn, in)
-		}
-	}
-	return nil
-}
-
-// siblings returns the children of rank p in the tree.
-func siblings(p, n, fanOut int) []int {
-	t, err := barrier.NewTree(p, n, fanOut)
-	if err != nil {
-		return nil
-	}
-	return t.Children()
-}
-
 // received is called by multicast, in each sender's order, with a record
-// from member rank.
-func (g *Group) received(rank int, msg []byte) {
+// from member rank of view v.
+func (g *Group) received(v *view, rank int, msg []byte) {
 	rec, err := ordering.DecodeRecord(msg, g.cfg.MaxMessageBytes)
 	if err != nil {
 		g.m.rejected.Add(context.Background(), 1)
-		g.log.Warn("rejected record", "from", g.cfg.Members[rank].ID, "err", err)
+		g.log.Warn("rejected record", "from", v.ids[rank], "epoch", v.rec.Epoch, "err", err)
 		return
 	}
 	if g.cfg.onHeld != nil && rec.Kind == ordering.KindData {
-		g.cfg.onHeld(rank, rec.Seq)
+		g.cfg.onHeld(rank, v.rec.Sent[rank]+rec.Seq)
 	}
+	g.post(event{kind: evRecord, v: v, from: rank, rec: rec})
+}
+
+// post hands ev to the loop unless the group is closing.
+func (g *Group) post(ev event) {
 	select {
-	case g.events <- event{kind: evRecord, from: rank, rec: rec}:
+	case g.events <- ev:
 	case <-g.stop:
 	}
 }
 
-// sent is called by this member's data group, in order, once a record it
-// multicast has reached every member.
-func (g *Group) sent(frame []byte) {
+// sent is called by this member's data group of view v, in order, once a
+// record it multicast has reached every member.
+func (g *Group) sent(v *view, frame []byte) {
 	if len(frame) == 0 {
 		return
 	}
@@ -303,6 +245,9 @@ func (g *Group) sent(frame []byte) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.mu.epoch != v.rec.Epoch || v.done.Load() {
+		return // the window was recounted when the view ended
+	}
 	g.mu.sending--
 	g.mu.sendingBytes -= len(frame) - ordering.RecordHeaderBytes
 	g.spaceFreedLocked()
@@ -324,12 +269,9 @@ func (g *Group) frame(n int) []byte {
 	return make([]byte, 0, smallFrameBytes)
 }
 
-// failed is called by multicast when a group fails.
-func (g *Group) failed(err error) {
-	select {
-	case g.events <- event{kind: evFail, err: err}:
-	case <-g.stop:
-	}
+// failed is called by multicast when a group of view v fails.
+func (g *Group) failed(v *view, err error) {
+	g.post(event{kind: evFail, v: v, err: err})
 }
 
 // Close leaves the group: it stops delivery, closes the multicast groups
@@ -347,27 +289,16 @@ func (g *Group) Close() error {
 	g.cancel()
 	g.loopWG.Wait()
 	g.closeTransport()
+	if g.mem != nil {
+		g.mem.close()
+	}
 	return nil
 }
 
 func (g *Group) closeTransport() {
-	for _, mg := range g.allMulticast() {
-		mg.Close()
-	}
 	if g.ownEP && g.ep != nil {
 		g.ep.Close()
 	}
-}
-
-func (g *Group) allMulticast() []*multicast.Group {
-	var all []*multicast.Group
-	all = append(all, g.data...)
-	for _, mg := range []*multicast.Group{g.up, g.down} {
-		if mg != nil {
-			all = append(all, mg)
-		}
-	}
-	return append(all, g.treeIn...)
 }
 
 // Err returns the error the group failed with, or nil.
@@ -386,6 +317,9 @@ func (g *Group) fail(err error) {
 	g.mu.err = fmt.Errorf("%w: %w", ErrFailed, err)
 	g.log.Warn("group failed", "err", err)
 	g.wakeAllLocked(g.mu.err)
+	if g.mem != nil {
+		g.mem.failedOnce.Do(func() { close(g.mem.failed) })
+	}
 }
 
 // errDone is the error Send reports once the group ended, or nil.
@@ -395,6 +329,8 @@ func (g *Group) errDoneLocked() error {
 		return ErrClosed
 	case g.mu.err != nil:
 		return g.mu.err
+	case g.mu.epoch == 0:
+		return g.mu.out
 	}
 	return nil
 }

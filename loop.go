@@ -2,16 +2,27 @@ package convoy
 
 import (
 	"context"
+	"runtime/debug"
 	"time"
 
+	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/ordering"
 )
 
-// loop owns the ordering core: it feeds it sends, records and time, and
-// carries out what it returns. It is the only goroutine that touches core.
-func (g *Group) loop(core *ordering.Core) {
+// loop owns the current view: it feeds its ordering core (and failure
+// detector) sends, records, signals and time, carries out what they
+// return, and, in a view-managed group, moves from view to view. It is the
+// only goroutine that touches them.
+func (g *Group) loop(r *runner) {
 	defer g.loopWG.Done()
-	r := &runner{g: g, core: core}
+	defer func() { r.v.close() }()
+	defer func() {
+		if e := recover(); e != nil {
+			g.log.Error("loop panicked", "panic", e, "stack", string(debug.Stack()))
+			panic(e)
+		}
+		g.log.Debug("loop ended")
+	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -33,26 +44,37 @@ func (g *Group) loop(core *ordering.Core) {
 				}
 			}
 		case <-timer.C:
-			core.Tick(g.cfg.Clock())
 		case <-g.stop:
 			return
 		}
-		// React once per batch: beacons and tree records due now go out
-		// without waiting for a timer.
-		core.Tick(g.cfg.Clock())
-		r.ready()
-		wait := time.Duration(core.Deadline() - g.cfg.Clock())
-		timer.Reset(max(wait, 0))
+		// React once per batch: beacons, tree records and heartbeats due
+		// now go out without waiting for a timer.
+		r.tick()
+		if !r.ready() {
+			return
+		}
+		timer.Reset(max(r.deadline()-time.Duration(g.cfg.Clock()), 0))
 	}
 }
 
 // runner carries the loop's state.
 type runner struct {
-	g    *Group
-	core *ordering.Core
+	g *Group
+	// v is the view this member takes part in; nil while it joins.
+	v *view
+	// wedged: v is ending; own messages accepted meanwhile wait in
+	// pending for the next view.
+	wedged  bool
+	pending [][]byte
+	// restoring: this member joined v and waits for its state; deliveries
+	// wait in held until it is installed.
+	restoring bool
+	held      []Delivery
 	// sendTimes[i] is when own message sentBase+i was sent, for latency.
 	sendTimes []int64
 	sentBase  uint64
+	// ms is the membership state of a view-managed group.
+	ms memberState
 }
 
 // handle applies one event; it returns false when the loop must stop.
@@ -61,80 +83,177 @@ func (r *runner) handle(ev event) bool {
 	now := g.cfg.Clock()
 	switch ev.kind {
 	case evSend:
-		seq, _ := r.core.Send(now, ev.payload)
-		if r.sentBase == 0 {
-			r.sentBase = seq
+		g.mu.Lock()
+		g.mu.queued--
+		g.mu.queuedBytes -= len(ev.payload)
+		g.mu.Unlock()
+		switch {
+		case r.v == nil:
+			// Excluded meanwhile: the message's waiters were told.
+		case r.wedged:
+			r.pending = append(r.pending, ev.payload)
+		default:
+			r.send(now, ev.payload)
 		}
-		r.sendTimes = append(r.sendTimes, now)
 	case evRecord:
-		if err := r.core.Step(now, ev.from, ev.rec); err != nil {
+		if ev.v != r.v {
+			return true // a record of an ended view
+		}
+		if err := r.v.core.Step(now, ev.from, ev.rec); err != nil {
 			g.m.rejected.Add(context.Background(), 1)
-			g.log.Warn("rejected record", "from", g.cfg.Members[ev.from].ID, "err", err)
+			g.log.Warn("rejected record", "from", r.v.ids[ev.from], "epoch", r.v.rec.Epoch, "err", err)
 		}
 	case evFail:
-		g.fail(ev.err)
-		return false
+		if ev.v != r.v {
+			return true
+		}
+		if !g.dynamic() {
+			g.fail(ev.err)
+			return false
+		}
+		// The view cannot go on: end it. The detector and the other
+		// members' reports say whom the next view leaves out.
+		r.wedge("multicast group failed: " + ev.err.Error())
+	case evSignal:
+		if ev.v == r.v {
+			r.signal(now, ev.from, ev.imm)
+		}
+	case evState:
+		return r.onState(ev.state)
+	case evRestored:
+		if ev.v == r.v {
+			return r.restored(ev.parts, ev.err)
+		}
 	}
 	return true
 }
 
-// ready carries out the core's Ready.
-func (r *runner) ready() {
-	g := r.g
-	rd := r.core.Ready()
+// send hands an own message to the current view's core.
+func (r *runner) send(now int64, payload []byte) {
+	seq, _ := r.v.core.Send(now, payload)
+	if r.sentBase == 0 {
+		r.sentBase = r.v.rec.Sent[r.v.self] + seq
+	}
+	r.sendTimes = append(r.sendTimes, now)
+}
+
+// tick tells the view's core and detector that time has passed.
+func (r *runner) tick() {
+	if r.v == nil {
+		return
+	}
+	now := r.g.cfg.Clock()
+	r.v.core.Tick(now)
+	if r.v.det != nil {
+		r.v.det.SetFrontier(membership.FrontierUnits(uint64(r.v.core.Frontier())))
+		r.v.det.Tick(now)
+	}
+}
+
+// deadline returns when tick next has something to do, on the clock.
+func (r *runner) deadline() time.Duration {
+	if r.v == nil {
+		return time.Duration(r.g.cfg.Clock()) + time.Hour
+	}
+	d := r.v.core.Deadline()
+	if r.v.det != nil {
+		d = min(d, r.v.det.Deadline())
+	}
+	return time.Duration(d)
+}
+
+// ready carries out what the core and the detector returned. It returns
+// false when the loop must stop.
+func (r *runner) ready() bool {
+	if r.v == nil {
+		return true
+	}
+	g, v := r.g, r.v
+	rd := v.core.Ready()
 	ctx := g.ctx
 	for i := range rd.Records {
 		frame := ordering.AppendRecord(g.frame(ordering.RecordHeaderBytes+len(rd.Records[i].Payload)), &rd.Records[i])
-		if err := g.data[g.self].Send(ctx, frame); err != nil {
-			g.fail(err)
-			return
+		if err := v.data[v.self].Send(ctx, frame); err != nil {
+			return r.viewBroken(err)
 		}
 		if rd.Records[i].Kind == ordering.KindBeacon {
-			g.m.control.Add(ctx, int64(len(g.cfg.Members)-1), g.m.beaconAttr)
+			g.m.control.Add(ctx, int64(len(v.ids)-1), g.m.beaconAttr)
 		}
 	}
 	var lastDown ordering.Timestamp
 	for _, e := range rd.Control {
-		mg := g.up
+		mg := v.up
 		if e.Record.Kind == ordering.KindDown {
 			// One record reaches every child through the down group.
 			if e.Record.TS == lastDown {
 				continue
 			}
-			lastDown, mg = e.Record.TS, g.down
+			lastDown, mg = e.Record.TS, v.down
 		}
 		frame := ordering.AppendRecord(nil, &e.Record)
 		if err := mg.Send(ctx, frame); err != nil {
-			g.fail(err)
-			return
+			return r.viewBroken(err)
 		}
 		if e.Record.Kind == ordering.KindUp {
 			g.m.control.Add(ctx, 1, g.m.upAttr)
 		} else {
-			g.m.control.Add(ctx, int64(g.down.Size()-1), g.m.downAttr)
+			g.m.control.Add(ctx, int64(v.down.Size()-1), g.m.downAttr)
 		}
 	}
+	r.deliver(rd.Deliveries)
 	now := g.cfg.Clock()
-	for _, d := range rd.Deliveries {
-		g.m.delivered(len(d.Payload))
-		if g.h != nil {
-			g.h(Delivery{
-				Epoch: d.Epoch, Index: d.Index, Sender: g.cfg.Members[d.Sender].ID,
-				Seq: d.Seq, Timestamp: uint64(d.TS), Payload: d.Payload,
-			})
-		}
-		// Own messages count as delivered once the handler has seen them.
-		if d.Sender == g.self {
-			if i := d.Seq - r.sentBase; i < uint64(len(r.sendTimes)) {
-				g.m.latency.Record(ctx, time.Duration(now-r.sendTimes[i]).Seconds())
-			}
-			r.trimSendTimes(d.Seq)
-			g.ownDelivered(d.Seq, len(d.Payload))
-		}
-	}
-	g.m.barrierLag.Record(ctx, now-int64(min(r.core.Barrier(), ordering.Timestamp(now))))
+	g.m.barrierLag.Record(ctx, now-int64(min(v.core.Barrier(), ordering.Timestamp(now))))
 	if rd.Stable > 0 {
-		g.ownStable(rd.Stable)
+		g.ownStable(v.rec.Sent[v.self] + rd.Stable)
+	}
+	if v.det != nil {
+		r.detectorReady()
+	}
+	return true
+}
+
+// viewBroken handles a failed multicast send: with fixed membership the
+// group fails; otherwise the view ends.
+func (r *runner) viewBroken(err error) bool {
+	if !r.g.dynamic() {
+		r.g.fail(err)
+		return false
+	}
+	r.wedge("multicast send failed: " + err.Error())
+	return true
+}
+
+// deliver hands deliveries of the current view to the application, or
+// holds them while this member's state is being restored.
+func (r *runner) deliver(ds []ordering.Delivery) {
+	v := r.v
+	for _, d := range ds {
+		out := Delivery{
+			Epoch: d.Epoch, Index: d.Index, Sender: v.ids[d.Sender],
+			Seq: v.rec.Sent[d.Sender] + d.Seq, Timestamp: uint64(d.TS), Payload: d.Payload,
+		}
+		if r.restoring {
+			r.held = append(r.held, out)
+			continue
+		}
+		r.hand(out, d.Sender == v.self)
+	}
+}
+
+// hand gives one delivery to the application and settles own messages.
+func (r *runner) hand(d Delivery, own bool) {
+	g := r.g
+	g.m.delivered(len(d.Payload))
+	if g.h != nil {
+		g.h(d)
+	}
+	// Own messages count as delivered once the handler has seen them.
+	if own {
+		if i := d.Seq - r.sentBase; i < uint64(len(r.sendTimes)) {
+			g.m.latency.Record(g.ctx, time.Duration(g.cfg.Clock()-r.sendTimes[i]).Seconds())
+		}
+		r.trimSendTimes(d.Seq)
+		g.ownDelivered(d.Seq, len(d.Payload))
 	}
 }
 

@@ -18,6 +18,12 @@ type metrics struct {
 	beaconAttr, upAttr, downAttr metric.AddOption
 	latency                      metric.Float64Histogram
 	barrierLag                   metric.Int64Gauge
+	// Membership: suspicions by outcome, view changes, the epoch.
+	suspicions                 metric.Int64Counter
+	confirmedAttr, refutedAttr metric.AddOption
+	views                      metric.Int64Counter
+	epoch                      metric.Int64Gauge
+	minority                   metric.Int64Counter
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
@@ -47,6 +53,20 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithExplicitBucketBoundaries(10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1))
 	check(e)
 	ms.barrierLag, e = m.Int64Gauge("convoy.barrier.lag", metric.WithUnit("ns"), metric.WithDescription("How far the delivery barrier trails this member's clock."))
+	check(e)
+	ms.suspicions, e = m.Int64Counter("convoy.membership.suspicions", metric.WithUnit("{suspicion}"),
+		metric.WithDescription("Suspicions of a neighbour by outcome: confirmed through other paths (the member is reported failed) or refuted (a bad link)."))
+	check(e)
+	outcome := func(k string) metric.AddOption {
+		return metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", k)))
+	}
+	ms.confirmedAttr, ms.refutedAttr = outcome("confirmed"), outcome("refuted")
+	ms.views, e = m.Int64Counter("convoy.membership.views", metric.WithUnit("{view}"), metric.WithDescription("Views installed by this member."))
+	check(e)
+	ms.epoch, e = m.Int64Gauge("convoy.membership.epoch", metric.WithUnit("{epoch}"), metric.WithDescription("The epoch of the view this member takes part in (0: none)."))
+	check(e)
+	ms.minority, e = m.Int64Counter("convoy.membership.minority", metric.WithUnit("{event}"),
+		metric.WithDescription("Times this member found the proposed next view without a majority of the current one: it stops delivering and waits."))
 	check(e)
 	return &ms, err
 }

@@ -111,6 +111,8 @@ func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (R
 	g.mu.inflightBytes += len(payload)
 	g.mu.sending++
 	g.mu.sendingBytes += len(payload)
+	g.mu.queued++
+	g.mu.queuedBytes += len(payload)
 	var w waiter
 	if o.level > Accepted {
 		w = waiter{level: o.level, done: make(chan error, 1)}
@@ -130,6 +132,8 @@ func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (R
 		g.mu.inflightBytes -= len(payload)
 		g.mu.sending--
 		g.mu.sendingBytes -= len(payload)
+		g.mu.queued--
+		g.mu.queuedBytes -= len(payload)
 		delete(g.mu.waiters, seq)
 		g.mu.Unlock()
 		return Receipt{}, ctx.Err()

@@ -30,13 +30,17 @@ type DetectorConfig struct {
 	// Probes is how many other neighbours of a suspect are asked to
 	// confirm (CubicRing's multi-path confirmation).
 	Probes int
+	// StartGrace is how long a neighbour not heard from yet may stay
+	// silent (default 8×Timeout): members take up a new view at slightly
+	// different times.
+	StartGrace time.Duration
 }
 
 func (c DetectorConfig) withDefaults() (DetectorConfig, error) {
 	if c.Members < 1 || c.Self < 0 || c.Self >= c.Members {
 		return c, fmt.Errorf("membership: rank %d in a view of %d", c.Self, c.Members)
 	}
-	if c.HeartbeatInterval < 0 || c.Timeout < 0 || c.StallTimeout < 0 || c.Probes < 0 {
+	if c.HeartbeatInterval < 0 || c.Timeout < 0 || c.StallTimeout < 0 || c.Probes < 0 || c.StartGrace < 0 {
 		return c, errors.New("membership: negative detector setting")
 	}
 	if c.HeartbeatInterval == 0 {
@@ -47,6 +51,9 @@ func (c DetectorConfig) withDefaults() (DetectorConfig, error) {
 	}
 	if c.Probes == 0 {
 		c.Probes = DefaultProbes
+	}
+	if c.StartGrace == 0 {
+		c.StartGrace = 8 * c.Timeout
 	}
 	if c.Timeout <= c.HeartbeatInterval {
 		return c, fmt.Errorf("membership: timeout %v must exceed the heartbeat interval %v", c.Timeout, c.HeartbeatInterval)
@@ -131,7 +138,10 @@ type Detector struct {
 	nbrs      []int
 	watches   map[int]*watch
 	confirmed map[int]bool
-	ready     DetectorReady
+	// wedged: the view is ending and every frontier stops, so stalls are
+	// no longer evidence.
+	wedged bool
+	ready  DetectorReady
 }
 
 // NewDetector returns the detector of member cfg.Self at time now (in
@@ -144,7 +154,9 @@ func NewDetector(cfg DetectorConfig, now int64) (*Detector, error) {
 	d := &Detector{cfg: c, now: now, lastBeat: now - int64(c.HeartbeatInterval), nbrs: Neighbours(c.Members, c.Self),
 		watches: make(map[int]*watch), confirmed: make(map[int]bool)}
 	for _, n := range d.nbrs {
-		d.watches[n] = &watch{lastHeard: now, frontierSince: now}
+		// A neighbour is first suspected after StartGrace rather than
+		// Timeout: it may not have taken up the view yet.
+		d.watches[n] = &watch{lastHeard: now + int64(c.StartGrace-c.Timeout), frontierSince: now}
 	}
 	return d, nil
 }
@@ -183,10 +195,14 @@ func (d *Detector) Tick(now int64) {
 	}
 }
 
+// Wedge tells the detector that the view is ending: frontiers stop moving
+// everywhere, so from now on only silence makes a suspect.
+func (d *Detector) Wedge() { d.wedged = true }
+
 // stalled reports whether a neighbour's frontier has stayed below this
 // member's for the stall timeout while its heartbeats kept coming.
 func (d *Detector) stalled(w *watch) bool {
-	return d.cfg.StallTimeout > 0 && w.frontier < d.frontier && d.now-w.frontierSince >= int64(d.cfg.StallTimeout)
+	return d.cfg.StallTimeout > 0 && !d.wedged && w.frontier < d.frontier && d.now-w.frontierSince >= int64(d.cfg.StallTimeout)
 }
 
 // suspect starts multi-path confirmation: other neighbours of the suspect

@@ -1,0 +1,102 @@
+package convoy
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/convoy-gcs/convoy/membership"
+	"github.com/convoy-gcs/convoy/rdma"
+)
+
+// Streams outside the multicast groups' range (which stays below 2^58):
+// one per view for the failure detector's signals and one for state
+// transfer.
+func controlStream(epoch uint64) rdma.StreamID  { return rdma.StreamID(1<<62 | epoch<<8) }
+func transferStream(epoch uint64) rdma.StreamID { return rdma.StreamID(1<<62 | epoch<<8 | 1) }
+
+// openDetector starts the view's failure detector and opens a signal
+// queue pair to every other member (probes may go to members that are
+// not neighbours).
+func (v *view) openDetector(ctx context.Context, now int64) error {
+	g := v.g
+	n := len(v.ids)
+	if n > membership.MaxRanks {
+		return fmt.Errorf("convoy: %d members, the detector handles %d", n, membership.MaxRanks)
+	}
+	det, err := membership.NewDetector(membership.DetectorConfig{
+		Self: v.self, Members: n,
+		HeartbeatInterval: g.cfg.HeartbeatInterval, Timeout: g.cfg.SuspectTimeout, StallTimeout: g.cfg.StallTimeout,
+	}, now)
+	if err != nil {
+		return err
+	}
+	v.det = det
+	v.ctrl = make([]rdma.QueuePair, n)
+	for r := range n {
+		if r == v.self {
+			continue
+		}
+		qp, err := g.ep.Open(ctx, v.ids[r], controlStream(v.rec.Epoch), &ctrlHandler{v: v, rank: r})
+		if err != nil {
+			// The peer stays silent, which the detector notices.
+			g.log.Info("detector stream not opened", "peer", v.ids[r], "epoch", v.rec.Epoch, "err", err)
+			continue
+		}
+		v.ctrl[r] = qp
+	}
+	return nil
+}
+
+// ctrlHandler receives one peer's detector signals.
+type ctrlHandler struct {
+	v    *view
+	rank int
+}
+
+func (h *ctrlHandler) RecvComplete(uint64, int, uint64) {}
+func (h *ctrlHandler) SendComplete(uint64)              {}
+func (h *ctrlHandler) Signal(imm uint64) {
+	h.v.g.post(event{kind: evSignal, v: h.v, from: h.rank, imm: imm})
+}
+
+// Failed: a broken link silences the peer, which the detector notices.
+func (h *ctrlHandler) Failed(err error) {
+	h.v.g.log.Debug("detector stream failed", "peer", h.v.ids[h.rank], "epoch", h.v.rec.Epoch, "err", err)
+}
+
+// signal applies a detector signal from rank from.
+func (r *runner) signal(now int64, from int, imm uint64) {
+	v := r.v
+	local := membership.FrontierUnits(uint64(v.core.Frontier()))
+	m, err := membership.DecodeSignal(imm, from, v.self, len(v.ids), local)
+	if err == nil {
+		err = v.det.Step(now, m)
+	}
+	if err != nil {
+		r.g.m.rejected.Add(r.g.ctx, 1)
+		r.g.log.Warn("rejected detector signal", "from", v.ids[from], "epoch", v.rec.Epoch, "err", err)
+	}
+}
+
+// detectorReady carries out the detector's output: signals to peers, and
+// confirmed suspicions recorded in etcd, where they start a view change.
+func (r *runner) detectorReady() {
+	g, v := r.g, r.v
+	rd := v.det.Ready()
+	for _, m := range rd.Messages {
+		if qp := v.ctrl[m.To]; qp != nil {
+			if err := qp.Signal(membership.EncodeSignal(m)); err != nil {
+				g.log.Debug("detector signal not sent", "to", v.ids[m.To], "err", err)
+			}
+		}
+	}
+	for _, rank := range rd.Refuted {
+		g.log.Info("suspicion refuted by another path", "peer", v.ids[rank], "epoch", v.rec.Epoch)
+		g.m.suspicions.Add(g.ctx, 1, g.m.refutedAttr)
+	}
+	for _, vd := range rd.Confirmed {
+		g.log.Warn("member failed", "peer", v.ids[vd.Rank], "epoch", v.rec.Epoch, "reason", vd.Reason)
+		g.m.suspicions.Add(g.ctx, 1, g.m.confirmedAttr)
+		r.suspect(v.ids[vd.Rank], vd.Reason)
+	}
+}

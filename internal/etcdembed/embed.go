@@ -1,0 +1,343 @@
+// Package etcdembed runs a single-node etcd inside the current process:
+// Convoy's zero-setup default for the view store, for development, demos
+// and tests. Production deployments point the store at a real etcd
+// cluster, which is its own fixed quorum (DESIGN rule 10).
+package etcdembed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/fileutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Config configures an embedded etcd server.
+type Config struct {
+	// Dir is the data directory. Empty means a fresh temporary directory,
+	// written without fsync and removed on Close.
+	Dir string
+	// ClientAddr and PeerAddr are host:port addresses to listen on for
+	// clients and for (absent) peers. Empty, or port 0, picks a free
+	// loopback port.
+	ClientAddr, PeerAddr string
+	// Logger receives etcd's warnings and errors (etcd's informational
+	// chatter is dropped). Nil discards everything.
+	Logger *slog.Logger
+}
+
+// name is the etcd member name; it must stay the same across restarts on
+// one data directory.
+const name = "convoy"
+
+// lockFile is created inside the data directory and locked while a server
+// uses it, so that a second server on the same directory fails at once
+// instead of blocking on etcd's own database lock.
+const lockFile = "convoy-etcdembed.lock"
+
+// startAttempts bounds the retries when a port picked as free was taken
+// before etcd could bind it.
+const startAttempts = 5
+
+// Server is a running embedded etcd.
+type Server struct {
+	etcd      *embed.Etcd
+	endpoints []string
+	lock      *fileutil.LockedFile
+	tempDir   string // removed on Close; "" if the caller gave Dir
+	zlog      *zap.Logger
+
+	mu      sync.Mutex
+	clients []*clientv3.Client
+	closed  bool
+}
+
+// Start starts a single-node etcd and waits until it serves clients, ctx
+// ends, or it fails.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("etcdembed: start: %w", err)
+	}
+	s := &Server{zlog: zapLogger(cfg.Logger)}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "convoy-etcd-")
+		if err != nil {
+			return nil, fmt.Errorf("etcdembed: temp dir: %w", err)
+		}
+		dir, s.tempDir = d, d
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("etcdembed: data dir: %w", err)
+	}
+	lock, err := fileutil.TryLockFile(filepath.Join(dir, lockFile), os.O_WRONLY|os.O_CREATE, fileutil.PrivateFileMode)
+	if err != nil {
+		s.removeTemp()
+		return nil, fmt.Errorf("etcdembed: data dir %s is in use: %w", dir, err)
+	}
+	s.lock = lock
+
+	for attempt := 1; ; attempt++ {
+		e, picked, err := s.start(ctx, cfg, dir)
+		if err == nil {
+			s.etcd = e
+			s.endpoints = []string{"http://" + e.Clients[0].Addr().String()}
+			if cfg.Logger != nil {
+				cfg.Logger.Debug("embedded etcd started", "endpoints", s.endpoints, "dir", dir)
+			}
+			return s, nil
+		}
+		if !retryable(err, picked) || attempt == startAttempts || ctx.Err() != nil {
+			s.release()
+			return nil, err
+		}
+	}
+}
+
+// start makes one attempt. picked lists the addresses whose ports were
+// chosen here (a retry may choose better ones).
+func (s *Server) start(ctx context.Context, cfg Config, dir string) (e *embed.Etcd, picked []string, err error) {
+	clientURL, pickedC, err := listenURL(cfg.ClientAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("etcdembed: client address: %w", err)
+	}
+	peerURL, pickedP, err := listenURL(cfg.PeerAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("etcdembed: peer address: %w", err)
+	}
+	if pickedC {
+		picked = append(picked, clientURL.Host)
+	}
+	if pickedP {
+		picked = append(picked, peerURL.Host)
+	}
+
+	ec := embed.NewConfig()
+	ec.Name = name
+	ec.Dir = dir
+	ec.ListenClientUrls = []url.URL{*clientURL}
+	ec.AdvertiseClientUrls = []url.URL{*clientURL}
+	ec.ListenPeerUrls = []url.URL{*peerURL}
+	ec.AdvertisePeerUrls = []url.URL{*peerURL}
+	ec.InitialCluster = ec.InitialClusterFromName(name)
+	ec.TickMs = 10
+	ec.ElectionMs = 100
+	ec.EnableGRPCGateway = false
+	ec.UnsafeNoFsync = s.tempDir != ""
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(s.zlog)
+
+	e, err = embed.StartEtcd(ec)
+	if err != nil {
+		return nil, picked, fmt.Errorf("etcdembed: start: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return e, picked, nil
+	case err = <-e.Err():
+		if err == nil {
+			err = errors.New("stopped")
+		}
+		err = fmt.Errorf("etcdembed: start: %w", err)
+	case <-e.Server.StopNotify():
+		err = errors.New("etcdembed: start: server stopped before it was ready")
+	case <-ctx.Done():
+		err = fmt.Errorf("etcdembed: start: %w", ctx.Err())
+	}
+	e.Close()
+	return nil, picked, err
+}
+
+// listenURL turns a host:port into an http URL, picking a free loopback
+// port if addr is empty or its port is 0.
+func listenURL(addr string) (u *url.URL, picked bool, err error) {
+	host, port := "127.0.0.1", "0"
+	if addr != "" {
+		host, port, err = net.SplitHostPort(addr)
+		if err != nil {
+			return nil, false, err
+		}
+		if host == "" {
+			host = "127.0.0.1"
+		}
+	}
+	if port == "0" || port == "" {
+		p, err := freePort(host)
+		if err != nil {
+			return nil, false, err
+		}
+		port, picked = strconv.Itoa(p), true
+	}
+	return &url.URL{Scheme: "http", Host: net.JoinHostPort(host, port)}, picked, nil
+}
+
+// freePort asks the kernel for a free port on host. Another process may
+// take it before etcd binds it; Start retries then.
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// retryable says whether err is a failure to bind one of the addresses
+// whose ports were picked.
+func retryable(err error, picked []string) bool {
+	if !errors.Is(err, syscall.EADDRINUSE) && !strings.Contains(err.Error(), "address already in use") {
+		return false
+	}
+	for _, addr := range picked {
+		if strings.Contains(err.Error(), addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// Endpoints returns the client URLs to give clientv3.
+func (s *Server) Endpoints() []string {
+	return append([]string(nil), s.endpoints...)
+}
+
+// Client returns a new client connected to s, checked with one request
+// bounded by ctx. s tracks it and closes it in Close, before stopping etcd
+// (a server with open clients takes seconds to stop); the caller may also
+// close it earlier.
+func (s *Server) Client(ctx context.Context) (*clientv3.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errors.New("etcdembed: server closed")
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   s.endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      s.zlog,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcdembed: client: %w", err)
+	}
+	if _, err := cli.Status(ctx, s.endpoints[0]); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("etcdembed: client: %w", err)
+	}
+	s.clients = append(s.clients, cli)
+	return cli, nil
+}
+
+// Close closes every client made by Client, stops etcd, and removes the
+// data directory if Start created it. Calling it again does nothing.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	clients := s.clients
+	s.clients = nil
+	s.mu.Unlock()
+
+	for _, c := range clients {
+		c.Close() // a client the caller closed already reports an error
+	}
+	s.etcd.Close()
+	var err error
+	select {
+	case e, ok := <-s.etcd.Err():
+		if ok && e != nil {
+			err = fmt.Errorf("etcdembed: %w", e)
+		}
+	default:
+	}
+	return errors.Join(err, s.release())
+}
+
+// release unlocks the data directory and removes it if it is temporary.
+func (s *Server) release() error {
+	var err error
+	if s.lock != nil {
+		err = s.lock.Close()
+		s.lock = nil
+	}
+	return errors.Join(err, s.removeTemp())
+}
+
+func (s *Server) removeTemp() error {
+	if s.tempDir == "" {
+		return nil
+	}
+	if err := os.RemoveAll(s.tempDir); err != nil {
+		return fmt.Errorf("etcdembed: remove temp dir: %w", err)
+	}
+	s.tempDir = ""
+	return nil
+}
+
+// zapLogger returns the logger etcd and its clients log to: a no-op one,
+// or one that forwards warnings and errors to lg.
+func zapLogger(lg *slog.Logger) *zap.Logger {
+	if lg == nil {
+		return zap.NewNop()
+	}
+	return zap.New(&slogCore{lg: lg, min: zapcore.WarnLevel})
+}
+
+// slogCore is a zapcore.Core writing to a slog.Logger.
+type slogCore struct {
+	lg     *slog.Logger
+	min    zapcore.Level
+	fields []zapcore.Field
+}
+
+func (c *slogCore) Enabled(l zapcore.Level) bool { return l >= c.min }
+
+func (c *slogCore) With(fields []zapcore.Field) zapcore.Core {
+	return &slogCore{lg: c.lg, min: c.min, fields: append(append([]zapcore.Field(nil), c.fields...), fields...)}
+}
+
+func (c *slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	enc := zapcore.NewMapObjectEncoder()
+	for _, f := range c.fields {
+		f.AddTo(enc)
+	}
+	for _, f := range fields {
+		f.AddTo(enc)
+	}
+	attrs := make([]slog.Attr, 0, len(enc.Fields)+1)
+	if e.LoggerName != "" {
+		attrs = append(attrs, slog.String("logger", e.LoggerName))
+	}
+	for k, v := range enc.Fields {
+		attrs = append(attrs, slog.Any(k, v))
+	}
+	level := slog.LevelWarn
+	if e.Level >= zapcore.ErrorLevel {
+		level = slog.LevelError
+	}
+	c.lg.LogAttrs(context.Background(), level, "etcd: "+e.Message, attrs...)
+	return nil
+}
+
+func (c *slogCore) Sync() error { return nil }

@@ -1,0 +1,301 @@
+package etcdembed
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+)
+
+// Environment of a re-executed test binary that runs only an etcd server
+// (see runChild and startProcess).
+const (
+	childEnv    = "CONVOY_ETCDEMBED_CHILD" // "1" in the child
+	childDirEnv = "CONVOY_ETCDEMBED_DIR"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		os.Exit(runChild())
+	}
+	goleak.VerifyTestMain(m, leakOptions()...)
+}
+
+// leakOptions lists goroutines that outlive a closed embedded etcd.
+func leakOptions() []goleak.Option {
+	return nil
+}
+
+// runChild serves etcd on the data directory named by the environment,
+// prints "endpoint URL" on stdout, and runs until stdin closes (the parent
+// ended or closed it) or a SIGTERM/SIGINT arrives.
+func runChild() int {
+	srv, err := Start(context.Background(), Config{Dir: os.Getenv(childDirEnv)})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("endpoint %s\n", srv.Endpoints()[0])
+	done := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		close(done)
+	}()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case <-done:
+	case <-sig:
+	}
+	if err := srv.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// process is an etcd server in a child process.
+type process struct {
+	cmd      *exec.Cmd
+	stdin    io.Closer
+	endpoint string
+}
+
+// startProcess re-executes the test binary as an etcd server on dir and
+// waits for its endpoint. The process is killed at the end of the test
+// unless the test stopped it before.
+func startProcess(t *testing.T, dir string) *process {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1", childDirEnv+"="+dir)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd, stdin: stdin}
+	t.Cleanup(p.kill)
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("etcd child: %v", err)
+	}
+	ep, ok := strings.CutPrefix(strings.TrimSpace(line), "endpoint ")
+	if !ok {
+		t.Fatalf("etcd child said %q", line)
+	}
+	p.endpoint = ep
+	return p
+}
+
+// kill ends the process without letting it clean up (a crash).
+func (p *process) kill() {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
+}
+
+// stop asks the process to close its server and waits for it.
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	p.stdin.Close()
+	if err := p.cmd.Wait(); err != nil {
+		t.Errorf("etcd child: %v", err)
+	}
+}
+
+func start(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func client(t *testing.T, s *Server) *clientv3.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := s.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func put(t *testing.T, c *clientv3.Client, k, v string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Put(ctx, k, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(t *testing.T, c *clientv3.Client, k string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := c.Get(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Kvs) == 0 {
+		return ""
+	}
+	return string(r.Kvs[0].Value)
+}
+
+func TestStartClose(t *testing.T) {
+	s := start(t, Config{})
+	dir := s.tempDir
+	c := client(t, s)
+	put(t, c, "k", "v")
+	if got := get(t, c, "k"); got != "v" {
+		t.Fatalf("get = %q, want v", got)
+	}
+	client(t, s) // a second tracked client, left open
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("temp dir %s still there: %v", dir, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := s.Client(context.Background()); err == nil {
+		t.Error("Client after Close succeeded")
+	}
+}
+
+func TestTwoServers(t *testing.T) {
+	a := start(t, Config{})
+	defer a.Close()
+	b := start(t, Config{})
+	defer b.Close()
+	if a.Endpoints()[0] == b.Endpoints()[0] {
+		t.Fatalf("both servers on %s", a.Endpoints()[0])
+	}
+	put(t, client(t, a), "k", "a")
+	put(t, client(t, b), "k", "b")
+	if got := get(t, client(t, a), "k"); got != "a" {
+		t.Errorf("a: get = %q, want a", got)
+	}
+}
+
+func TestExplicitAddr(t *testing.T) {
+	port, err := freePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	s := start(t, Config{ClientAddr: addr, PeerAddr: "127.0.0.1:0"})
+	defer s.Close()
+	if got, want := s.Endpoints()[0], "http://"+addr; got != want {
+		t.Errorf("endpoint %s, want %s", got, want)
+	}
+	// The address is taken now: a second server must fail, not retry.
+	if s2, err := Start(context.Background(), Config{ClientAddr: addr}); err == nil {
+		s2.Close()
+		t.Fatal("second server on the same address started")
+	}
+}
+
+func TestRetryable(t *testing.T) {
+	inUse := errors.New("etcdembed: start: listen tcp 127.0.0.1:4001: bind: address already in use")
+	for _, tc := range []struct {
+		err    error
+		picked []string
+		want   bool
+	}{
+		{inUse, []string{"127.0.0.1:4001"}, true},
+		{inUse, []string{"127.0.0.1:4002", "127.0.0.1:4001"}, true},
+		{inUse, []string{"127.0.0.1:4002"}, false},
+		{inUse, nil, false},
+		{errors.New("permission denied 127.0.0.1:4001"), []string{"127.0.0.1:4001"}, false},
+	} {
+		if got := retryable(tc.err, tc.picked); got != tc.want {
+			t.Errorf("retryable(%q, %q) = %v, want %v", tc.err, tc.picked, got, tc.want)
+		}
+	}
+}
+
+func TestPersistence(t *testing.T) {
+	dir := t.TempDir()
+	s := start(t, Config{Dir: dir})
+	put(t, client(t, s), "k", "kept")
+	// A second server on the same directory fails at once.
+	if s2, err := Start(context.Background(), Config{Dir: dir}); err == nil {
+		s2.Close()
+		t.Fatal("second server on the same dir started")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("data dir removed: %v", err)
+	}
+	s = start(t, Config{Dir: dir})
+	defer s.Close()
+	if got := get(t, client(t, s), "k"); got != "kept" {
+		t.Fatalf("after restart: get = %q, want kept", got)
+	}
+}
+
+func TestStartCanceled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if s, err := Start(ctx, Config{}); err == nil {
+		s.Close()
+		t.Fatal("Start with a canceled context succeeded")
+	}
+}
+
+// TestProcess runs etcd in a child process, crashes it, and restarts it on
+// the same directory.
+func TestProcess(t *testing.T) {
+	dir := t.TempDir()
+	p := startProcess(t, dir)
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{p.endpoint}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, c, "k", "durable")
+	c.Close()
+	p.kill()
+
+	p = startProcess(t, dir)
+	c, err = clientv3.New(clientv3.Config{Endpoints: []string{p.endpoint}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := get(t, c, "k")
+	c.Close()
+	if got != "durable" {
+		t.Fatalf("after crash: get = %q, want durable", got)
+	}
+	p.stop(t)
+}

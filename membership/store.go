@@ -1,0 +1,778 @@
+package membership
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// DefaultPrefix is the key prefix of a store whose StoreConfig.Prefix is
+// empty.
+const DefaultPrefix = "/convoy/"
+
+// DefaultLeaseTTL is the lease TTL of a store whose StoreConfig.LeaseTTL is
+// zero.
+const DefaultLeaseTTL = 5 * time.Second
+
+// ErrStoreClosed is what Store.Err reports after Close.
+var ErrStoreClosed = errors.New("membership: store closed")
+
+const (
+	// maxReason bounds a suspicion's reason text.
+	maxReason = 1024
+	// maxAttempts bounds how often Install re-reads when only caught-up
+	// marks changed under it, and State when the view did.
+	maxAttempts = 16
+	// revokeTimeout bounds the lease revocation in Close.
+	revokeTimeout = time.Second
+)
+
+// StoreConfig configures a Store.
+type StoreConfig struct {
+	// Client is the etcd client. The store does not close it.
+	Client *clientv3.Client
+	// Prefix is put before every key; it must end in "/". Empty means
+	// DefaultPrefix.
+	Prefix string
+	// LeaseTTL is the TTL of the store's lease, which carries its
+	// registration and join request. Zero means DefaultLeaseTTL; etcd
+	// counts whole seconds, so it is rounded up, to at least one second.
+	LeaseTTL time.Duration
+	// Logger receives the store's messages. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is the view store: the authoritative view sequence in etcd and
+// the requests, reports, suspicions and marks a view change works from.
+// The key layout is described in keys.go. A Store holds one etcd lease,
+// kept alive while it is open; its methods are safe for concurrent use.
+type Store struct {
+	cli   *clientv3.Client
+	k     keys
+	lease clientv3.LeaseID
+	log   *slog.Logger
+
+	stopKeepAlive context.CancelFunc
+	keepAliveDone chan struct{}
+
+	done      chan struct{} // closed when the lease is lost or on Close
+	closeOnce sync.Once
+	mu        sync.Mutex
+	err       error
+}
+
+// NewStore grants the store's lease and keeps it alive. If the lease is
+// lost (expired after etcd went unreachable for longer than its TTL, or
+// revoked), Done is closed and Err says why.
+func NewStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("membership: StoreConfig.Client is nil")
+	}
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		return nil, fmt.Errorf("membership: store prefix %q does not end in /", prefix)
+	}
+	ttl := cfg.LeaseTTL
+	if ttl == 0 {
+		ttl = DefaultLeaseTTL
+	}
+	if ttl < 0 {
+		return nil, fmt.Errorf("membership: negative lease TTL %v", ttl)
+	}
+	secs := int64((ttl + time.Second - 1) / time.Second)
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+
+	grant, err := cfg.Client.Grant(ctx, secs)
+	if err != nil {
+		return nil, fmt.Errorf("membership: grant lease: %w", err)
+	}
+	kaCtx, stop := context.WithCancel(context.Background())
+	ch, err := cfg.Client.KeepAlive(kaCtx, grant.ID)
+	if err != nil {
+		stop()
+		rctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+		cfg.Client.Revoke(rctx, grant.ID)
+		cancel()
+		return nil, fmt.Errorf("membership: keep lease alive: %w", err)
+	}
+	s := &Store{
+		cli:           cfg.Client,
+		k:             keys{prefix},
+		lease:         grant.ID,
+		log:           lg.With("lease", fmt.Sprintf("%x", int64(grant.ID))),
+		stopKeepAlive: stop,
+		keepAliveDone: make(chan struct{}),
+		done:          make(chan struct{}),
+	}
+	go s.keepAlive(kaCtx, ch)
+	return s, nil
+}
+
+// keepAlive drains the keepalive responses; the channel closes when the
+// lease is gone, the client is closed, or Close stopped it.
+func (s *Store) keepAlive(ctx context.Context, ch <-chan *clientv3.LeaseKeepAliveResponse) {
+	defer close(s.keepAliveDone)
+	for range ch {
+	}
+	if ctx.Err() != nil {
+		return // Close
+	}
+	err := fmt.Errorf("membership: store lease %x lost", int64(s.lease))
+	if cerr := s.cli.Ctx().Err(); cerr != nil {
+		err = fmt.Errorf("membership: etcd client closed: %w", cerr)
+	}
+	s.log.Warn("view store lost its lease", "err", err)
+	s.finish(err)
+}
+
+// finish records why the store stopped and closes Done, once.
+func (s *Store) finish(err error) {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.err = err
+		s.mu.Unlock()
+		close(s.done)
+	})
+}
+
+// Done is closed when the store's lease is lost or the store is closed.
+func (s *Store) Done() <-chan struct{} { return s.done }
+
+// Err returns nil while Done is open, then why it closed (ErrStoreClosed
+// after Close).
+func (s *Store) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Close stops keeping the lease alive and revokes it (best effort, with a
+// short timeout), which removes the store's registration and join
+// request. It does not close the client. Calling it again, or after the
+// lease was lost, only makes sure the keepalive has stopped.
+func (s *Store) Close() error {
+	lost := s.live() != nil
+	s.finish(ErrStoreClosed)
+	s.stopKeepAlive()
+	<-s.keepAliveDone
+	if lost || s.cli.Ctx().Err() != nil {
+		return nil // the lease is gone or going, or there is no client
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+	defer cancel()
+	_, err := s.cli.Revoke(ctx, s.lease)
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("membership: revoke lease: %w", err)
+	}
+	return nil
+}
+
+// live returns an error if the store's lease is gone.
+func (s *Store) live() error {
+	select {
+	case <-s.done:
+		return s.Err()
+	default:
+		return nil
+	}
+}
+
+// Register records m as a live process, on the store's lease: the
+// registration disappears when the store closes or loses its lease. It is
+// a liveness hint, never membership.
+func (s *Store) Register(ctx context.Context, m Member) error {
+	return s.putLeased(ctx, "register", s.k.member(m.ID), m)
+}
+
+// RequestJoin asks to be admitted by a coming view, on the store's lease.
+// Install removes the request when it admits m.
+func (s *Store) RequestJoin(ctx context.Context, m Member) error {
+	return s.putLeased(ctx, "request join", s.k.join(m.ID), m)
+}
+
+// RequestLeave asks for m to be left out of the coming view. The request
+// is not on a lease: it stands if m exits. Install removes it when it
+// leaves m out.
+func (s *Store) RequestLeave(ctx context.Context, m Member) error {
+	return s.putJSON(ctx, "request leave", s.k.leave(m.ID), m)
+}
+
+// MarkCaughtUp records that m, admitted by view epoch, has completed its
+// state transfer: from now on it counts towards majorities (DESIGN rule
+// 10).
+func (s *Store) MarkCaughtUp(ctx context.Context, epoch uint64, m Member) error {
+	return s.putJSON(ctx, "mark caught up", s.k.caughtUp(epoch, m.ID), m)
+}
+
+// PutReport records r, a member's final report for view r.Epoch.
+func (s *Store) PutReport(ctx context.Context, r Report) error {
+	return s.putJSON(ctx, "put report", s.k.report(r.Epoch, r.Member.ID), r)
+}
+
+// Suspect records that member by suspects member suspect in view epoch.
+// The reason is cut to 1 KiB.
+func (s *Store) Suspect(ctx context.Context, epoch uint64, by, suspect ID, reason string) error {
+	if len(reason) > maxReason {
+		reason = strings.ToValidUTF8(reason[:maxReason], "")
+	}
+	if _, err := s.cli.Put(ctx, s.k.suspect(epoch, suspect, by), reason); err != nil {
+		return fmt.Errorf("membership: suspect %d: %w", suspect, err)
+	}
+	return nil
+}
+
+func (s *Store) putLeased(ctx context.Context, what, key string, v any) error {
+	if err := s.live(); err != nil {
+		return fmt.Errorf("membership: %s: %w", what, err)
+	}
+	return s.putJSON(ctx, what, key, v, clientv3.WithLease(s.lease))
+}
+
+func (s *Store) putJSON(ctx context.Context, what, key string, v any, opts ...clientv3.OpOption) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("membership: %s: %w", what, err)
+	}
+	if _, err := s.cli.Put(ctx, key, string(b), opts...); err != nil {
+		return fmt.Errorf("membership: %s: %w", what, err)
+	}
+	return nil
+}
+
+// Bootstrap commits v, the group's first view, if no view exists yet, and
+// returns ErrConflict otherwise. v.Epoch must be 1.
+func (s *Store) Bootstrap(ctx context.Context, v View) error {
+	if v.Epoch != 1 {
+		return fmt.Errorf("membership: bootstrap view has epoch %d, not 1", v.Epoch)
+	}
+	if err := validRecord(&v); err != nil {
+		return err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("membership: bootstrap: %w", err)
+	}
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(s.k.view()), "=", 0)).
+		Then(clientv3.OpPut(s.k.view(), string(b)), clientv3.OpPut(s.k.viewAt(1), string(b))).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("membership: bootstrap: %w", err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("membership: bootstrap: a view exists already: %w", ErrConflict)
+	}
+	return nil
+}
+
+// Current returns the current view, or ErrNoView.
+func (s *Store) Current(ctx context.Context) (View, error) {
+	resp, err := s.cli.Get(ctx, s.k.view())
+	if err != nil {
+		return View{}, fmt.Errorf("membership: read current view: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return View{}, ErrNoView
+	}
+	return decodeView(resp.Kvs[0], 0)
+}
+
+// View returns the committed view of epoch, or ErrNoView if there is none
+// (not yet, or trimmed).
+func (s *Store) View(ctx context.Context, epoch uint64) (View, error) {
+	resp, err := s.cli.Get(ctx, s.k.viewAt(epoch))
+	if err != nil {
+		return View{}, fmt.Errorf("membership: read view %d: %w", epoch, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return View{}, fmt.Errorf("membership: view %d: %w", epoch, ErrNoView)
+	}
+	return decodeView(resp.Kvs[0], epoch)
+}
+
+// Install commits v as view v.Epoch, in one transaction that requires
+// view v.Epoch-1 to be current (else ErrConflict) and v to keep a majority
+// of that view's caught-up members (else ErrNoMajority, see HasMajority).
+// v.Cut must list the current view's members in rank order and v.Start
+// must be the end of the current view under that cut. The transaction
+// also removes the join requests of v.Joining and the leave requests of
+// the members v leaves out. With no view yet it returns ErrNoView.
+//
+// An Install whose outcome the caller did not learn (a timeout) returns
+// ErrConflict when retried after it succeeded; compare Current with v.
+func (s *Store) Install(ctx context.Context, v View) error {
+	if v.Epoch < 2 {
+		return fmt.Errorf("membership: install view %d: epochs start at 1, use Bootstrap", v.Epoch)
+	}
+	if err := validRecord(&v); err != nil {
+		return err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("membership: install view %d: %w", v.Epoch, err)
+	}
+	for range maxAttempts {
+		resp, err := s.cli.Txn(ctx).Then(
+			clientv3.OpGet(s.k.view()),
+			clientv3.OpGet(s.k.caughtUps(), clientv3.WithPrefix()),
+		).Commit()
+		if err != nil {
+			return fmt.Errorf("membership: install view %d: %w", v.Epoch, err)
+		}
+		rev := resp.Header.Revision
+		viewKVs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(viewKVs) == 0 {
+			return fmt.Errorf("membership: install view %d: %w", v.Epoch, ErrNoView)
+		}
+		cur, err := decodeView(viewKVs[0], 0)
+		if err != nil {
+			return err
+		}
+		if cur.Epoch != v.Epoch-1 {
+			return fmt.Errorf("membership: install view %d: view %d is current: %w", v.Epoch, cur.Epoch, ErrConflict)
+		}
+		if err := checkSuccessor(&cur, &v); err != nil {
+			return err
+		}
+		marks, err := decodeCaughtUp(s.k, resp.Responses[1].GetResponseRange().GetKvs())
+		if err != nil {
+			return err
+		}
+		caught := caughtUpSet(&cur, marks)
+		if !HasMajority(&cur, func(id ID) bool { return caught[id] }, v.Members) {
+			return fmt.Errorf("membership: install view %d: %w", v.Epoch, ErrNoMajority)
+		}
+
+		ops := []clientv3.Op{
+			clientv3.OpPut(s.k.view(), string(b)),
+			clientv3.OpPut(s.k.viewAt(v.Epoch), string(b)),
+		}
+		for _, id := range v.Joining {
+			ops = append(ops, clientv3.OpDelete(s.k.join(id)))
+		}
+		for _, m := range cur.Members {
+			if v.Rank(m.ID) < 0 {
+				ops = append(ops, clientv3.OpDelete(s.k.leave(m.ID)))
+			}
+		}
+		commit, err := s.cli.Txn(ctx).If(
+			clientv3.Compare(clientv3.ModRevision(s.k.view()), "=", viewKVs[0].ModRevision),
+			clientv3.Compare(clientv3.ModRevision(s.k.caughtUps()), "<", rev+1).WithPrefix(),
+		).Then(ops...).Commit()
+		if err != nil {
+			return fmt.Errorf("membership: install view %d: %w", v.Epoch, err)
+		}
+		if commit.Succeeded {
+			return nil
+		}
+		// The view or a caught-up mark changed since the read: read again.
+	}
+	return fmt.Errorf("membership: install view %d: caught-up marks keep changing: %w", v.Epoch, ErrConflict)
+}
+
+// Trim deletes the views, reports and suspicions of epochs below before,
+// never those of the current view.
+func (s *Store) Trim(ctx context.Context, before uint64) error {
+	cur, err := s.Current(ctx)
+	if errors.Is(err, ErrNoView) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// The current epoch only grows, so clamping to a stale one is safe.
+	before = min(before, cur.Epoch)
+	_, err = s.cli.Txn(ctx).Then(
+		clientv3.OpDelete(s.k.viewAt(0), clientv3.WithRange(s.k.viewAt(before))),
+		clientv3.OpDelete(s.k.reportsAt(0), clientv3.WithRange(s.k.reportsAt(before))),
+		clientv3.OpDelete(s.k.suspectsAt(0), clientv3.WithRange(s.k.suspectsAt(before))),
+	).Commit()
+	if err != nil {
+		return fmt.Errorf("membership: trim before %d: %w", before, err)
+	}
+	return nil
+}
+
+// State is a consistent snapshot of the store, read at one etcd revision.
+type State struct {
+	// Revision is the etcd revision the snapshot was read at.
+	Revision int64
+	// Current is the current view; the zero View (Epoch 0) if none yet.
+	Current View
+	// Registered holds the live registrations.
+	Registered map[ID]Member
+	// Joins lists the pending join requests, sorted by ID.
+	Joins []Member
+	// Leaves holds the pending leave requests.
+	Leaves map[ID]bool
+	// Suspects holds the suspicions recorded for Current.Epoch: per
+	// suspect, "by <id>: <reason>" for each member that suspects it.
+	Suspects map[ID][]string
+	// Reports holds the final reports for Current.Epoch.
+	Reports map[ID]Report
+	// CaughtUp holds the members whose state transfer is complete: those
+	// with a caught-up mark of any epoch, except that for a member of
+	// Current the mark must name its incarnation there.
+	CaughtUp map[ID]bool
+}
+
+// State reads a consistent snapshot of the store: every part is read in
+// one etcd transaction, at one revision.
+func (s *Store) State(ctx context.Context) (State, error) {
+	for range maxAttempts {
+		// Learn the current epoch, then read everything at once on the
+		// condition that the view has not moved since.
+		resp, err := s.cli.Get(ctx, s.k.view())
+		if err != nil {
+			return State{}, fmt.Errorf("membership: read state: %w", err)
+		}
+		var epoch uint64
+		var mod int64
+		if len(resp.Kvs) > 0 {
+			v, err := decodeView(resp.Kvs[0], 0)
+			if err != nil {
+				return State{}, err
+			}
+			epoch, mod = v.Epoch, resp.Kvs[0].ModRevision
+		}
+		txn, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(s.k.view()), "=", mod)).
+			Then(
+				clientv3.OpGet(s.k.view()),
+				clientv3.OpGet(s.k.members(), clientv3.WithPrefix()),
+				clientv3.OpGet(s.k.joins(), clientv3.WithPrefix()),
+				clientv3.OpGet(s.k.leaves(), clientv3.WithPrefix()),
+				clientv3.OpGet(s.k.suspectsAt(epoch), clientv3.WithPrefix()),
+				clientv3.OpGet(s.k.reportsAt(epoch), clientv3.WithPrefix()),
+				clientv3.OpGet(s.k.caughtUps(), clientv3.WithPrefix()),
+			).Commit()
+		if err != nil {
+			return State{}, fmt.Errorf("membership: read state: %w", err)
+		}
+		if !txn.Succeeded {
+			continue // a view was installed in between
+		}
+		r := func(i int) []*mvccpb.KeyValue { return txn.Responses[i].GetResponseRange().GetKvs() }
+		return s.decodeState(txn.Header.Revision, epoch, r(0), r(1), r(2), r(3), r(4), r(5), r(6))
+	}
+	return State{}, errors.New("membership: read state: the view keeps changing")
+}
+
+func (s *Store) decodeState(rev int64, epoch uint64, view, members, joins, leaves, suspects, reports, caughtUp []*mvccpb.KeyValue) (State, error) {
+	st := State{
+		Revision:   rev,
+		Registered: make(map[ID]Member, len(members)),
+		Leaves:     make(map[ID]bool, len(leaves)),
+		Suspects:   make(map[ID][]string),
+		Reports:    make(map[ID]Report, len(reports)),
+	}
+	if len(view) > 0 {
+		v, err := decodeView(view[0], 0)
+		if err != nil {
+			return State{}, err
+		}
+		st.Current = v
+	}
+	for _, kv := range members {
+		m, err := decodeMember(kv, s.k.members())
+		if err != nil {
+			return State{}, err
+		}
+		st.Registered[m.ID] = m
+	}
+	for _, kv := range joins {
+		m, err := decodeMember(kv, s.k.joins())
+		if err != nil {
+			return State{}, err
+		}
+		st.Joins = append(st.Joins, m)
+	}
+	slices.SortFunc(st.Joins, func(a, b Member) int { return cmpID(a.ID, b.ID) })
+	for _, kv := range leaves {
+		m, err := decodeMember(kv, s.k.leaves())
+		if err != nil {
+			return State{}, err
+		}
+		st.Leaves[m.ID] = true
+	}
+	for _, kv := range suspects {
+		parts, err := splitKey(string(kv.Key), s.k.suspectsAt(epoch), 2)
+		if err != nil {
+			return State{}, fmt.Errorf("membership: %w", err)
+		}
+		suspect, err1 := parseID(parts[0])
+		by, err2 := parseID(parts[1])
+		if err := errors.Join(err1, err2); err != nil {
+			return State{}, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+		}
+		reason := string(kv.Value)
+		if len(reason) > maxReason {
+			reason = strings.ToValidUTF8(reason[:maxReason], "")
+		}
+		st.Suspects[suspect] = append(st.Suspects[suspect], fmt.Sprintf("by %d: %s", by, reason))
+	}
+	for _, kv := range reports {
+		r, err := decodeReport(kv, s.k.reportsAt(epoch), epoch)
+		if err != nil {
+			return State{}, err
+		}
+		st.Reports[r.Member.ID] = r
+	}
+	marks, err := decodeCaughtUp(s.k, caughtUp)
+	if err != nil {
+		return State{}, err
+	}
+	st.CaughtUp = caughtUpSet(&st.Current, marks)
+	return st, nil
+}
+
+func cmpID(a, b ID) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Change says that something under the store's prefix changed at
+// Revision (or may have: see Watch). The receiver reads State.
+type Change struct{ Revision int64 }
+
+// Watch reports changes under the store's prefix until ctx ends (or the
+// client is closed), then closes the channel. A first Change comes at once, so a caller can do all
+// its reading in its receive loop and miss nothing. Bursts are coalesced:
+// the channel holds at most one Change, the latest. If the watch fails
+// (for instance because etcd compacted the revision it was at), Watch logs
+// it, watches again from the current revision and sends a Change so that
+// the receiver reads the state afresh.
+func (s *Store) Watch(ctx context.Context) <-chan Change {
+	out := make(chan Change, 1)
+	go s.watch(ctx, out)
+	return out
+}
+
+func (s *Store) watch(ctx context.Context, out chan Change) {
+	defer close(out)
+	send := func(rev int64) {
+		c := Change{Revision: rev}
+		select {
+		case out <- c:
+		default:
+			// Replace the pending Change with this later one. Only this
+			// goroutine sends, so the second send cannot block.
+			select {
+			case <-out:
+			default:
+			}
+			out <- c
+		}
+	}
+	const minBackoff, maxBackoff = 50 * time.Millisecond, 2 * time.Second
+	backoff := minBackoff
+	for ctx.Err() == nil && s.cli.Ctx().Err() == nil {
+		// Start at the revision of a fresh read, and tell the receiver to
+		// read: nothing after that revision can be missed.
+		resp, err := s.cli.Get(ctx, s.k.view())
+		if err != nil {
+			if ctx.Err() == nil && s.cli.Ctx().Err() == nil {
+				s.log.Warn("view store watch: read revision", "err", err)
+			}
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		rev := resp.Header.Revision
+		send(rev)
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range s.cli.Watch(wctx, s.k.p, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+			if err := wr.Err(); err != nil {
+				if ctx.Err() == nil && s.cli.Ctx().Err() == nil {
+					s.log.Warn("view store watch failed; watching again", "err", err)
+				}
+				break
+			}
+			backoff = minBackoff
+			if len(wr.Events) > 0 {
+				send(wr.Header.Revision)
+			}
+		}
+		cancel()
+		if ctx.Err() == nil && s.cli.Ctx().Err() == nil {
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, maxBackoff)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// validRecord checks what any committed view record must satisfy.
+func validRecord(v *View) error {
+	if len(v.Members) == 0 {
+		return fmt.Errorf("membership: view %d has no members", v.Epoch)
+	}
+	seen := make(map[ID]bool, len(v.Members))
+	for _, m := range v.Members {
+		if seen[m.ID] {
+			return fmt.Errorf("membership: view %d lists member %d twice", v.Epoch, m.ID)
+		}
+		seen[m.ID] = true
+	}
+	if len(v.Sent) != len(v.Members) {
+		return fmt.Errorf("membership: view %d has %d Sent entries for %d members", v.Epoch, len(v.Sent), len(v.Members))
+	}
+	for _, id := range v.Joining {
+		if !seen[id] {
+			return fmt.Errorf("membership: view %d: joiner %d is not a member", v.Epoch, id)
+		}
+	}
+	return nil
+}
+
+// checkSuccessor checks that next's cut ends cur: one entry per member
+// of cur in rank order, and next.Start the end of cur under that cut.
+func checkSuccessor(cur, next *View) error {
+	if len(next.Cut) != len(cur.Members) {
+		return fmt.Errorf("membership: view %d: cut has %d entries for the %d members of view %d",
+			next.Epoch, len(next.Cut), len(cur.Members), cur.Epoch)
+	}
+	for i, c := range next.Cut {
+		if c.ID != cur.Members[i].ID {
+			return fmt.Errorf("membership: view %d: cut entry %d is member %d, not %d",
+				next.Epoch, i, c.ID, cur.Members[i].ID)
+		}
+	}
+	if end := End(cur, next.Cut); next.Start != end {
+		return fmt.Errorf("membership: view %d: start %d, but view %d ends at %d under its cut",
+			next.Epoch, next.Start, cur.Epoch, end)
+	}
+	return nil
+}
+
+// decodeView decodes a view record; epoch, if not zero, is the epoch its
+// key names.
+func decodeView(kv *mvccpb.KeyValue, epoch uint64) (View, error) {
+	var v View
+	if err := json.Unmarshal(kv.Value, &v); err != nil {
+		return View{}, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+	}
+	if epoch != 0 && v.Epoch != epoch {
+		return View{}, fmt.Errorf("membership: key %q holds view %d", kv.Key, v.Epoch)
+	}
+	if v.Epoch == 0 {
+		return View{}, fmt.Errorf("membership: key %q holds a view of epoch 0", kv.Key)
+	}
+	if err := validRecord(&v); err != nil {
+		return View{}, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+	}
+	return v, nil
+}
+
+// decodeMember decodes a Member stored under dir/{id}.
+func decodeMember(kv *mvccpb.KeyValue, dir string) (Member, error) {
+	parts, err := splitKey(string(kv.Key), dir, 1)
+	if err != nil {
+		return Member{}, fmt.Errorf("membership: %w", err)
+	}
+	id, err := parseID(parts[0])
+	if err != nil {
+		return Member{}, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+	}
+	var m Member
+	if err := json.Unmarshal(kv.Value, &m); err != nil {
+		return Member{}, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+	}
+	if m.ID != id {
+		return Member{}, fmt.Errorf("membership: key %q holds member %d", kv.Key, m.ID)
+	}
+	return m, nil
+}
+
+// decodeReport decodes the report stored under dir/{id} for epoch.
+func decodeReport(kv *mvccpb.KeyValue, dir string, epoch uint64) (Report, error) {
+	parts, err := splitKey(string(kv.Key), dir, 1)
+	if err != nil {
+		return Report{}, fmt.Errorf("membership: %w", err)
+	}
+	id, err := parseID(parts[0])
+	if err != nil {
+		return Report{}, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+	}
+	var r Report
+	if err := json.Unmarshal(kv.Value, &r); err != nil {
+		return Report{}, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+	}
+	if r.Member.ID != id || r.Epoch != epoch {
+		return Report{}, fmt.Errorf("membership: key %q holds a report of member %d for epoch %d", kv.Key, r.Member.ID, r.Epoch)
+	}
+	return r, nil
+}
+
+// caughtUpMark is one decoded caught-up mark.
+type caughtUpMark struct {
+	epoch  uint64
+	member Member
+}
+
+func decodeCaughtUp(k keys, kvs []*mvccpb.KeyValue) ([]caughtUpMark, error) {
+	marks := make([]caughtUpMark, 0, len(kvs))
+	for _, kv := range kvs {
+		parts, err := splitKey(string(kv.Key), k.caughtUps(), 2)
+		if err != nil {
+			return nil, fmt.Errorf("membership: %w", err)
+		}
+		epoch, err := parseEpoch(parts[0])
+		if err != nil {
+			return nil, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+		}
+		m, err := decodeMember(kv, k.caughtUps()+parts[0]+"/")
+		if err != nil {
+			return nil, err
+		}
+		marks = append(marks, caughtUpMark{epoch, m})
+	}
+	return marks, nil
+}
+
+// caughtUpSet says which members are caught up as far as cur is
+// concerned: a member of cur needs a mark of its incarnation in cur from
+// an epoch no later than cur's; anyone else, any mark.
+func caughtUpSet(cur *View, marks []caughtUpMark) map[ID]bool {
+	inc := make(map[ID]uint64, len(cur.Members))
+	for _, m := range cur.Members {
+		inc[m.ID] = m.Incarnation
+	}
+	set := make(map[ID]bool, len(marks))
+	for _, mk := range marks {
+		if i, ok := inc[mk.member.ID]; ok && (i != mk.member.Incarnation || mk.epoch > cur.Epoch) {
+			continue
+		}
+		set[mk.member.ID] = true
+	}
+	return set
+}

@@ -1,0 +1,631 @@
+package convoy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/convoy-gcs/convoy/internal/etcdembed"
+	"github.com/convoy-gcs/convoy/rdma"
+)
+
+// vsCluster runs members of a view-managed group in this process, on the
+// in-memory transport, around one embedded etcd.
+type vsCluster struct {
+	t      *testing.T
+	etcd   *etcdembed.Server
+	fabric *rdma.MemFabric
+	prefix string
+	mu     sync.Mutex
+	nodes  map[NodeID]*vsNode
+	// gone lists the incarnations that were crashed or closed; their
+	// histories still count in the checks.
+	gone []*vsNode
+}
+
+// vsNode is one incarnation of a member and what it saw.
+type vsNode struct {
+	id NodeID
+	g  *Group
+	mu sync.Mutex
+	// events is the member's history: views and deliveries in order.
+	events []vsEvent
+	// accepted lists the payloads Send accepted.
+	accepted []string
+	state    *kvState
+}
+
+type vsEvent struct {
+	view *View
+	d    Delivery
+}
+
+func newVSCluster(t *testing.T) *vsCluster {
+	t.Helper()
+	srv, err := etcdembed.Start(context.Background(), etcdembed.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &vsCluster{t: t, etcd: srv, fabric: rdma.NewMemFabric(rdma.MemOptions{Seed: 1}),
+		prefix: "/" + strings.ReplaceAll(t.Name(), "/", "_") + "/", nodes: make(map[NodeID]*vsNode)}
+	t.Cleanup(func() {
+		c.mu.Lock()
+		nodes := c.nodes
+		c.mu.Unlock()
+		for _, n := range nodes {
+			n.g.Close()
+		}
+		c.fabric.Close()
+		srv.Close()
+	})
+	return c
+}
+
+// open starts member id; initial is Config.InitialMembers.
+func (c *vsCluster) open(id NodeID, initial int, opts ...func(*Config)) (*vsNode, error) {
+	ep, err := c.fabric.Endpoint(id)
+	if err != nil {
+		return nil, err
+	}
+	n := &vsNode{id: id, state: newKVState()}
+	cfg := Config{
+		Self: id, Endpoint: ep, InitialMembers: initial,
+		Etcd:           &EtcdConfig{Endpoints: c.etcd.Endpoints(), Prefix: c.prefix, LeaseTTL: 2 * time.Second},
+		BeaconInterval: time.Millisecond, WindowMessages: 1024,
+		// Several members, etcd and the load share two cores here: the
+		// timeout leaves room for scheduling delays.
+		HeartbeatInterval: 10 * time.Millisecond, SuspectTimeout: 200 * time.Millisecond,
+		State: n.state, Logger: testLogger(),
+		OnView: func(v View) {
+			n.mu.Lock()
+			n.events = append(n.events, vsEvent{view: &v})
+			n.mu.Unlock()
+		},
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	g, err := Open(context.Background(), cfg, func(d Delivery) {
+		n.state.apply(d.Payload)
+		n.mu.Lock()
+		n.events = append(n.events, vsEvent{d: d})
+		n.mu.Unlock()
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.g = g
+	c.mu.Lock()
+	c.nodes[id] = n
+	c.mu.Unlock()
+	return n, nil
+}
+
+// openAll starts members 1..n as the group's founders.
+func (c *vsCluster) openAll(n int, opts ...func(*Config)) []*vsNode {
+	c.t.Helper()
+	nodes := make([]*vsNode, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nodes[i], errs[i] = c.open(NodeID(i+1), n, opts...)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	return nodes
+}
+
+// crash stops member id as kill -9 would: its links break, it stops at
+// once, and its etcd lease is left to expire.
+func (c *vsCluster) crash(id NodeID) {
+	c.mu.Lock()
+	n := c.nodes[id]
+	delete(c.nodes, id)
+	c.gone = append(c.gone, n)
+	c.mu.Unlock()
+	c.fabric.Crash(id)
+	n.g.mem.abandon = true
+	n.g.Close()
+}
+
+// load sends from every given member until stop is closed.
+func (c *vsCluster) load(stop <-chan struct{}, nodes ...*vsNode) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p := fmt.Sprintf("set m%d-%d %d", n.id, k, k)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := n.g.Send(ctx, []byte(p))
+				cancel()
+				if err != nil {
+					return
+				}
+				n.mu.Lock()
+				n.accepted = append(n.accepted, p)
+				n.mu.Unlock()
+				if k%8 == 0 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}()
+	}
+	return &wg
+}
+
+// waitEpoch waits until every given member takes part in a view of at
+// least epoch with want members.
+func (c *vsCluster) waitView(epoch uint64, want int, nodes ...*vsNode) {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range nodes {
+		for {
+			v, ok := n.lastView()
+			if ok && v.Epoch >= epoch && len(v.Members) == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				if os.Getenv("CONVOY_TEST_LOG") != "" {
+					pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+				}
+				c.t.Fatalf("member %d: last view %+v, want epoch ≥ %d with %d members", n.id, v, epoch, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+func (n *vsNode) lastView() (View, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i := len(n.events) - 1; i >= 0; i-- {
+		if v := n.events[i].view; v != nil {
+			return *v, true
+		}
+	}
+	return View{}, false
+}
+
+// waitDelivered waits until every given member delivered every payload
+// the given senders had accepted.
+func (c *vsCluster) waitDelivered(receivers []*vsNode, senders ...*vsNode) {
+	c.t.Helper()
+	var want []string
+	for _, s := range senders {
+		s.mu.Lock()
+		excluded := slices.ContainsFunc(s.events, func(e vsEvent) bool { return e.view != nil && e.view.Excluded })
+		if !excluded {
+			// An excluded member's messages beyond its last view's cut
+			// are lost (and it is told so).
+			want = append(want, s.accepted...)
+		}
+		s.mu.Unlock()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range receivers {
+		for {
+			got := n.payloads()
+			var missing []string
+			for _, p := range want {
+				if !got[p] {
+					missing = append(missing, p)
+				}
+			}
+			if len(missing) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				n.mu.Lock()
+				for _, e := range n.events {
+					if e.view != nil {
+						c.t.Logf("view %d start %d", e.view.Epoch, e.view.Start)
+					} else if strings.HasPrefix(string(e.d.Payload), missing[0][:7]) {
+						c.t.Logf("%d/%d from %d seq %d: %s", e.d.Epoch, e.d.Index, e.d.Sender, e.d.Seq, e.d.Payload)
+					}
+				}
+				n.mu.Unlock()
+				c.t.Fatalf("member %d misses %d of %d accepted messages, first %q, last %q", n.id, len(missing), len(want), missing[0], missing[len(missing)-1])
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+func (n *vsNode) payloads() map[string]bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[string]bool)
+	for _, e := range n.events {
+		if e.view == nil {
+			out[string(e.d.Payload)] = true
+		}
+	}
+	return out
+}
+
+// check verifies the guarantees over every history, live or gone:
+// one message per global index everywhere, consecutive indexes, no
+// duplicates, per-sender order, the same views (members and start) with
+// every view placed at its start index, and virtual synchrony: a member
+// that installed view e+1 delivered in view e exactly the messages every
+// other such member did.
+func (c *vsCluster) check() {
+	c.t.Helper()
+	c.mu.Lock()
+	all := append(slices.Clone(c.gone), mapValues(c.nodes)...)
+	c.mu.Unlock()
+	byIndex := make(map[uint64]string)
+	views := make(map[uint64]string)
+	// perEpoch[e][member] = the messages the member delivered in view e,
+	// for members that went on to install e+1.
+	perEpoch := make(map[uint64]map[*vsNode]string)
+	for _, n := range all {
+		n.mu.Lock()
+		events := slices.Clone(n.events)
+		n.mu.Unlock()
+		var last uint64
+		var epoch uint64
+		var inEpoch strings.Builder
+		seen := make(map[string]bool)
+		lastK := make(map[string]int)
+		fresh := true // at the start of an incarnation
+		for _, e := range events {
+			if v := e.view; v != nil && v.Excluded {
+				// This incarnation ends; a new one may follow.
+				fresh, epoch, last = true, 0, 0
+				inEpoch.Reset()
+				continue
+			}
+			if v := e.view; v != nil {
+				desc := fmt.Sprintf("start=%d members=%v", v.Start, v.Members)
+				if prev, ok := views[v.Epoch]; ok && prev != desc {
+					c.t.Fatalf("view %d differs: %s vs %s", v.Epoch, prev, desc)
+				}
+				views[v.Epoch] = desc
+				if !fresh && last != v.Start {
+					c.t.Fatalf("member %d: view %d (start %d) after index %d", n.id, v.Epoch, v.Start, last)
+				}
+				if epoch != 0 {
+					if v.Epoch != epoch+1 {
+						c.t.Fatalf("member %d: view %d after view %d", n.id, v.Epoch, epoch)
+					}
+					if perEpoch[epoch] == nil {
+						perEpoch[epoch] = make(map[*vsNode]string)
+					}
+					perEpoch[epoch][n] = inEpoch.String()
+				}
+				last, epoch, fresh = v.Start, v.Epoch, false
+				inEpoch.Reset()
+				continue
+			}
+			d := e.d
+			if epoch == 0 || d.Epoch != epoch {
+				c.t.Fatalf("member %d: delivery %d/%d outside its view %d", n.id, d.Epoch, d.Index, epoch)
+			}
+			if d.Index != last+1 {
+				c.t.Fatalf("member %d: index %d after %d", n.id, d.Index, last)
+			}
+			last = d.Index
+			msg := fmt.Sprintf("%d:%d:%s", d.Sender, d.Seq, d.Payload)
+			if prev, ok := byIndex[d.Index]; ok && prev != msg {
+				c.t.Fatalf("index %d: %s on one member, %s on member %d", d.Index, prev, msg, n.id)
+			}
+			byIndex[d.Index] = msg
+			p := string(d.Payload)
+			if seen[p] {
+				c.t.Fatalf("member %d delivered %q twice", n.id, p)
+			}
+			seen[p] = true
+			var sender string
+			var k int
+			if _, err := fmt.Sscanf(p, "set %s", &sender); err == nil {
+				name, num, _ := strings.Cut(sender, "-")
+				k, _ = strconv.Atoi(num)
+				if prev, ok := lastK[name]; ok && k <= prev {
+					c.t.Fatalf("member %d: %s after %s-%d", n.id, sender, name, prev)
+				}
+				lastK[name] = k
+			}
+			fmt.Fprintf(&inEpoch, "%s;", msg)
+		}
+	}
+	for e, members := range perEpoch {
+		var ref string
+		first := true
+		for n, s := range members {
+			if first {
+				ref, first = s, false
+				continue
+			}
+			if s != ref {
+				c.t.Fatalf("virtual synchrony broken in view %d: member %d delivered a different set", e, n.id)
+			}
+		}
+	}
+}
+
+func mapValues[K comparable, V any](m map[K]V) []V {
+	out := make([]V, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+// kvState is a tiny replicated map for state transfer checks: messages
+// "set key value".
+type kvState struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func newKVState() *kvState { return &kvState{m: make(map[string]string)} }
+
+func (s *kvState) apply(p []byte) {
+	f := strings.Fields(string(p))
+	if len(f) == 3 && f[0] == "set" {
+		s.mu.Lock()
+		s.m[f[1]] = f[2]
+		s.mu.Unlock()
+	}
+}
+
+func (s *kvState) checksum() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, len(s.m))
+	for k := range s.m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%s\n", k, s.m[k])
+	}
+	return b.String()
+}
+
+// Snapshot writes the keys of part `part` of `of` as lines.
+func (s *kvState) Snapshot(w io.Writer, part, of int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, v := range s.m {
+		if int(crc32.ChecksumIEEE([]byte(k)))%of == part {
+			if _, err := fmt.Fprintf(w, "%s %s\n", k, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Restore replaces the state with the parts' keys.
+func (s *kvState) Restore(parts []io.Reader) error {
+	m := make(map[string]string)
+	for _, r := range parts {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			k, v, ok := strings.Cut(sc.Text(), " ")
+			if !ok {
+				return fmt.Errorf("bad snapshot line %q", sc.Text())
+			}
+			m[k] = v
+		}
+		if err := sc.Err(); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	s.m = m
+	s.mu.Unlock()
+	return nil
+}
+
+// TestViewsCrashUnderLoad: a member dies (links cut, lease left to
+// expire) while every member sends; the survivors exclude it, install the
+// next view and keep delivering, with every guarantee intact.
+func TestViewsCrashUnderLoad(t *testing.T) {
+	c := newVSCluster(t)
+	nodes := c.openAll(4)
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes...)
+	c.waitCount(nodes[0], 200)
+	c.crash(4)
+	survivors := nodes[:3]
+	c.waitView(2, 3, survivors...)
+	base := len(nodes[0].payloads())
+	c.waitCount(nodes[0], base+200)
+	close(stop)
+	wg.Wait()
+	c.waitDelivered(survivors, survivors...)
+	c.waitSameIndex(survivors...)
+	c.check()
+	sameState(t, survivors...)
+}
+
+// TestViewsJoinWithStateTransfer: a member joins a loaded group; it gets
+// the state as of the view change from the others and then delivers with
+// them, ending with the same state.
+func TestViewsJoinWithStateTransfer(t *testing.T) {
+	c := newVSCluster(t)
+	nodes := c.openAll(3)
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes...)
+	c.waitCount(nodes[0], 300)
+	joiner, err := c.open(4, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append(nodes, joiner)
+	c.waitView(2, 4, all...)
+	c.waitCount(joiner, 100)
+	close(stop)
+	wg.Wait()
+	c.waitDelivered(nodes, nodes...)
+	c.waitSameIndex(all...)
+	c.check()
+	sameState(t, all...)
+}
+
+// waitSameIndex waits until the members delivered up to the same index
+// (the senders must have stopped).
+func (c *vsCluster) waitSameIndex(nodes ...*vsNode) {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var idx []uint64
+		for _, n := range nodes {
+			idx = append(idx, n.lastIndex())
+		}
+		if slices.Min(idx) == slices.Max(idx) {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("members stopped at different indexes: %v", idx)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (n *vsNode) lastIndex() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i := len(n.events) - 1; i >= 0; i-- {
+		if e := n.events[i]; e.view == nil {
+			return e.d.Index
+		} else {
+			return e.view.Start
+		}
+	}
+	return 0
+}
+
+// waitCount waits until n delivered at least k messages.
+func (c *vsCluster) waitCount(n *vsNode, k int) {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(n.payloads()) < k {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("member %d delivered %d of %d messages", n.id, len(n.payloads()), k)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func sameState(t *testing.T, nodes ...*vsNode) {
+	t.Helper()
+	ref := nodes[0].state.checksum()
+	if ref == "" {
+		t.Fatal("empty state")
+	}
+	for _, n := range nodes[1:] {
+		if got := n.state.checksum(); got != ref {
+			t.Fatalf("member %d's state differs from member %d's", n.id, nodes[0].id)
+		}
+	}
+}
+
+// testLogger logs to stderr when CONVOY_TEST_LOG is set.
+func testLogger() *slog.Logger {
+	if os.Getenv("CONVOY_TEST_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// TestViewsTwoCrashes: two of five members die at once; the three others
+// still hold a majority and go on.
+func TestViewsTwoCrashes(t *testing.T) {
+	c := newVSCluster(t)
+	nodes := c.openAll(5)
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes...)
+	c.waitCount(nodes[0], 200)
+	c.crash(2)
+	c.crash(5)
+	survivors := []*vsNode{nodes[0], nodes[2], nodes[3]}
+	c.waitView(2, 3, survivors...)
+	c.waitCount(nodes[0], len(nodes[0].payloads())+200)
+	close(stop)
+	wg.Wait()
+	c.waitDelivered(survivors, survivors...)
+	c.waitSameIndex(survivors...)
+	c.check()
+	sameState(t, survivors...)
+}
+
+// TestViewsLeaderCrashesMidChange: the leader of a view change dies as it
+// is about to commit the next view; the next leader collects the reports
+// again and one view takes effect.
+func TestViewsLeaderCrashesMidChange(t *testing.T) {
+	c := newVSCluster(t)
+	var once sync.Once
+	crashed := make(chan struct{})
+	nodes := c.openAll(5, func(cfg *Config) {
+		if cfg.Self == 1 {
+			cfg.onPropose = func(uint64) {
+				once.Do(func() { go func() { c.crash(1); close(crashed) }() })
+			}
+		}
+	})
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes...)
+	c.waitCount(nodes[0], 200)
+	c.crash(5) // member 1 leads the change and dies proposing
+	<-crashed
+	survivors := nodes[1:4]
+	c.waitView(2, 3, survivors...)
+	c.waitCount(nodes[1], len(nodes[1].payloads())+200)
+	close(stop)
+	wg.Wait()
+	c.waitDelivered(survivors, survivors...)
+	c.waitSameIndex(survivors...)
+	c.check()
+	sameState(t, survivors...)
+}
+
+// TestViewsBrokenLink: one link breaks; the suspicion it raises is
+// refuted through other members, nobody is excluded, and the group goes
+// on in a new view with the same members.
+func TestViewsBrokenLink(t *testing.T) {
+	c := newVSCluster(t)
+	nodes := c.openAll(4)
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes...)
+	c.waitCount(nodes[0], 200)
+	c.fabric.BreakLink(2, 3)
+	c.waitView(2, 4, nodes...)
+	c.waitCount(nodes[0], len(nodes[0].payloads())+200)
+	close(stop)
+	wg.Wait()
+	c.waitDelivered(nodes, nodes...)
+	c.waitSameIndex(nodes...)
+	c.check()
+	sameState(t, nodes...)
+}
