@@ -2,6 +2,7 @@ package convoy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/convoy-gcs/convoy/membership"
@@ -59,9 +60,15 @@ func (h *ctrlHandler) Signal(imm uint64) {
 	h.v.g.post(event{kind: evSignal, v: h.v, from: h.rank, imm: imm})
 }
 
-// Failed: a broken link silences the peer, which the detector notices.
+// Failed reports a broken connection to the detector: when a process
+// dies its host resets the connections, and the detector can then confirm
+// the failure through other paths at once instead of after a timeout. A
+// peer that closed the stream (it moved on to another view) is not news.
 func (h *ctrlHandler) Failed(err error) {
 	h.v.g.log.Debug("detector stream failed", "peer", h.v.ids[h.rank], "epoch", h.v.rec.Epoch, "err", err)
+	if errors.Is(err, rdma.ErrConnectionLost) || errors.Is(err, rdma.ErrUnreachable) {
+		h.v.g.post(event{kind: evLinkDown, v: h.v, from: h.rank})
+	}
 }
 
 // signal applies a detector signal from rank from.
@@ -91,7 +98,7 @@ func (r *runner) detectorReady() {
 		}
 	}
 	for _, rank := range rd.Refuted {
-		g.log.Info("suspicion refuted by another path", "peer", v.ids[rank], "epoch", v.rec.Epoch)
+		g.log.Debug("suspicion refuted by another path", "peer", v.ids[rank], "epoch", v.rec.Epoch)
 		g.m.suspicions.Add(g.ctx, 1, g.m.refutedAttr)
 	}
 	for _, vd := range rd.Confirmed {

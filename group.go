@@ -92,6 +92,7 @@ const (
 	evSignal
 	evState
 	evRestored
+	evLinkDown
 )
 
 // event is something for the loop. v names the view it belongs to; the

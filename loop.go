@@ -75,6 +75,16 @@ type runner struct {
 	sentBase  uint64
 	// ms is the membership state of a view-managed group.
 	ms memberState
+	// wedgedAt is when this member wedged; retryAt, if set, is when to
+	// decide again on retryState (a proposal held back).
+	wedgedAt   int64
+	retryAt    int64
+	retryState *membership.State
+	// reportAt, if set, is when to write the final report.
+	reportAt int64
+	// exclusions counts recent exclusions, the last at lastExcluded.
+	exclusions   int
+	lastExcluded time.Time
 }
 
 // handle applies one event; it returns false when the loop must stop.
@@ -118,6 +128,10 @@ func (r *runner) handle(ev event) bool {
 		if ev.v == r.v {
 			r.signal(now, ev.from, ev.imm)
 		}
+	case evLinkDown:
+		if ev.v == r.v {
+			r.v.det.Disconnected(ev.from)
+		}
 	case evState:
 		return r.onState(ev.state)
 	case evRestored:
@@ -143,6 +157,16 @@ func (r *runner) tick() {
 		return
 	}
 	now := r.g.cfg.Clock()
+	if r.retryAt != 0 && now >= r.retryAt {
+		st := r.retryState
+		r.retryAt, r.retryState = 0, nil
+		if st.Current.Epoch == r.v.rec.Epoch {
+			r.decide(st)
+		}
+	}
+	if r.reportAt != 0 && now >= r.reportAt && r.wedged {
+		r.report()
+	}
 	r.v.core.Tick(now)
 	if r.v.det != nil {
 		r.v.det.SetFrontier(membership.FrontierUnits(uint64(r.v.core.Frontier())))
@@ -159,6 +183,11 @@ func (r *runner) deadline() time.Duration {
 	if r.v.det != nil {
 		d = min(d, r.v.det.Deadline())
 	}
+	for _, at := range []int64{r.retryAt, r.reportAt} {
+		if at != 0 {
+			d = min(d, at)
+		}
+	}
 	return time.Duration(d)
 }
 
@@ -171,10 +200,34 @@ func (r *runner) ready() bool {
 	g, v := r.g, r.v
 	rd := v.core.Ready()
 	ctx := g.ctx
+	if err := r.multicast(rd); err != nil {
+		if !g.dynamic() {
+			g.fail(err)
+			return false
+		}
+		// The view cannot go on; what the core delivered is still handed
+		// out below.
+		r.wedge("multicast send failed: " + err.Error())
+	}
+	r.deliver(rd.Deliveries)
+	now := g.cfg.Clock()
+	g.m.barrierLag.Record(ctx, now-int64(min(v.core.Barrier(), ordering.Timestamp(now))))
+	if rd.Stable > 0 {
+		g.ownStable(v.rec.Sent[v.self] + rd.Stable)
+	}
+	if v.det != nil {
+		r.detectorReady()
+	}
+	return true
+}
+
+// multicast sends the records and control records of rd.
+func (r *runner) multicast(rd ordering.Ready) error {
+	g, v, ctx := r.g, r.v, r.g.ctx
 	for i := range rd.Records {
 		frame := ordering.AppendRecord(g.frame(ordering.RecordHeaderBytes+len(rd.Records[i].Payload)), &rd.Records[i])
 		if err := v.data[v.self].Send(ctx, frame); err != nil {
-			return r.viewBroken(err)
+			return err
 		}
 		if rd.Records[i].Kind == ordering.KindBeacon {
 			g.m.control.Add(ctx, int64(len(v.ids)-1), g.m.beaconAttr)
@@ -192,7 +245,7 @@ func (r *runner) ready() bool {
 		}
 		frame := ordering.AppendRecord(nil, &e.Record)
 		if err := mg.Send(ctx, frame); err != nil {
-			return r.viewBroken(err)
+			return err
 		}
 		if e.Record.Kind == ordering.KindUp {
 			g.m.control.Add(ctx, 1, g.m.upAttr)
@@ -200,27 +253,7 @@ func (r *runner) ready() bool {
 			g.m.control.Add(ctx, int64(v.down.Size()-1), g.m.downAttr)
 		}
 	}
-	r.deliver(rd.Deliveries)
-	now := g.cfg.Clock()
-	g.m.barrierLag.Record(ctx, now-int64(min(v.core.Barrier(), ordering.Timestamp(now))))
-	if rd.Stable > 0 {
-		g.ownStable(v.rec.Sent[v.self] + rd.Stable)
-	}
-	if v.det != nil {
-		r.detectorReady()
-	}
-	return true
-}
-
-// viewBroken handles a failed multicast send: with fixed membership the
-// group fails; otherwise the view ends.
-func (r *runner) viewBroken(err error) bool {
-	if !r.g.dynamic() {
-		r.g.fail(err)
-		return false
-	}
-	r.wedge("multicast send failed: " + err.Error())
-	return true
+	return nil
 }
 
 // deliver hands deliveries of the current view to the application, or

@@ -56,9 +56,10 @@ func (m *member) setSelf(self membership.Member) {
 // memberState is the loop's part of the membership runtime.
 type memberState struct {
 	self membership.Member
-	// joinAsked and bootAsked: a join request or the first view was
-	// written for this incarnation.
-	joinAsked, bootAsked bool
+	// joinRetry is when to ask to join again if no request is recorded;
+	// bootAsked: the first view was written.
+	joinRetry time.Time
+	bootAsked bool
 	// proposed is the etcd revision of the state this member last
 	// proposed a view on, as leader.
 	proposed int64
@@ -299,10 +300,18 @@ func (r *runner) onState(st *membership.State) bool {
 		if rank := cur.Rank(ms.self.ID); rank >= 0 && cur.Members[rank].Incarnation == ms.self.Incarnation {
 			return r.enter(cur, rank)
 		}
-		if !ms.joinAsked {
-			ms.joinAsked = true
+		// Ask to join, and ask again if the request is gone (it hangs on
+		// the lease, which may have been renewed).
+		asked := slices.ContainsFunc(st.Joins, func(m membership.Member) bool { return m == ms.self })
+		if now := time.Now(); !asked && now.After(ms.joinRetry) {
+			ms.joinRetry = now.Add(max(4*r.g.cfg.SuspectTimeout, time.Second))
 			self := ms.self
-			r.async("join request", func(ctx context.Context, s *membership.Store) error { return s.RequestJoin(ctx, self) })
+			r.async("join request", func(ctx context.Context, s *membership.Store) error {
+				if err := s.Register(ctx, self); err != nil {
+					return err
+				}
+				return s.RequestJoin(ctx, self)
+			})
 		}
 		return true
 	case cur.Epoch < r.v.rec.Epoch:
@@ -364,12 +373,10 @@ func (r *runner) maybeBootstrap(st *membership.State) {
 func (r *runner) decide(st *membership.State) {
 	g, ms, v := r.g, &r.ms, r.v
 	in := membership.ChangeInput{
-		Current: st.Current, CaughtUp: st.CaughtUp, Suspected: make(map[uint64]bool),
+		Current: st.Current, CaughtUp: st.CaughtUp,
 		Joins: st.Joins, Leaves: st.Leaves, Reports: st.Reports,
 	}
-	for id := range st.Suspects {
-		in.Suspected[id] = true
-	}
+	in.Suspected = membership.Suspected(&st.Current, st.Suspects, st.Reports)
 	// The lease is a second, coarse signal: a member whose registration is
 	// gone (or names another incarnation) counts as suspected.
 	for _, m := range st.Current.Members {
@@ -393,6 +400,15 @@ func (r *runner) decide(st *membership.State) {
 		}
 	}
 	if d.Propose != nil && st.Revision > ms.proposed {
+		if sameMembers(d.Propose.Members, st.Current.Members) {
+			// Nobody is suspected yet, but the view broke: give the
+			// detector time to find out who is gone before starting the
+			// same members again, or broken views would follow each other.
+			if at := r.wedgedAt + 2*int64(g.cfg.SuspectTimeout); g.cfg.Clock() < at {
+				r.retryAt, r.retryState = at, st
+				return
+			}
+		}
 		ms.proposed = st.Revision
 		next := *d.Propose
 		g.log.Info("proposing view", "epoch", next.Epoch, "members", len(next.Members), "start", next.Start)
@@ -405,6 +421,11 @@ func (r *runner) decide(st *membership.State) {
 		v.donor.Close()
 		v.donor = nil
 	}
+}
+
+// sameMembers reports whether two member lists hold the same incarnations.
+func sameMembers(a, b []membership.Member) bool {
+	return slices.EqualFunc(a, b, func(x, y membership.Member) bool { return x.ID == y.ID && x.Incarnation == y.Incarnation })
 }
 
 func allCaughtUp(v *membership.View, caughtUp map[uint64]bool) bool {
@@ -423,13 +444,24 @@ func (r *runner) wedge(reason string) {
 		return
 	}
 	g, v := r.g, r.v
-	r.wedged = true
+	r.wedged, r.wedgedAt = true, g.cfg.Clock()
 	v.core.Wedge()
-	if v.det != nil {
-		v.det.Wedge()
-	}
+	v.det.Wedge()
+	// The report goes out after a few heartbeats to everyone, so that it
+	// can say whom this member still reaches.
+	r.reportAt = r.wedgedAt + 3*int64(g.cfg.HeartbeatInterval)
+	g.log.Info("wedged", "epoch", v.rec.Epoch, "reason", reason, "delivered", v.core.Index())
+}
+
+// report writes this member's final report for the wedged view.
+func (r *runner) report() {
+	g, v := r.g, r.v
+	r.reportAt = 0
 	rep := membership.Report{Epoch: v.rec.Epoch, Member: r.ms.self, Held: v.core.Held(), Delivered: v.core.Index()}
-	g.log.Info("wedged", "epoch", v.rec.Epoch, "reason", reason, "delivered", rep.Delivered)
+	for _, rank := range v.det.Heard(r.wedgedAt) {
+		rep.Hears = append(rep.Hears, v.rec.Members[rank].ID)
+	}
+	g.log.Debug("final report", "epoch", v.rec.Epoch, "hears", rep.Hears)
 	r.async("final report", func(ctx context.Context, s *membership.Store) error { return s.PutReport(ctx, rep) })
 }
 
@@ -453,6 +485,9 @@ func (r *runner) install(rec membership.View) bool {
 		r.wedged = true
 		old.core.Wedge()
 	}
+	// Deliveries the core made before it wedged, and not yet handed out,
+	// come first.
+	r.deliver(old.core.Ready().Deliveries)
 	cut, err := cutFor(&old.rec, &rec)
 	if err != nil {
 		r.excluded(&rec, err.Error())
@@ -642,8 +677,10 @@ func (r *runner) restored(parts [][]byte, err error) bool {
 		}
 	}
 	if err != nil {
-		g.fail(fmt.Errorf("state transfer for view %d: %w", r.v.rec.Epoch, err))
-		return false
+		// Without its state this member cannot take part: it drops out
+		// (the others exclude it once it falls silent) and tries again.
+		r.excluded(nil, fmt.Sprintf("state transfer for view %d failed: %v", r.v.rec.Epoch, err))
+		return true
 	}
 	r.restoring = false
 	r.onView(publicView(&r.v.rec, nil))
@@ -713,16 +750,44 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 		return
 	}
 	// Rejoin as a new incarnation: registering it tells the others that
-	// the old one is gone.
-	r.ms = memberState{self: membership.Member{ID: r.ms.self.ID, Incarnation: newIncarnation(), Addr: r.ms.self.Addr}, joinAsked: true}
+	// the old one is gone. A member excluded again and again (it is cut
+	// off from the others, and each view that admits it breaks at once)
+	// waits longer each time, so that the others make progress meanwhile.
+	wait := r.rejoinDelay()
+	r.ms = memberState{
+		self:      membership.Member{ID: r.ms.self.ID, Incarnation: newIncarnation(), Addr: r.ms.self.Addr},
+		joinRetry: time.Now().Add(wait + max(4*g.cfg.SuspectTimeout, time.Second)),
+	}
 	self := r.ms.self
 	m.setSelf(self)
+	g.log.Info("rejoining as a new incarnation", "incarnation", self.Incarnation, "after", wait)
 	r.async("rejoin", func(ctx context.Context, s *membership.Store) error {
+		select {
+		case <-time.After(wait):
+		case <-g.ctx.Done():
+			return nil
+		}
 		if err := s.Register(ctx, self); err != nil {
 			return err
 		}
 		return s.RequestJoin(ctx, self)
 	})
+}
+
+// rejoinDelay returns how long to wait before rejoining: nothing the first
+// time, then from a suspect timeout up, doubling while exclusions follow
+// each other within a minute.
+func (r *runner) rejoinDelay() time.Duration {
+	now := time.Now()
+	if now.Sub(r.lastExcluded) > time.Minute {
+		r.exclusions = 0
+	}
+	r.lastExcluded = now
+	r.exclusions++
+	if r.exclusions == 1 {
+		return 0
+	}
+	return min(r.g.cfg.SuspectTimeout<<(r.exclusions-2), 30*time.Second)
 }
 
 // Leave takes this member out of the group gracefully: it asks for a view

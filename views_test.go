@@ -241,15 +241,19 @@ func (c *vsCluster) waitDelivered(receivers []*vsNode, senders ...*vsNode) {
 				break
 			}
 			if time.Now().After(deadline) {
-				n.mu.Lock()
-				for _, e := range n.events {
-					if e.view != nil {
-						c.t.Logf("view %d start %d", e.view.Epoch, e.view.Start)
-					} else if strings.HasPrefix(string(e.d.Payload), missing[0][:7]) {
-						c.t.Logf("%d/%d from %d seq %d: %s", e.d.Epoch, e.d.Index, e.d.Sender, e.d.Seq, e.d.Payload)
+				if dir := os.Getenv("CONVOY_TEST_DUMP"); dir != "" {
+					n.mu.Lock()
+					var b strings.Builder
+					for _, e := range n.events {
+						if e.view != nil {
+							fmt.Fprintf(&b, "view %d start %d excluded=%v\n", e.view.Epoch, e.view.Start, e.view.Excluded)
+						} else {
+							fmt.Fprintf(&b, "%d/%d from %d seq %d: %s\n", e.d.Epoch, e.d.Index, e.d.Sender, e.d.Seq, e.d.Payload)
+						}
 					}
+					n.mu.Unlock()
+					os.WriteFile(fmt.Sprintf("%s/member%d.txt", dir, n.id), []byte(b.String()), 0o644)
 				}
-				n.mu.Unlock()
 				c.t.Fatalf("member %d misses %d of %d accepted messages, first %q, last %q", n.id, len(missing), len(want), missing[0], missing[len(missing)-1])
 			}
 			time.Sleep(5 * time.Millisecond)
@@ -628,4 +632,54 @@ func TestViewsBrokenLink(t *testing.T) {
 	c.waitSameIndex(nodes...)
 	c.check()
 	sameState(t, nodes...)
+}
+
+// TestViewsMinorityPartition: a partition cuts two of five members off.
+// The three others install a view without them and keep delivering; the
+// two cannot install a view of their own. When the partition heals they
+// learn they were excluded, rejoin as new incarnations with state
+// transfer, and every member ends with the same state.
+func TestViewsMinorityPartition(t *testing.T) {
+	c := newVSCluster(t)
+	nodes := c.openAll(5)
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes...)
+	c.waitCount(nodes[2], 200)
+	c.fabric.Partition([]NodeID{1, 2}, []NodeID{3, 4, 5})
+	minority, majority := nodes[:2], nodes[2:]
+	c.waitView(2, 3, majority...)
+	c.waitCount(nodes[2], len(nodes[2].payloads())+200)
+	for _, n := range minority {
+		if v, _ := n.lastView(); !v.Excluded && len(v.Members) < 5 {
+			t.Fatalf("member %d on the minority side installed %v", n.id, v)
+		}
+	}
+	c.fabric.Heal()
+	c.waitMembers(5, nodes...)
+	c.waitCount(nodes[0], len(nodes[0].payloads())+100)
+	close(stop)
+	wg.Wait()
+	c.waitDelivered(majority, majority...)
+	c.waitSameIndex(nodes...)
+	c.check()
+	sameState(t, nodes...)
+}
+
+// waitMembers waits until every given member takes part in a view of want
+// members (after any number of changes).
+func (c *vsCluster) waitMembers(want int, nodes ...*vsNode) {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range nodes {
+		for {
+			v, ok := n.lastView()
+			if ok && !v.Excluded && len(v.Members) == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.t.Fatalf("member %d: last view %+v, want %d members", n.id, v, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 }

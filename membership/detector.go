@@ -31,7 +31,7 @@ type DetectorConfig struct {
 	// confirm (CubicRing's multi-path confirmation).
 	Probes int
 	// StartGrace is how long a neighbour not heard from yet may stay
-	// silent (default 8×Timeout): members take up a new view at slightly
+	// silent (default 3×Timeout): members take up a new view at slightly
 	// different times.
 	StartGrace time.Duration
 }
@@ -53,7 +53,7 @@ func (c DetectorConfig) withDefaults() (DetectorConfig, error) {
 		c.Probes = DefaultProbes
 	}
 	if c.StartGrace == 0 {
-		c.StartGrace = 8 * c.Timeout
+		c.StartGrace = 3 * c.Timeout
 	}
 	if c.Timeout <= c.HeartbeatInterval {
 		return c, fmt.Errorf("membership: timeout %v must exceed the heartbeat interval %v", c.Timeout, c.HeartbeatInterval)
@@ -111,12 +111,14 @@ type DetectorReady struct {
 	Refuted []int
 }
 
-// ErrNotNeighbour is returned by Step for a heartbeat from a member this
-// one does not watch, or a message naming a rank outside the view.
+// ErrNotNeighbour is returned by Step for a message naming a rank outside
+// the view.
 var ErrNotNeighbour = errors.New("membership: not a neighbour")
 
 type watch struct {
 	lastHeard     int64
+	refutedAt     int64 // when another path last vouched for it
+	connLost      bool  // the connection broke, nothing heard since
 	frontier      uint64
 	frontierSince int64 // when frontier last advanced
 	// probing: a suspicion waiting for probe replies until deadline.
@@ -139,9 +141,12 @@ type Detector struct {
 	watches   map[int]*watch
 	confirmed map[int]bool
 	// wedged: the view is ending and every frontier stops, so stalls are
-	// no longer evidence.
+	// no longer evidence; heartbeats then go to every member, so that
+	// each can report whom it still reaches.
 	wedged bool
-	ready  DetectorReady
+	// heard[r] is when a heartbeat from rank r last arrived.
+	heard map[int]int64
+	ready DetectorReady
 }
 
 // NewDetector returns the detector of member cfg.Self at time now (in
@@ -152,7 +157,7 @@ func NewDetector(cfg DetectorConfig, now int64) (*Detector, error) {
 		return nil, err
 	}
 	d := &Detector{cfg: c, now: now, lastBeat: now - int64(c.HeartbeatInterval), nbrs: Neighbours(c.Members, c.Self),
-		watches: make(map[int]*watch), confirmed: make(map[int]bool)}
+		watches: make(map[int]*watch), confirmed: make(map[int]bool), heard: make(map[int]int64)}
 	for _, n := range d.nbrs {
 		// A neighbour is first suspected after StartGrace rather than
 		// Timeout: it may not have taken up the view yet.
@@ -172,8 +177,16 @@ func (d *Detector) Tick(now int64) {
 	d.now = max(d.now, now)
 	if d.now-d.lastBeat >= int64(d.cfg.HeartbeatInterval) {
 		d.lastBeat = d.now
-		for _, n := range d.nbrs {
-			d.send(Message{Kind: MsgHeartbeat, To: n, Frontier: d.frontier})
+		if d.wedged {
+			for r := range d.cfg.Members {
+				if r != d.cfg.Self {
+					d.send(Message{Kind: MsgHeartbeat, To: r, Frontier: d.frontier})
+				}
+			}
+		} else {
+			for _, n := range d.nbrs {
+				d.send(Message{Kind: MsgHeartbeat, To: n, Frontier: d.frontier})
+			}
 		}
 	}
 	for _, n := range d.nbrs {
@@ -187,7 +200,7 @@ func (d *Detector) Tick(now int64) {
 			// not come back count against the suspect too.
 			d.confirm(n, w.reason)
 		case w.probing:
-		case d.now-w.lastHeard >= int64(d.cfg.Timeout):
+		case d.now-w.lastHeard >= int64(d.cfg.Timeout) && d.now-w.refutedAt >= d.reprobe():
 			d.suspect(n, w, fmt.Sprintf("no heartbeat for %v", time.Duration(d.now-w.lastHeard)))
 		case d.stalled(w):
 			d.suspect(n, w, fmt.Sprintf("frontier stuck at %d for %v", w.frontier, time.Duration(d.now-w.frontierSince)))
@@ -196,8 +209,50 @@ func (d *Detector) Tick(now int64) {
 }
 
 // Wedge tells the detector that the view is ending: frontiers stop moving
-// everywhere, so from now on only silence makes a suspect.
-func (d *Detector) Wedge() { d.wedged = true }
+// everywhere, so from now on only silence makes a suspect, and heartbeats
+// go to every member (see Heard).
+func (d *Detector) Wedge() {
+	if !d.wedged {
+		d.wedged = true
+		d.lastBeat = d.now - int64(d.cfg.HeartbeatInterval) // beat at the next Tick
+	}
+}
+
+// Heard returns the ranks whose heartbeats arrived at or after since, in
+// order. Once every member is wedged and beats to all, this is whom the
+// member reaches.
+func (d *Detector) Heard(since int64) []int {
+	var out []int
+	for r := range d.cfg.Members {
+		if at, ok := d.heard[r]; ok && at >= since && r != d.cfg.Self {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// reprobe is how long after a refutation a silent neighbour is probed
+// again: the members that vouched for it may only have heard from it a
+// little later than this one did.
+func (d *Detector) reprobe() int64 {
+	return max(2*int64(d.cfg.HeartbeatInterval), int64(d.cfg.Timeout)/4)
+}
+
+// Disconnected tells the detector that the connection to rank broke (the
+// peer's host reset it, as when its process dies). The neighbour is
+// suspected at once rather than after a timeout, and this member answers
+// probes about it with "dead" until it hears from it again; other paths
+// still have to confirm, so a broken link alone excludes no one.
+func (d *Detector) Disconnected(rank int) {
+	w := d.watches[rank]
+	if w == nil {
+		return
+	}
+	w.connLost = true
+	if !w.probing && !d.confirmed[rank] {
+		d.suspect(rank, w, "connection lost")
+	}
+}
 
 // stalled reports whether a neighbour's frontier has stayed below this
 // member's for the stall timeout while its heartbeats kept coming.
@@ -213,7 +268,7 @@ func (d *Detector) suspect(s int, w *watch, reason string) {
 		d.confirm(s, reason+" (no other path to ask)")
 		return
 	}
-	*w = watch{lastHeard: w.lastHeard, frontier: w.frontier, frontierSince: w.frontierSince,
+	*w = watch{lastHeard: w.lastHeard, frontier: w.frontier, frontierSince: w.frontierSince, connLost: w.connLost, refutedAt: w.refutedAt,
 		probing: true, reason: reason, asked: len(probers), deadline: d.now + int64(d.cfg.Timeout)}
 	for _, p := range probers {
 		d.send(Message{Kind: MsgProbe, To: p, Suspect: s})
@@ -256,11 +311,12 @@ func (d *Detector) Step(now int64, m Message) error {
 	}
 	switch m.Kind {
 	case MsgHeartbeat:
+		d.heard[m.From] = d.now
 		w := d.watches[m.From]
 		if w == nil {
-			return fmt.Errorf("%w: heartbeat from rank %d", ErrNotNeighbour, m.From)
+			return nil // a wedged member beating to all
 		}
-		w.lastHeard = d.now
+		w.lastHeard, w.connLost = d.now, false
 		if m.Frontier > w.frontier {
 			w.frontier, w.frontierSince = m.Frontier, d.now
 		}
@@ -271,7 +327,7 @@ func (d *Detector) Step(now int64, m Message) error {
 		}
 	case MsgProbe:
 		w := d.watches[m.Suspect]
-		alive := w != nil && !d.confirmed[m.Suspect] && d.now-w.lastHeard < int64(d.cfg.Timeout) && !d.stalled(w)
+		alive := w != nil && !d.confirmed[m.Suspect] && !w.connLost && d.now-w.lastHeard < int64(d.cfg.Timeout) && !d.stalled(w)
 		d.send(Message{Kind: MsgProbeReply, To: m.From, Suspect: m.Suspect, Alive: alive})
 	case MsgProbeReply:
 		w := d.watches[m.Suspect]
@@ -279,9 +335,13 @@ func (d *Detector) Step(now int64, m Message) error {
 			return nil // a late reply
 		}
 		if m.Alive {
-			// Another path reaches the suspect: only our link is bad.
+			// Another path reaches the suspect: only our link is bad. The
+			// suspect is not heard from for that (probes are answered from
+			// direct heartbeats only, or two members whose timeouts fire
+			// apart would keep vouching for a dead one through each
+			// other); it is probed again a timeout later.
 			w.probing = false
-			w.lastHeard = d.now
+			w.refutedAt = d.now
 			d.ready.Refuted = append(d.ready.Refuted, m.Suspect)
 			return nil
 		}
@@ -304,7 +364,7 @@ func (d *Detector) Deadline() int64 {
 		case w.probing:
 			next = min(next, w.deadline)
 		default:
-			next = min(next, w.lastHeard+int64(d.cfg.Timeout))
+			next = min(next, max(w.lastHeard+int64(d.cfg.Timeout), w.refutedAt+d.reprobe()))
 		}
 	}
 	return next

@@ -107,6 +107,11 @@ func TestDetectorScenarios(t *testing.T) {
 				}
 			case "crash":
 				n.crashed[arg("m", 0)] = true
+			case "disconnect":
+				// Member m learns that its connection to peer broke.
+				n.ds[arg("m", 0)].Disconnected(arg("peer", 1))
+				n.out = &out
+				n.collect(arg("m", 0))
 			case "cut":
 				a, b := arg("a", 0), arg("b", 1)
 				n.cut[[2]int{min(a, b), max(a, b)}] = true

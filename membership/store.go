@@ -422,8 +422,8 @@ type State struct {
 	// Leaves holds the pending leave requests.
 	Leaves map[ID]bool
 	// Suspects holds the suspicions recorded for Current.Epoch: per
-	// suspect, "by <id>: <reason>" for each member that suspects it.
-	Suspects map[ID][]string
+	// suspect, the reason given by each member that suspects it.
+	Suspects map[ID]map[ID]string
 	// Reports holds the final reports for Current.Epoch.
 	Reports map[ID]Report
 	// CaughtUp holds the members whose state transfer is complete: those
@@ -479,7 +479,7 @@ func (s *Store) decodeState(rev int64, epoch uint64, view, members, joins, leave
 		Revision:   rev,
 		Registered: make(map[ID]Member, len(members)),
 		Leaves:     make(map[ID]bool, len(leaves)),
-		Suspects:   make(map[ID][]string),
+		Suspects:   make(map[ID]map[ID]string),
 		Reports:    make(map[ID]Report, len(reports)),
 	}
 	if len(view) > 0 {
@@ -525,7 +525,10 @@ func (s *Store) decodeState(rev int64, epoch uint64, view, members, joins, leave
 		if len(reason) > maxReason {
 			reason = strings.ToValidUTF8(reason[:maxReason], "")
 		}
-		st.Suspects[suspect] = append(st.Suspects[suspect], fmt.Sprintf("by %d: %s", by, reason))
+		if st.Suspects[suspect] == nil {
+			st.Suspects[suspect] = make(map[ID]string)
+		}
+		st.Suspects[suspect][by] = reason
 	}
 	for _, kv := range reports {
 		r, err := decodeReport(kv, s.k.reportsAt(epoch), epoch)

@@ -580,8 +580,8 @@ func TestState(t *testing.T) {
 	if want := map[ID]bool{3: true}; !reflect.DeepEqual(st.Leaves, want) {
 		t.Errorf("Leaves = %v, want %v", st.Leaves, want)
 	}
-	if got := st.Suspects[2]; len(got) != 2 || got[0] != "by 1: no heartbeat" || len(got[1]) != len("by 3: ")+maxReason {
-		t.Errorf("Suspects[2] = %.80q", got)
+	if got := st.Suspects[2]; len(got) != 2 || got[1] != "no heartbeat" || len(got[3]) != maxReason {
+		t.Errorf("Suspects[2] = %.80v", got)
 	}
 	if len(st.Suspects) != 1 {
 		t.Errorf("Suspects = %v, want only 2 (epoch 1)", st.Suspects)

@@ -87,6 +87,9 @@ type Report struct {
 	// Delivered is the global index of the last message the reporter
 	// delivered in the view (or the view's Start if none).
 	Delivered uint64 `json:"delivered"`
+	// Hears lists the members the reporter heard from after it wedged:
+	// whom it still reaches (see Suspected).
+	Hears []ID `json:"hears,omitempty"`
 }
 
 // Errors about views, for callers to test with errors.Is.
@@ -112,9 +115,11 @@ func HasMajority(cur *View, caughtUp func(ID) bool, next []Member) bool {
 	for _, id := range cur.Joining {
 		joining[id] = true
 	}
-	in := make(map[ID]bool, len(next))
+	// A member counts as kept only in the same incarnation: a new one
+	// under the same ID is a joiner without the old one's state.
+	in := make(map[Member]bool, len(next))
 	for _, m := range next {
-		in[m.ID] = true
+		in[Member{ID: m.ID, Incarnation: m.Incarnation}] = true
 	}
 	var voters, kept int
 	for _, m := range cur.Members {
@@ -122,7 +127,7 @@ func HasMajority(cur *View, caughtUp func(ID) bool, next []Member) bool {
 			continue
 		}
 		voters++
-		if in[m.ID] {
+		if in[Member{ID: m.ID, Incarnation: m.Incarnation}] {
 			kept++
 		}
 	}

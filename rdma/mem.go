@@ -53,7 +53,9 @@ type MemFabric struct {
 		rng    *rand.Rand
 		nodes  map[NodeID]*memEndpoint
 		conns  map[memPair]*memConn // the current connection of each pair
-		nextID uint64               // connection ids, for logs
+		// cut holds the pairs a partition separates.
+		cut    map[memPair]bool
+		nextID uint64 // connection ids, for logs
 		// active holds the directions with queued frames; dir.activeIdx is
 		// each one's index.
 		active []*memDir
@@ -120,6 +122,41 @@ func (f *MemFabric) BreakLink(a, b NodeID) {
 	}
 	f.mu.Unlock()
 	f.kick()
+}
+
+// Partition separates the given sides from each other until Heal: the
+// connections between nodes on different sides break as with BreakLink,
+// and queue pairs opened across the partition fail with ErrUnreachable.
+// Nodes not named keep their links to everyone.
+func (f *MemFabric) Partition(sides ...[]NodeID) {
+	f.mu.Lock()
+	if f.mu.cut == nil {
+		f.mu.cut = make(map[memPair]bool)
+	}
+	var broken []memPair
+	for i, a := range sides {
+		for _, b := range sides[i+1:] {
+			for _, x := range a {
+				for _, y := range b {
+					if x != y {
+						f.mu.cut[makePair(x, y)] = true
+						broken = append(broken, makePair(x, y))
+					}
+				}
+			}
+		}
+	}
+	f.mu.Unlock()
+	for _, p := range broken {
+		f.BreakLink(p.lo, p.hi)
+	}
+}
+
+// Heal ends every partition.
+func (f *MemFabric) Heal() {
+	f.mu.Lock()
+	f.mu.cut = nil
+	f.mu.Unlock()
 }
 
 // Crash kills node id: its connections break (peers' queue pairs fail with

@@ -61,8 +61,12 @@ func (e *memEndpoint) Open(ctx context.Context, peer NodeID, stream StreamID, h 
 	}
 	q := &memQP{ep: e}
 	q.init(peer, stream, h)
-	if pe := f.mu.nodes[peer]; pe == nil || pe.dead {
+	pe := f.mu.nodes[peer]
+	if cut := f.mu.cut[makePair(e.id, peer)]; pe == nil || pe.dead || cut {
 		err := fmt.Errorf("rdma: node %d has no live endpoint: %w", peer, ErrUnreachable)
+		if cut {
+			err = fmt.Errorf("rdma: node %d is on the other side of a partition: %w", peer, ErrUnreachable)
+		}
 		q.markFailed(err)
 		f.pushLocked(q, qpEvent{kind: evFailed, err: err})
 		return q, nil

@@ -174,3 +174,22 @@ func TestMemUnknownStreamBreaksConnection(t *testing.T) {
 	pa.r.waitFailed(ErrConnectionLost)
 	r.waitFailed(ErrConnectionLost)
 }
+
+func TestMemPartition(t *testing.T) {
+	n := newMemNet(t, MemOptions{Seed: 9})
+	a, b, c := n.endpoint(1), n.endpoint(2), n.endpoint(3)
+	ab, _ := openPair(t, a, b, 1)
+	ac, ca := openPair(t, a, c, 1)
+	n.f.Partition([]NodeID{1, 3}, []NodeID{2})
+	ab.r.waitFailed(ErrConnectionLost)
+	transfer(t, ac, ca, []int{10}) // the same side is unaffected
+	r := newRecorder(t, "across")
+	q, err := a.Open(context.Background(), 2, 2, r)
+	must(t, err)
+	r.waitFailed(ErrUnreachable)
+	must(t, q.Close())
+
+	n.f.Heal()
+	x, y := openPair(t, a, b, 3)
+	transfer(t, x, y, []int{0, 100})
+}

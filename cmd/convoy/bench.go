@@ -21,6 +21,8 @@ func benchmarks() []benchmark {
 	return []benchmark{
 		{name: "multicast", summary: "multicast one large message to a group and compare with unicast", run: runBenchMulticast},
 		{name: "order", summary: "throughput and latency of a delivery mode against unordered delivery", run: runBenchOrder},
+		{name: "viewchange", summary: "time for a loaded group to go on without a member killed with SIGKILL", run: runBenchViewChange},
+		{name: "vcnode", summary: "a member process of the viewchange benchmark", run: runBenchVCNode, hidden: true},
 		{name: "node", summary: "a benchmark node driven over stdin and stdout", run: runBenchNode, hidden: true},
 	}
 }

@@ -1,0 +1,331 @@
+// Package vscheck checks histories of a view-managed Convoy group against
+// the guarantees of DESIGN.md: one total order of messages and views
+// shared by every member, per-sender FIFO, and virtual synchrony.
+//
+// A history is what one incarnation of a member saw, in order: the views
+// it installed and the messages it delivered. Histories may be prefixes —
+// a member killed with SIGKILL loses the tail of what it recorded — so
+// every check holds for any prefix of a correct history, and nothing
+// requires a history to be complete. The types are JSON-friendly so that
+// member processes can stream their histories as JSON lines.
+package vscheck
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// View is a view as a member saw it installed.
+type View struct {
+	Epoch uint64 `json:"epoch"`
+	// Start is the global index of the last message delivered before the
+	// view; its first message gets Start+1.
+	Start uint64 `json:"start"`
+	// Members are the member ids in rank order.
+	Members []uint64 `json:"members"`
+}
+
+// Delivery is a message as a member delivered it.
+type Delivery struct {
+	Epoch   uint64 `json:"epoch"`
+	Index   uint64 `json:"index"`
+	Sender  uint64 `json:"sender"`
+	Seq     uint64 `json:"seq"`
+	Payload string `json:"payload"`
+}
+
+// Event is one entry of a history: exactly one of View and Delivery is
+// set.
+type Event struct {
+	View     *View     `json:"view,omitempty"`
+	Delivery *Delivery `json:"delivery,omitempty"`
+}
+
+// maxErrors bounds how many violations Check reports.
+const maxErrors = 20
+
+// errs collects violations, up to maxErrors.
+type errs struct {
+	list    []error
+	dropped int
+}
+
+func (e *errs) add(format string, args ...any) {
+	if len(e.list) == maxErrors {
+		e.dropped++
+		return
+	}
+	e.list = append(e.list, fmt.Errorf(format, args...))
+}
+
+func (e *errs) err() error {
+	if e.dropped > 0 {
+		e.list = append(e.list, fmt.Errorf("and %d more violations", e.dropped))
+	}
+	return errors.Join(e.list...)
+}
+
+// placed is where a message was first seen, for error messages.
+type placed struct {
+	msg     string // epoch, sender, seq and payload
+	history string
+}
+
+// Check verifies the guarantees over all histories, keyed by a name that
+// identifies the incarnation in error messages:
+//
+//   - every history starts with a view;
+//   - within a history, views have consecutive epochs, each view is
+//     placed exactly at its Start index (right after the delivery with
+//     that index), and deliveries have consecutive indexes and belong to
+//     the view installed last;
+//   - every history that installs a view gives it the same start and
+//     members;
+//   - every history that delivers index i delivers the same message
+//     there, and a payload is delivered at one index only (so no history
+//     delivers it twice);
+//   - a message is delivered in a view whose members include its sender;
+//   - per-sender FIFO: within a history, a sender's sequence numbers
+//     increase as long as the sender stays a member of the views in
+//     between (a sender that leaves the views returns as a new incarnation,
+//     whose numbers start again at 1);
+//   - virtual synchrony: every history that installs view e+1 after view
+//     e delivered exactly the same messages in e, and no history delivers
+//     a message of view e beyond the start of view e+1 (the cut).
+//
+// It returns nil if every check holds, or an error listing (up to 20)
+// violations.
+func Check(histories map[string][]Event) error {
+	var e errs
+	views := make(map[uint64]View)
+	viewFrom := make(map[uint64]string)
+	byIndex := make(map[uint64]placed)
+	payloadAt := make(map[string]uint64)
+	// inView[epoch][history]: the messages a history delivered in view
+	// epoch before installing epoch+1.
+	inView := make(map[uint64]map[string]string)
+	// lastIn[epoch]: the highest index some history delivered in epoch,
+	// and which one.
+	type highest struct {
+		index   uint64
+		history string
+	}
+	lastIn := make(map[uint64]highest)
+
+	for _, name := range slices.Sorted(maps.Keys(histories)) {
+		var (
+			cur     *View  // the view installed last
+			last    uint64 // the index of the last delivery (or cur.Start)
+			inCur   strings.Builder
+			lastSeq = make(map[uint64]uint64) // per sender, the last seq delivered
+			seen    = make(map[string]uint64) // payloads delivered, at index
+		)
+		for i, ev := range histories[name] {
+			switch {
+			case ev.View != nil && ev.Delivery != nil:
+				e.add("%s, event %d: both a view and a delivery", name, i)
+			case ev.View != nil:
+				v := *ev.View
+				if prev, ok := views[v.Epoch]; ok && !sameView(prev, v) {
+					e.add("view %d differs: %s in %s, %s in %s", v.Epoch, describe(prev), viewFrom[v.Epoch], describe(v), name)
+				} else if !ok {
+					views[v.Epoch], viewFrom[v.Epoch] = v, name
+				}
+				if cur != nil {
+					if v.Epoch != cur.Epoch+1 {
+						e.add("%s, event %d: view %d installed after view %d", name, i, v.Epoch, cur.Epoch)
+					}
+					if v.Start != last {
+						e.add("%s, event %d: view %d (start %d) installed after index %d", name, i, v.Epoch, v.Start, last)
+					}
+					if v.Epoch == cur.Epoch+1 {
+						if inView[cur.Epoch] == nil {
+							inView[cur.Epoch] = make(map[string]string)
+						}
+						inView[cur.Epoch][name] = inCur.String()
+					}
+					// A sender absent from the new view returns, if ever,
+					// as a new incarnation numbering from 1 again.
+					for s := range lastSeq {
+						if !slices.Contains(v.Members, s) {
+							delete(lastSeq, s)
+						}
+					}
+				}
+				cur, last = &v, v.Start
+				inCur.Reset()
+			case ev.Delivery != nil:
+				d := *ev.Delivery
+				if cur == nil {
+					e.add("%s, event %d: delivery of index %d before any view", name, i, d.Index)
+					last = d.Index
+					continue
+				}
+				if d.Epoch != cur.Epoch {
+					e.add("%s, event %d: delivery of index %d in epoch %d, but view %d is installed", name, i, d.Index, d.Epoch, cur.Epoch)
+				}
+				if !slices.Contains(cur.Members, d.Sender) {
+					e.add("%s, event %d: index %d sent by %d, but sender %d is not a member of view %d", name, i, d.Index, d.Sender, d.Sender, cur.Epoch)
+				}
+				if d.Index != last+1 {
+					e.add("%s, event %d: index %d delivered after index %d", name, i, d.Index, last)
+				}
+				last = d.Index
+				msg := fmt.Sprintf("epoch %d sender %d seq %d payload %q", d.Epoch, d.Sender, d.Seq, d.Payload)
+				if p, ok := byIndex[d.Index]; ok && p.msg != msg {
+					e.add("index %d: %s in %s, %s in %s", d.Index, p.msg, p.history, msg, name)
+				} else if !ok {
+					byIndex[d.Index] = placed{msg, name}
+				}
+				if at, ok := seen[d.Payload]; ok {
+					e.add("%s, event %d: payload %q delivered twice, at indexes %d and %d", name, i, d.Payload, at, d.Index)
+				} else if at, ok := payloadAt[d.Payload]; ok && at != d.Index {
+					e.add("payload %q delivered at index %d by one history and at index %d in %s", d.Payload, at, d.Index, name)
+				}
+				seen[d.Payload] = d.Index
+				if _, ok := payloadAt[d.Payload]; !ok {
+					payloadAt[d.Payload] = d.Index
+				}
+				if prev, ok := lastSeq[d.Sender]; ok && d.Seq <= prev {
+					e.add("%s, event %d: sender %d's seq %d delivered after its seq %d (FIFO)", name, i, d.Sender, d.Seq, prev)
+				}
+				lastSeq[d.Sender] = d.Seq
+				if h := lastIn[d.Epoch]; d.Index > h.index {
+					lastIn[d.Epoch] = highest{d.Index, name}
+				}
+				fmt.Fprintf(&inCur, "%d:%s;", d.Index, msg)
+			default:
+				e.add("%s, event %d: neither a view nor a delivery", name, i)
+			}
+		}
+	}
+
+	// Virtual synchrony.
+	for _, epoch := range slices.Sorted(maps.Keys(inView)) {
+		names := slices.Sorted(maps.Keys(inView[epoch]))
+		ref := inView[epoch][names[0]]
+		for _, name := range names[1:] {
+			if got := inView[epoch][name]; got != ref {
+				e.add("virtual synchrony broken in view %d: %s and %s installed view %d after delivering different messages in it (%d and %d deliveries)",
+					epoch, names[0], name, epoch+1, strings.Count(ref, ";"), strings.Count(got, ";"))
+			}
+		}
+	}
+	for _, epoch := range slices.Sorted(maps.Keys(lastIn)) {
+		next, ok := views[epoch+1]
+		if h := lastIn[epoch]; ok && h.index > next.Start {
+			e.add("virtual synchrony broken: %s delivered index %d in view %d, beyond the cut of view %d (start %d)",
+				h.history, h.index, epoch, epoch+1, next.Start)
+		}
+	}
+	return e.err()
+}
+
+func sameView(a, b View) bool { return a.Start == b.Start && slices.Equal(a.Members, b.Members) }
+
+func describe(v View) string { return fmt.Sprintf("start %d members %v", v.Start, v.Members) }
+
+// Views returns every view some history installed, by epoch (the first
+// seen, when histories disagree: Check reports that).
+func Views(histories map[string][]Event) map[uint64]View {
+	out := make(map[uint64]View)
+	for _, name := range slices.Sorted(maps.Keys(histories)) {
+		for _, ev := range histories[name] {
+			if v := ev.View; v != nil {
+				if _, ok := out[v.Epoch]; !ok {
+					out[v.Epoch] = *v
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Missing returns, for each history that lacks some of them, the
+// accepted payloads it did not deliver, in the order given. Pass the
+// histories of members that must have delivered every message (the
+// survivors) and the payloads whose sends those members' groups accepted.
+//
+// A history that starts late (a joiner, or a later incarnation of a
+// member) received the messages before its first view as state, not as
+// deliveries: a payload that one of the histories delivered at an index
+// up to the start of that first view counts as received.
+func Missing(histories map[string][]Event, accepted []string) map[string][]string {
+	at := make(map[string]uint64)
+	for _, h := range histories {
+		for _, ev := range h {
+			if d := ev.Delivery; d != nil {
+				at[d.Payload] = d.Index
+			}
+		}
+	}
+	out := make(map[string][]string)
+	for name, h := range histories {
+		got := make(map[string]bool, len(h))
+		var start uint64
+		if len(h) > 0 && h[0].View != nil {
+			start = h[0].View.Start
+		}
+		for _, ev := range h {
+			if d := ev.Delivery; d != nil {
+				got[d.Payload] = true
+			}
+		}
+		for _, p := range accepted {
+			if i, ok := at[p]; !got[p] && !(ok && i <= start) {
+				out[name] = append(out[name], p)
+			}
+		}
+	}
+	return out
+}
+
+// CheckIncarnations verifies the life of member id across its successive
+// incarnations (the histories of one member, in order; each may be a
+// prefix): every view an incarnation installs contains id, and every
+// incarnation but the last ended because the group excluded it — the
+// view after its last one, as views gives it, does not contain id — and
+// the next incarnation starts in a later view. views is typically Views
+// over every history.
+func CheckIncarnations(id uint64, incarnations [][]Event, views map[uint64]View) error {
+	var e errs
+	prevLast := uint64(0) // the last epoch of the previous incarnation
+	for n, h := range incarnations {
+		var first, last uint64
+		for _, ev := range h {
+			v := ev.View
+			if v == nil {
+				continue
+			}
+			if first == 0 {
+				first = v.Epoch
+			}
+			last = v.Epoch
+			if !slices.Contains(v.Members, id) {
+				e.add("member %d, incarnation %d installed view %d, which does not contain it (members %v)", id, n+1, v.Epoch, v.Members)
+			}
+		}
+		if n > 0 && first != 0 && first <= prevLast+1 {
+			e.add("member %d, incarnation %d starts in view %d, not after view %d that excluded incarnation %d", id, n+1, first, prevLast+1, n)
+		}
+		if n == len(incarnations)-1 {
+			break
+		}
+		if last == 0 {
+			e.add("member %d, incarnation %d installed no view", id, n+1)
+			continue
+		}
+		next, ok := views[last+1]
+		switch {
+		case !ok:
+			e.add("member %d, incarnation %d ended after view %d, but no history installed view %d", id, n+1, last, last+1)
+		case slices.Contains(next.Members, id):
+			e.add("member %d, incarnation %d ended after view %d, but view %d contains it (members %v)", id, n+1, last, last+1, next.Members)
+		}
+		prevLast = last
+	}
+	return e.err()
+}
