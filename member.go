@@ -458,7 +458,10 @@ func (r *runner) report() {
 	g, v := r.g, r.v
 	r.reportAt = 0
 	rep := membership.Report{Epoch: v.rec.Epoch, Member: r.ms.self, Held: v.core.Held(), Delivered: v.core.Index()}
-	for _, rank := range v.det.Heard(r.wedgedAt) {
+	// Whom it hears now: heartbeats of the last two intervals, when every
+	// wedged member beats to all (older ones may predate a partition).
+	since := max(r.wedgedAt, g.cfg.Clock()-2*int64(g.cfg.HeartbeatInterval))
+	for _, rank := range v.det.Heard(since) {
 		rep.Hears = append(rep.Hears, v.rec.Members[rank].ID)
 	}
 	g.log.Debug("final report", "epoch", v.rec.Epoch, "hears", rep.Hears)
@@ -524,7 +527,9 @@ func (r *runner) install(rec membership.View) bool {
 	g.m.views.Add(g.ctx, 1)
 	g.m.epoch.Record(g.ctx, int64(rec.Epoch))
 	g.log.Info("installed view", "epoch", rec.Epoch, "members", len(rec.Members), "start", rec.Start, "resend", len(resend), "pending", len(r.pending), "joining", len(rec.Joining))
-	r.onView(publicView(&rec, &old.rec))
+	if !r.restoring {
+		r.onView(publicView(&rec, &old.rec)) // a joiner sees its first view once restored
+	}
 	if v.broken != nil {
 		// Everything waits for the next view.
 		r.pending = append(resend, r.pending...)
