@@ -52,8 +52,12 @@ type vsEvent struct {
 }
 
 func newVSCluster(t *testing.T) *vsCluster {
+	return newVSClusterOn(t, etcdembed.Config{})
+}
+
+func newVSClusterOn(t *testing.T, ecfg etcdembed.Config) *vsCluster {
 	t.Helper()
-	srv, err := etcdembed.Start(context.Background(), etcdembed.Config{})
+	srv, err := etcdembed.Start(context.Background(), ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +71,7 @@ func newVSCluster(t *testing.T) *vsCluster {
 			n.g.Close()
 		}
 		c.fabric.Close()
-		srv.Close()
+		c.etcd.Close()
 	})
 	return c
 }
@@ -695,4 +699,42 @@ func (c *vsCluster) waitMembers(want int, nodes ...*vsNode) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+}
+
+// TestViewsEtcdOutage: etcd goes away for a while. Traffic within the view
+// goes on meanwhile (etcd is needed only to change views); once etcd is
+// back, a member's crash is handled as usual.
+func TestViewsEtcdOutage(t *testing.T) {
+	dir := t.TempDir()
+	c := newVSClusterOn(t, etcdembed.Config{Dir: dir})
+	nodes := c.openAll(4)
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes...)
+	c.waitCount(nodes[0], 200)
+
+	endpoint := c.etcd.Endpoints()[0]
+	if err := c.etcd.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Deliveries go on for longer than the lease's TTL.
+	for range 3 {
+		c.waitCount(nodes[0], len(nodes[0].payloads())+100)
+		time.Sleep(time.Second)
+	}
+	restarted, err := etcdembed.Start(context.Background(), etcdembed.Config{Dir: dir, ClientAddr: strings.TrimPrefix(endpoint, "http://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.etcd = restarted
+
+	c.crash(4)
+	survivors := nodes[:3]
+	c.waitView(2, 3, survivors...)
+	c.waitCount(nodes[0], len(nodes[0].payloads())+200)
+	close(stop)
+	wg.Wait()
+	c.waitDelivered(survivors, survivors...)
+	c.waitSameIndex(survivors...)
+	c.check()
+	sameState(t, survivors...)
 }
