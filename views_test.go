@@ -532,14 +532,14 @@ func (c *vsCluster) waitSameIndex(nodes ...*vsNode) {
 func (n *vsNode) lastIndex() uint64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for i := len(n.events) - 1; i >= 0; i-- {
-		if e := n.events[i]; e.view == nil {
-			return e.d.Index
-		} else {
-			return e.view.Start
-		}
+	if len(n.events) == 0 {
+		return 0
 	}
-	return 0
+	if e := n.events[len(n.events)-1]; e.view != nil {
+		return e.view.Start
+	} else {
+		return e.d.Index
+	}
 }
 
 // waitCount waits until n delivered at least k messages.

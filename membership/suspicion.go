@@ -30,8 +30,7 @@ func Suspected(cur *View, suspects map[ID]map[ID]string, reports map[ID]Report) 
 	for i := range parent {
 		parent[i] = i
 	}
-	var find func(int) int
-	find = func(i int) int {
+	find := func(i int) int {
 		for parent[i] != i {
 			parent[i] = parent[parent[i]]
 			i = parent[i]
