@@ -9,6 +9,8 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/multicast"
@@ -155,13 +157,18 @@ type Config struct {
 	// Clock returns this member's monotonic time in nanoseconds (default:
 	// time since Open). Tests inject skewed clocks here.
 	Clock func() int64
-	// Logger and MeterProvider receive logs and metrics; nil discards them.
-	Logger        *slog.Logger
-	MeterProvider metric.MeterProvider
+	// Logger, MeterProvider and TracerProvider receive logs, metrics and
+	// spans (view changes and state transfers); nil discards them.
+	Logger         *slog.Logger
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
 
 	// onPropose, for tests, is called when this member, as leader, is
 	// about to commit a view.
 	onPropose func(epoch uint64)
+	// onCommitted, for tests, is called when this member, as leader, has
+	// committed a view in etcd (before anyone has read it).
+	onCommitted func(epoch uint64)
 	// onHeld, for tests, is called when a data record from member rank
 	// with sequence seq arrives complete, before the core sees it.
 	onHeld func(rank int, seq uint64)
@@ -293,6 +300,9 @@ func (c Config) commonDefaults() (Config, error) {
 	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = noop.NewMeterProvider()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = tracenoop.NewTracerProvider()
 	}
 	if c.Clock == nil {
 		// Wall-clock nanoseconds (comparable across members whose clocks

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/rdma"
 )
@@ -78,6 +81,13 @@ func (r *runner) signal(now int64, from int, imm uint64) {
 	m, err := membership.DecodeSignal(imm, from, v.self, len(v.ids), local)
 	if err == nil {
 		err = v.det.Step(now, m)
+	}
+	if err == nil && m.Kind == membership.MsgHeartbeat {
+		lag := int64(0)
+		if local > m.Frontier {
+			lag = int64(local-m.Frontier) << 10
+		}
+		r.g.m.neighbourLag.Record(r.g.ctx, lag, metric.WithAttributes(attribute.Int64("peer", int64(v.ids[from]))))
 	}
 	if err != nil {
 		r.g.m.rejected.Add(r.g.ctx, 1)

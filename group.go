@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/ordering"
 	"github.com/convoy-gcs/convoy/rdma"
@@ -37,6 +39,7 @@ type Group struct {
 	cfg   Config
 	log   *slog.Logger
 	m     *metrics
+	tr    trace.Tracer
 	h     Handler
 	ep    rdma.Endpoint
 	ownEP bool
@@ -136,6 +139,7 @@ func Open(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.mu.nextSeq = 1
 	g.mu.waiters = make(map[uint64][]waiter)
+	g.tr = c.TracerProvider.Tracer("github.com/convoy-gcs/convoy")
 	if g.m, err = newMetrics(c.MeterProvider); err != nil {
 		return nil, err
 	}

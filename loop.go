@@ -5,6 +5,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/ordering"
 )
@@ -15,7 +17,10 @@ import (
 // only goroutine that touches them.
 func (g *Group) loop(r *runner) {
 	defer g.loopWG.Done()
-	defer func() { r.v.close() }()
+	defer func() {
+		r.endChange()
+		r.v.close()
+	}()
 	defer func() {
 		if e := recover(); e != nil {
 			g.log.Error("loop panicked", "panic", e, "stack", string(debug.Stack()))
@@ -82,6 +87,9 @@ type runner struct {
 	retryState *membership.State
 	// reportAt, if set, is when to write the final report.
 	reportAt int64
+	// change spans a view change, from the wedge to the next view (or
+	// the exclusion).
+	change trace.Span
 	// exclusions counts recent exclusions, the last at lastExcluded.
 	exclusions   int
 	lastExcluded time.Time

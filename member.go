@@ -11,6 +11,9 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/convoy-gcs/convoy/internal/etcdembed"
@@ -415,7 +418,15 @@ func (r *runner) decide(st *membership.State) {
 		if g.cfg.onPropose != nil {
 			g.cfg.onPropose(next.Epoch)
 		}
-		r.async("install view", func(ctx context.Context, s *membership.Store) error { return s.Install(ctx, next) })
+		r.async("install view", func(ctx context.Context, s *membership.Store) error {
+			if err := s.Install(ctx, next); err != nil {
+				return err
+			}
+			if g.cfg.onCommitted != nil {
+				g.cfg.onCommitted(next.Epoch)
+			}
+			return nil
+		})
 	}
 	if v.donor != nil && allCaughtUp(&v.rec, st.CaughtUp) {
 		v.donor.Close()
@@ -451,6 +462,19 @@ func (r *runner) wedge(reason string) {
 	// can say whom this member still reaches.
 	r.reportAt = r.wedgedAt + 3*int64(g.cfg.HeartbeatInterval)
 	g.log.Info("wedged", "epoch", v.rec.Epoch, "reason", reason, "delivered", v.core.Index())
+	_, r.change = g.tr.Start(g.ctx, "convoy.view.change", trace.WithAttributes(
+		attribute.Int64("convoy.epoch", int64(v.rec.Epoch)),
+		attribute.String("convoy.reason", reason),
+		attribute.Int64("convoy.delivered", int64(v.core.Index()))))
+}
+
+// endChange ends the view change's span.
+func (r *runner) endChange(attrs ...attribute.KeyValue) {
+	if r.change != nil {
+		r.change.SetAttributes(attrs...)
+		r.change.End()
+		r.change = nil
+	}
 }
 
 // report writes this member's final report for the wedged view.
@@ -465,6 +489,9 @@ func (r *runner) report() {
 		rep.Hears = append(rep.Hears, v.rec.Members[rank].ID)
 	}
 	g.log.Debug("final report", "epoch", v.rec.Epoch, "hears", rep.Hears)
+	if r.change != nil {
+		r.change.AddEvent("final report", trace.WithAttributes(attribute.Int("convoy.hears", len(rep.Hears))))
+	}
 	r.async("final report", func(ctx context.Context, s *membership.Store) error { return s.PutReport(ctx, rep) })
 }
 
@@ -526,6 +553,8 @@ func (r *runner) install(rec membership.View) bool {
 	}
 	g.m.views.Add(g.ctx, 1)
 	g.m.epoch.Record(g.ctx, int64(rec.Epoch))
+	r.endChange(attribute.Int64("convoy.next_epoch", int64(rec.Epoch)), attribute.Int("convoy.members", len(rec.Members)),
+		attribute.Int("convoy.resend", len(resend)), attribute.Int("convoy.joining", len(rec.Joining)))
 	g.log.Info("installed view", "epoch", rec.Epoch, "members", len(rec.Members), "start", rec.Start, "resend", len(resend), "pending", len(r.pending), "joining", len(rec.Joining))
 	if !r.restoring {
 		r.onView(publicView(&rec, &old.rec)) // a joiner sees its first view once restored
@@ -663,7 +692,18 @@ func (r *runner) fetch(v *view) {
 	g.mem.wg.Add(1)
 	go func() {
 		defer g.mem.wg.Done()
-		parts, err := membership.Fetch(g.ctx, cfg)
+		ctx, span := g.tr.Start(g.ctx, "convoy.state.transfer", trace.WithAttributes(
+			attribute.Int64("convoy.epoch", int64(v.rec.Epoch)), attribute.Int("convoy.donors", len(cfg.Donors))))
+		parts, err := membership.Fetch(ctx, cfg)
+		var n int
+		for _, p := range parts {
+			n += len(p)
+		}
+		span.SetAttributes(attribute.Int("convoy.bytes", n))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
 		g.post(event{kind: evRestored, v: v, parts: parts, err: err})
 	}()
 }
@@ -729,6 +769,7 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	} else {
 		g.log.Warn("excluded from the group", "epoch", epoch, "reason", reason)
 	}
+	r.endChange(attribute.Bool("convoy.excluded", true))
 	r.v.close()
 	r.v, r.wedged, r.pending, r.restoring, r.held = nil, false, nil, false, nil
 	ex := View{Epoch: epoch, Excluded: true}

@@ -24,6 +24,7 @@ type metrics struct {
 	views                      metric.Int64Counter
 	epoch                      metric.Int64Gauge
 	minority                   metric.Int64Counter
+	neighbourLag               metric.Int64Gauge
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
@@ -64,6 +65,9 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	ms.views, e = m.Int64Counter("convoy.membership.views", metric.WithUnit("{view}"), metric.WithDescription("Views installed by this member."))
 	check(e)
 	ms.epoch, e = m.Int64Gauge("convoy.membership.epoch", metric.WithUnit("{epoch}"), metric.WithDescription("The epoch of the view this member takes part in (0: none)."))
+	check(e)
+	ms.neighbourLag, e = m.Int64Gauge("convoy.membership.neighbour.lag", metric.WithUnit("ns"),
+		metric.WithDescription("How far a neighbour's receive frontier trails this member's, from its last heartbeat: a persistently high value marks a straggler (excluded only once it stalls past StallTimeout)."))
 	check(e)
 	ms.minority, e = m.Int64Counter("convoy.membership.minority", metric.WithUnit("{event}"),
 		metric.WithDescription("Times this member found the proposed next view without a majority of the current one: it stops delivering and waits."))

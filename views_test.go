@@ -738,3 +738,33 @@ func TestViewsEtcdOutage(t *testing.T) {
 	c.check()
 	sameState(t, survivors...)
 }
+
+// TestViewsLeaderCrashesAfterCommit: the leader dies right after
+// committing the next view in etcd, before telling anyone; the others
+// learn the view from etcd, install it, and then exclude the leader too.
+func TestViewsLeaderCrashesAfterCommit(t *testing.T) {
+	c := newVSCluster(t)
+	var once sync.Once
+	crashed := make(chan struct{})
+	nodes := c.openAll(5, func(cfg *Config) {
+		if cfg.Self == 1 {
+			cfg.onCommitted = func(uint64) {
+				once.Do(func() { go func() { c.crash(1); close(crashed) }() })
+			}
+		}
+	})
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes...)
+	c.waitCount(nodes[1], 200)
+	c.crash(5)
+	<-crashed
+	survivors := nodes[1:4]
+	c.waitView(3, 3, survivors...)
+	c.waitCount(nodes[1], len(nodes[1].payloads())+200)
+	close(stop)
+	wg.Wait()
+	c.waitDelivered(survivors, survivors...)
+	c.waitSameIndex(survivors...)
+	c.check()
+	sameState(t, survivors...)
+}
