@@ -768,3 +768,52 @@ func TestViewsLeaderCrashesAfterCommit(t *testing.T) {
 	c.check()
 	sameState(t, survivors...)
 }
+
+// TestViewsLeave: a member leaves gracefully under load. The others
+// install a view without it; what it sent before leaving is delivered
+// (or, beyond the last view's cut, reported lost to it), and it gets no
+// new incarnation.
+func TestViewsLeave(t *testing.T) {
+	c := newVSCluster(t)
+	nodes := c.openAll(4)
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes[:3]...)
+	c.waitCount(nodes[0], 100)
+	leaver := nodes[3]
+	var sent []string
+	for k := range 20 {
+		p := fmt.Sprintf("set leaver-%d %d", k, k)
+		if _, err := leaver.g.Send(context.Background(), []byte(p), WaitDelivered()); err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, p)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := leaver.g.Leave(ctx); err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+	if _, err := leaver.g.Send(ctx, []byte("after")); err == nil {
+		t.Fatal("Send after Leave succeeded")
+	}
+	stayers := nodes[:3]
+	c.waitView(2, 3, stayers...)
+	c.waitCount(nodes[0], len(nodes[0].payloads())+100)
+	close(stop)
+	wg.Wait()
+	c.waitDelivered(stayers, stayers...)
+	for _, n := range stayers {
+		got := n.payloads()
+		for _, p := range sent {
+			if !got[p] {
+				t.Fatalf("member %d misses %q, which the leaver saw delivered", n.id, p)
+			}
+		}
+	}
+	c.waitSameIndex(stayers...)
+	c.check()
+	sameState(t, stayers...)
+	if v, _ := leaver.lastView(); !v.Excluded {
+		t.Errorf("the leaver's last view is %+v, want its exclusion", v)
+	}
+}

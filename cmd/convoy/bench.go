@@ -23,6 +23,9 @@ func benchmarks() []benchmark {
 		{name: "order", summary: "throughput and latency of a delivery mode against unordered delivery", run: runBenchOrder},
 		{name: "viewchange", summary: "time for a loaded group to go on without a member killed with SIGKILL", run: runBenchViewChange},
 		{name: "vcnode", summary: "a member process of the viewchange benchmark", run: runBenchVCNode, hidden: true},
+		{name: "join", summary: "state transfer into a joiner from several donors in parallel against one", run: runBenchJoin},
+		{name: "joinnode", summary: "a member process of the join benchmark", run: runBenchJoinNode, hidden: true},
+		{name: "joinetcd", summary: "the etcd process of the join benchmark", run: runBenchJoinEtcd, hidden: true},
 		{name: "node", summary: "a benchmark node driven over stdin and stdout", run: runBenchNode, hidden: true},
 	}
 }

@@ -80,7 +80,7 @@ func newNetwork(t *testing.T, members int) *network {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 	defer cancel()
-	sw, err := netns.New(ctx, netns.Config{Name: "vs" + strconv.Itoa(os.Getpid()), Hosts: members + 1})
+	sw, err := netns.New(ctx, netns.Config{Hosts: members + 1})
 	if err != nil {
 		t.Fatal(err)
 	}
