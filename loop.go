@@ -19,6 +19,7 @@ func (g *Group) loop(r *runner) {
 	defer g.loopWG.Done()
 	defer func() {
 		r.endChange()
+		r.waitSnapshots()
 		r.v.close()
 	}()
 	defer func() {
@@ -75,6 +76,11 @@ type runner struct {
 	// wait in held until it is installed.
 	restoring bool
 	held      []Delivery
+	// snapshots counts the parts being snapshotted for joiners on another
+	// goroutine (done when snapDone closes); deliveries wait in held
+	// meanwhile.
+	snapshots int
+	snapDone  chan struct{}
 	// sendTimes[i] is when own message sentBase+i was sent, for latency.
 	sendTimes []int64
 	sentBase  uint64
@@ -145,6 +151,10 @@ func (r *runner) handle(ev event) bool {
 	case evRestored:
 		if ev.v == r.v {
 			return r.restored(ev.parts, ev.err)
+		}
+	case evSnapshot:
+		if ev.v == r.v && r.snapshots > 0 {
+			r.snapshotted(ev.from, ev.parts[0], ev.err)
 		}
 	}
 	return true
@@ -273,7 +283,7 @@ func (r *runner) deliver(ds []ordering.Delivery) {
 			Epoch: d.Epoch, Index: d.Index, Sender: v.ids[d.Sender],
 			Seq: v.rec.Sent[d.Sender] + d.Seq, Timestamp: uint64(d.TS), Payload: d.Payload,
 		}
-		if r.restoring {
+		if r.restoring || r.snapshots > 0 {
 			r.held = append(r.held, out)
 			continue
 		}

@@ -395,6 +395,13 @@ func (r *runner) decide(st *membership.State) {
 	if d.Change && !r.wedged {
 		r.wedge("view change under way")
 	}
+	if !r.wedged && accused(&st.Current, st.Suspects) {
+		// A recorded suspicion counts only once a majority has reported
+		// (membership.Suspected), and members report once wedged: a
+		// suspicion is reason enough to wedge, even when no connection
+		// broke (a partition that silently drops packets).
+		r.wedge("suspicion recorded")
+	}
 	if d.Minority != ms.minority {
 		ms.minority = d.Minority
 		if d.Minority {
@@ -432,6 +439,21 @@ func (r *runner) decide(st *membership.State) {
 		v.donor.Close()
 		v.donor = nil
 	}
+}
+
+// accused reports whether a member of v suspects another.
+func accused(v *membership.View, suspects map[uint64]map[uint64]string) bool {
+	for suspect, by := range suspects {
+		if v.Rank(suspect) < 0 {
+			continue
+		}
+		for accuser := range by {
+			if accuser != suspect && v.Rank(accuser) >= 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // sameMembers reports whether two member lists hold the same incarnations.
@@ -515,8 +537,15 @@ func (r *runner) install(rec membership.View) bool {
 		r.wedged = true
 		old.core.Wedge()
 	}
-	// Deliveries the core made before it wedged, and not yet handed out,
-	// come first.
+	// Snapshots of the ending view for joiners must finish before its
+	// held deliveries are handed out; then the deliveries the core made
+	// before it wedged come first.
+	if r.snapshots > 0 {
+		r.waitSnapshots()
+		if !r.restoring {
+			r.release()
+		}
+	}
 	r.deliver(old.core.Ready().Deliveries)
 	cut, err := cutFor(&old.rec, &rec)
 	if err != nil {
@@ -548,8 +577,6 @@ func (r *runner) install(rec membership.View) bool {
 		// this view's start, which covers what was held back.
 		r.held = nil
 		r.fetch(v)
-	} else {
-		r.donate(v)
 	}
 	g.m.views.Add(g.ctx, 1)
 	g.m.epoch.Record(g.ctx, int64(rec.Epoch))
@@ -558,6 +585,7 @@ func (r *runner) install(rec membership.View) bool {
 	g.log.Info("installed view", "epoch", rec.Epoch, "members", len(rec.Members), "start", rec.Start, "resend", len(resend), "pending", len(r.pending), "joining", len(rec.Joining))
 	if !r.restoring {
 		r.onView(publicView(&rec, &old.rec)) // a joiner sees its first view once restored
+		r.donate(v)
 	}
 	if v.broken != nil {
 		// Everything waits for the next view.
@@ -658,9 +686,12 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 }
 
 // donate serves this member's snapshot parts to the joiners of the view
-// it just opened, if it is one of their donors. Nothing of the view is
-// delivered yet, so the snapshot is taken exactly at the end of the
-// previous view (DESIGN rule 11).
+// it just opened, if it is one of their donors. The parts are taken
+// exactly at the end of the previous view (DESIGN rule 11): the view's
+// deliveries are held back until the snapshots are done. They are taken
+// on another goroutine, own part first, so that the loop goes on
+// heartbeating meanwhile and the donor serves the first part while it
+// takes the backup one.
 func (r *runner) donate(v *view) {
 	g, rec := r.g, &v.rec
 	donors := donorsOf(rec, g.cfg.MaxDonors)
@@ -668,21 +699,68 @@ func (r *runner) donate(v *view) {
 	if i < 0 || len(rec.Joining) == 0 || g.cfg.State == nil {
 		return
 	}
-	parts, err := membership.SnapshotParts(g.cfg.State, membership.DonorParts(i, len(donors)), len(donors))
-	if err != nil {
-		g.log.Error("snapshot for joiners", "epoch", rec.Epoch, "err", err)
-		return
-	}
+	parts := membership.DonorParts(i, len(donors))
 	joiners := make([]rdma.NodeID, 0, len(rec.Joining))
 	for _, id := range rec.Joining {
 		joiners = append(joiners, rdma.NodeID(id))
 	}
+	var err error
 	v.donor, err = membership.NewDonor(g.ctx, membership.DonorConfig{
-		Endpoint: g.ep, Stream: transferStream(rec.Epoch), Joiners: joiners, Parts: parts, Of: len(donors), Logger: g.cfg.Logger,
+		Endpoint: g.ep, Stream: transferStream(rec.Epoch), Joiners: joiners, Pending: parts, Of: len(donors), Logger: g.cfg.Logger,
 	})
 	if err != nil {
 		g.log.Error("serving state to joiners", "epoch", rec.Epoch, "err", err)
+		return
 	}
+	r.snapshots = len(parts)
+	done := make(chan struct{})
+	r.snapDone = done
+	g.mem.wg.Add(1)
+	go func() {
+		defer g.mem.wg.Done()
+		defer close(done)
+		for _, p := range parts {
+			data, err := membership.SnapshotParts(g.cfg.State, []int{p}, len(donors))
+			g.post(event{kind: evSnapshot, v: v, from: p, parts: [][]byte{data[p]}, err: err})
+		}
+	}()
+}
+
+// snapshotted hands a part snapshotted for joiners to the view's donor;
+// once all are taken, the deliveries held meanwhile go out.
+func (r *runner) snapshotted(part int, data []byte, err error) {
+	g, v := r.g, r.v
+	if err != nil {
+		g.log.Error("snapshot for joiners", "epoch", v.rec.Epoch, "part", part, "err", err)
+	} else if err := v.donor.AddPart(part, data); err != nil {
+		g.log.Error("serving state to joiners", "epoch", v.rec.Epoch, "part", part, "err", err)
+	}
+	if r.snapshots--; r.snapshots == 0 {
+		r.snapDone = nil
+		if !r.restoring {
+			r.release()
+		}
+	}
+}
+
+// release hands out the deliveries held while state was restored or
+// snapshotted.
+func (r *runner) release() {
+	held := r.held
+	r.held = nil
+	for _, d := range held {
+		r.hand(d, d.Sender == r.g.cfg.Self)
+	}
+}
+
+// waitSnapshots waits for a snapshot still being taken: the application's
+// state must not change under it.
+func (r *runner) waitSnapshots() {
+	if r.snapDone != nil {
+		<-r.snapDone
+		r.snapDone = nil
+	}
+	r.snapshots = 0
 }
 
 // fetch transfers this joiner's state from the donors of view v.
@@ -729,11 +807,7 @@ func (r *runner) restored(parts [][]byte, err error) bool {
 	}
 	r.restoring = false
 	r.onView(publicView(&r.v.rec, nil))
-	held := r.held
-	r.held = nil
-	for _, d := range held {
-		r.hand(d, d.Sender == g.cfg.Self)
-	}
+	r.release()
 	r.caughtUp()
 	g.mem.markReady()
 	return true
@@ -770,6 +844,7 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 		g.log.Warn("excluded from the group", "epoch", epoch, "reason", reason)
 	}
 	r.endChange(attribute.Bool("convoy.excluded", true))
+	r.waitSnapshots()
 	r.v.close()
 	r.v, r.wedged, r.pending, r.restoring, r.held = nil, false, nil, false, nil
 	ex := View{Epoch: epoch, Excluded: true}

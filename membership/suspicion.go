@@ -13,7 +13,9 @@ package membership
 // half of cur's members. When that majority group exists:
 //
 //   - reporters outside it are suspected (they are cut off from it), and
-//   - a suspicion counts only if its accuser is inside it.
+//   - a suspicion counts only if its accuser is inside it and the suspect
+//     is not (a suspect that reported and is heard by the majority is
+//     alive and connected, whatever was suspected before).
 //
 // A crashed member never reports; the survivors, who reach each other,
 // form the majority group and their suspicions exclude it. On the
@@ -79,7 +81,10 @@ func Suspected(cur *View, suspects map[ID]map[ID]string, reports map[ID]Report) 
 		}
 	}
 	for suspect, by := range suspects {
-		if _, ok := rank[suspect]; !ok {
+		// A suspect that reported and is heard by the majority group is
+		// alive and connected whatever was suspected earlier (a partition
+		// that has healed, say).
+		if i, ok := rank[suspect]; !ok || inMajor(i) {
 			continue
 		}
 		for accuser := range by {

@@ -249,6 +249,11 @@ type DonorConfig struct {
 	// SnapshotParts and DonorParts). The donor keeps and reads the byte
 	// slices; they must not be modified while it runs.
 	Parts map[int][]byte
+	// Pending lists parts this donor will serve once they are handed to
+	// AddPart: requests for them wait (in order) instead of being answered
+	// "missing", so that a donor can start serving its first part while it
+	// still snapshots the next.
+	Pending []int
 	// Of is the number of parts of the snapshot.
 	Of int
 	// ChunkBytes is the largest chunk the donor sends; a joiner may ask for
@@ -272,6 +277,11 @@ func (c DonorConfig) withDefaults() (DonorConfig, error) {
 		}
 		if len(b) > maxTransferPartSize {
 			return c, fmt.Errorf("membership: donor part %d of %d bytes is too large", p, len(b))
+		}
+	}
+	for _, p := range c.Pending {
+		if _, ok := c.Parts[p]; ok || p < 0 || p >= c.Of {
+			return c, fmt.Errorf("membership: donor part %d of %d pending twice or out of range", p, c.Of)
 		}
 	}
 	seen := make(map[rdma.NodeID]bool, len(c.Joiners))
@@ -298,11 +308,15 @@ func (c DonorConfig) withDefaults() (DonorConfig, error) {
 // the parts that donor is responsible for. Its methods are safe for
 // concurrent use.
 type Donor struct {
-	cfg   DonorConfig
-	log   *slog.Logger
-	parts map[int][]byte
-	done  chan struct{} // closed when every joiner's queue pair has ended
-	wg    sync.WaitGroup
+	cfg  DonorConfig
+	log  *slog.Logger
+	done chan struct{} // closed when every joiner's queue pair has ended
+	wg   sync.WaitGroup
+	// parts holds the parts served, pending those announced but not yet
+	// added. Lock order: a donorConn's mu, then partsMu.
+	partsMu sync.Mutex
+	parts   map[int][]byte
+	pending map[int]bool
 
 	mu struct {
 		sync.Mutex
@@ -349,13 +363,17 @@ func NewDonor(ctx context.Context, cfg DonorConfig) (*Donor, error) {
 		return nil, err
 	}
 	d := &Donor{
-		cfg:   c,
-		log:   c.Logger.With("node", c.Endpoint.ID(), "stream", c.Stream),
-		parts: make(map[int][]byte, len(c.Parts)),
-		done:  make(chan struct{}),
+		cfg:     c,
+		log:     c.Logger.With("node", c.Endpoint.ID(), "stream", c.Stream),
+		parts:   make(map[int][]byte, len(c.Parts)),
+		pending: make(map[int]bool, len(c.Pending)),
+		done:    make(chan struct{}),
 	}
 	for p, b := range c.Parts {
 		d.parts[p] = b
+	}
+	for _, p := range c.Pending {
+		d.pending[p] = true
 	}
 	conns := make([]*donorConn, len(c.Joiners))
 	for i, j := range c.Joiners {
@@ -389,6 +407,40 @@ func NewDonor(ctx context.Context, cfg DonorConfig) (*Donor, error) {
 	}
 	d.log.Debug("membership: donor serving", "joiners", c.Joiners, "of", c.Of, "parts", len(d.parts))
 	return d, nil
+}
+
+// AddPart hands the donor a part announced in DonorConfig.Pending and
+// answers the requests that waited for it.
+func (d *Donor) AddPart(part int, data []byte) error {
+	if len(data) > maxTransferPartSize {
+		return fmt.Errorf("membership: donor part %d of %d bytes is too large", part, len(data))
+	}
+	d.partsMu.Lock()
+	if !d.pending[part] {
+		d.partsMu.Unlock()
+		return fmt.Errorf("membership: donor part %d was not pending", part)
+	}
+	delete(d.pending, part)
+	d.parts[part] = data
+	d.partsMu.Unlock()
+	d.mu.Lock()
+	conns := d.mu.conns
+	d.mu.Unlock()
+	for _, dc := range conns {
+		dc.mu.Lock()
+		dc.pumpLocked()
+		dc.mu.Unlock()
+	}
+	return nil
+}
+
+// part returns part p, whether it is held, and whether it is still
+// pending.
+func (d *Donor) part(p int) (data []byte, ok, pending bool) {
+	d.partsMu.Lock()
+	defer d.partsMu.Unlock()
+	data, ok = d.parts[p]
+	return data, ok, d.pending[p]
 }
 
 // Done is closed once every joiner's queue pair has ended: the joiner closed
@@ -507,8 +559,11 @@ func (dc *donorConn) pumpLocked() {
 				return
 			}
 			req := dc.mu.queue[0]
+			data, ok, pending := dc.d.part(req.part)
+			if pending {
+				return // answered once AddPart brings it
+			}
 			dc.mu.queue = dc.mu.queue[1:]
-			data, ok := dc.d.parts[req.part]
 			var err error
 			if !ok {
 				dc.d.log.Debug("membership: donor: part not held", "joiner", dc.peer, "part", req.part)

@@ -1000,3 +1000,55 @@ func FuzzFetchDonorInput(f *testing.F) {
 		runFetchScript(t, script)
 	})
 }
+
+// TestTransferPendingParts: donors start serving before their parts
+// exist (they are still snapshotting); the joiner's requests wait for
+// AddPart instead of being answered "missing", and the result is exact.
+func TestTransferPendingParts(t *testing.T) {
+	checkTransferLeaks(t)
+	const k = 3
+	s := randomParts(9, 70000, 1, 3<<20)
+	n := newMemNet(t, 9)
+	n.endpoint(testJoiner)
+	donors := make([]*Donor, k)
+	for i, id := range donorIDs(k) {
+		d, err := NewDonor(context.Background(), DonorConfig{
+			Endpoint: n.endpoint(id), Stream: testStream, Joiners: []rdma.NodeID{testJoiner},
+			Pending: DonorParts(i, k), Of: k, ChunkBytes: testChunkBytes,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		donors[i] = d
+	}
+	type result struct {
+		parts [][]byte
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		parts, err := Fetch(context.Background(), fetchConfig(n.endpoint(testJoiner), k))
+		done <- result{parts, err}
+	}()
+	time.Sleep(20 * time.Millisecond) // the requests reach the donors first
+	for i, d := range donors {
+		parts, err := SnapshotParts(s, DonorParts(i, k), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range DonorParts(i, k) {
+			if err := d.AddPart(p, parts[p]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	restore(t, s, res.parts)
+	if err := donors[0].AddPart(0, nil); err == nil {
+		t.Error("AddPart of a part that is not pending succeeded")
+	}
+}

@@ -34,7 +34,8 @@ generates on demand and the joiner checks byte by byte. Once the group is
 up, one more process joins it; the view that admits it has the first -from
 members as donors, which snapshot their parts (each holds its own part and
 the next as backup, in memory) and stream them. The benchmark runs the
-requested -from and then, as the baseline, -from 1, each on a fresh group.
+requested -from and then, unless -baseline=false, -from 1 as the baseline,
+each on a fresh group.
 
 With -netns (root only), etcd, every member and the joiner are processes
 in network namespaces of their own behind an emulated switch: the members'
@@ -78,8 +79,10 @@ type joinBench struct {
 	heartbeat      time.Duration
 	timeout        time.Duration
 	runTimeout     time.Duration
-	json           bool
-	verbose        bool
+	// baseline adds the -from 1 run.
+	baseline bool
+	json     bool
+	verbose  bool
 }
 
 // joinPart is one part as the joiner received it.
@@ -105,7 +108,7 @@ type joinRun struct {
 	RestoreSeconds  float64 `json:"restore_seconds"`
 	// SnapshotSeconds is when the slowest donor had snapshotted its
 	// parts, from the fetch start (donors stamp their own clock, the
-	// same machine's).
+	// same machine's); negative if they were done before it.
 	SnapshotSeconds float64 `json:"snapshot_seconds"`
 	BytesPerSec     float64 `json:"bytes_per_sec"`
 	// LinkFraction is BytesPerSec over the joiner's link rate; 0 without
@@ -126,10 +129,13 @@ type joinResult struct {
 	JoinerRateMbit int    `json:"joiner_rate_mbit,omitempty"`
 	TimedFrom      string `json:"timed_from"`
 	joinRun
-	// Baseline is the -from 1 run; nil if -from is 1.
+	// Baseline is the -from 1 run; nil if -from is 1 or with
+	// -baseline=false.
 	Baseline *joinRun `json:"baseline,omitempty"`
 	// Ratio is BytesPerSec over the baseline's.
-	Ratio              float64 `json:"ratio,omitempty"`
+	Ratio float64 `json:"ratio,omitempty"`
+	// TargetLinkFraction and MetTarget compare LinkFraction with
+	// joinTargetFraction (-netns only; MetTarget is false without).
 	TargetLinkFraction float64 `json:"target_link_fraction,omitempty"`
 	MetTarget          bool    `json:"met_target"`
 }
@@ -154,6 +160,7 @@ func parseJoinBench(args []string, c *cli) (*joinBench, error) {
 	fs.DurationVar(&b.heartbeat, "heartbeat", 50*time.Millisecond, "failure detector heartbeat interval")
 	fs.DurationVar(&b.timeout, "timeout", 2*time.Second, "failure detector suspect timeout (donors' loops stop while they snapshot)")
 	fs.DurationVar(&b.runTimeout, "timeout-run", 5*time.Minute, "give up on a run that has not finished this long after it started")
+	fs.BoolVar(&b.baseline, "baseline", true, "also run -from 1 as the baseline")
 	fs.BoolVar(&b.json, "json", false, "print one JSON object instead of a table")
 	fs.BoolVar(&b.verbose, "v", false, "log debug messages to stderr (the processes' too)")
 	if err := parseFlags(fs, args); err != nil {
@@ -274,7 +281,7 @@ func (b *joinBench) run(ctx context.Context, c *cli) (err error) {
 	log.Debug("etcd up", "endpoints", endpoints)
 
 	runs := []int{b.from}
-	if b.from != 1 {
+	if b.baseline && b.from != 1 {
 		runs = append(runs, 1)
 	}
 	var results []joinRun
@@ -402,6 +409,8 @@ func (b *joinBench) measure(ctx context.Context, c *cli, exe string, jn *joinNet
 		}
 	}
 
+	// Events are logged (-v) in milliseconds from the joiner's start.
+	t0 := time.Now().UnixNano()
 	joiner, h := uint64(b.nodes+1), jn.joinerHost(b.nodes)
 	if err := procs.start(jn.command(h, exe, append(args(joiner, h), "-joiner")...), joiner, c); err != nil {
 		return joinRun{}, err
@@ -412,6 +421,15 @@ func (b *joinBench) measure(ctx context.Context, c *cli, exe string, jn *joinNet
 		if err != nil {
 			return joinRun{}, err
 		}
+		ms := func(t int64) float64 { return round(float64(t-t0)/1e6, 1) }
+		attrs := []any{"node", ev.Node, "event", ev.Event, "ms", ms(ev.T), "part", ev.Part, "donor", ev.Donor, "bytes", ev.Bytes}
+		if ev.Start != 0 {
+			attrs = append(attrs, "start_ms", ms(ev.Start))
+		}
+		if ev.Err != "" {
+			attrs = append(attrs, "err", ev.Err)
+		}
+		log.Debug("event", attrs...)
 		if err := w.add(ev); err != nil {
 			return joinRun{}, err
 		}
@@ -443,7 +461,12 @@ type joinWatch struct {
 func (w *joinWatch) add(ev joinEvent) error {
 	switch ev.Event {
 	case jnError, jnExited:
-		return fmt.Errorf("member %d: %s %s", ev.Node, ev.Event, ev.Err)
+		err := fmt.Errorf("member %d: %s %s", ev.Node, ev.Event, ev.Err)
+		if strings.Contains(ev.Err, membership.ErrDonorStalled.Error()) {
+			err = fmt.Errorf("%w\n(a donor answers only once it has snapshotted its parts; the joiner gives up on it after membership.DefaultStallTimeout, %v: see the snapshot times with -v)",
+				err, membership.DefaultStallTimeout)
+		}
+		return err
 	case jnSnapshot:
 		w.snapshots[ev.Node] = max(w.snapshots[ev.Node], ev.T)
 	}

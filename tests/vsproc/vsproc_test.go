@@ -40,10 +40,6 @@ func TestHelperMember(t *testing.T) {
 // when it passes.
 const envLogs = "VSPROC_LOGS"
 
-// envKnownBugs, set to anything, runs the scenarios that fail because of
-// known library bugs.
-const envKnownBugs = "VSPROC_KNOWN_BUGS"
-
 // Test timing.
 const (
 	// waitTimeout bounds every wait for a condition: generous, as the
@@ -76,9 +72,6 @@ func TestViewChanges(t *testing.T) {
 		{"KillOne", killOne},
 		{"PauseAndRejoin", func(c *cluster) { pauseAndRejoin(c, 0) }},
 		{"PauseBeyondLease", func(c *cluster) {
-			if os.Getenv(envKnownBugs) == "" {
-				c.t.Skipf("a member excluded while its etcd lease lapsed never rejoins (its join request goes out on the lost lease and is not retried); set %s=1 to run", envKnownBugs)
-			}
 			pauseAndRejoin(c, leaseTTL+time.Second)
 		}},
 		{"KillTwoOfFive", killTwoOfFive},
