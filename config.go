@@ -118,6 +118,10 @@ type Config struct {
 	// streamed in parts from up to MaxDonors members, default 4).
 	State     StateMachine
 	MaxDonors int
+	// TransferStall is how long a donor may make no progress — taking
+	// its snapshot included — before a joiner asks another for its part
+	// (default 10s).
+	TransferStall time.Duration
 	// OnView, if set, receives every view this member takes part in, in
 	// order with the deliveries, on the same goroutine as the Handler.
 	OnView func(View)
@@ -203,6 +207,7 @@ const (
 	DefaultSuspectTimeout    = 250 * time.Millisecond
 	DefaultStallTimeout      = 2 * time.Second
 	DefaultMaxDonors         = 4
+	DefaultTransferStall     = 10 * time.Second
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -273,7 +278,10 @@ func (c Config) dynamicDefaults() (Config, error) {
 	if c.MaxDonors == 0 {
 		c.MaxDonors = DefaultMaxDonors
 	}
-	if c.InitialMembers < 1 || c.MaxDonors < 1 || c.HeartbeatInterval < 0 || c.SuspectTimeout <= c.HeartbeatInterval || c.StallTimeout < 0 {
+	if c.TransferStall == 0 {
+		c.TransferStall = DefaultTransferStall
+	}
+	if c.InitialMembers < 1 || c.MaxDonors < 1 || c.TransferStall < 0 || c.HeartbeatInterval < 0 || c.SuspectTimeout <= c.HeartbeatInterval || c.StallTimeout < 0 {
 		return c, errors.New("convoy: InitialMembers and MaxDonors must be positive, SuspectTimeout above HeartbeatInterval")
 	}
 	return c.commonDefaults()

@@ -766,7 +766,10 @@ func (r *runner) waitSnapshots() {
 // fetch transfers this joiner's state from the donors of view v.
 func (r *runner) fetch(v *view) {
 	g := r.g
-	cfg := membership.FetchConfig{Endpoint: g.ep, Stream: transferStream(v.rec.Epoch), Donors: donorsOf(&v.rec, g.cfg.MaxDonors), Logger: g.cfg.Logger}
+	cfg := membership.FetchConfig{
+		Endpoint: g.ep, Stream: transferStream(v.rec.Epoch), Donors: donorsOf(&v.rec, g.cfg.MaxDonors),
+		StallTimeout: g.cfg.TransferStall, Logger: g.cfg.Logger,
+	}
 	g.mem.wg.Add(1)
 	go func() {
 		defer g.mem.wg.Done()

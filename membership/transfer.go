@@ -52,7 +52,6 @@ package membership
 // close as the end of that joiner's transfer.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -218,13 +217,49 @@ func SnapshotParts(sm StateMachine, parts []int, of int) (map[int][]byte, error)
 		if _, ok := out[p]; ok {
 			continue
 		}
-		var buf bytes.Buffer
-		if err := sm.Snapshot(&buf, p, of); err != nil {
+		var w blockWriter
+		if err := sm.Snapshot(&w, p, of); err != nil {
 			return nil, fmt.Errorf("membership: snapshot part %d of %d: %w", p, of, err)
 		}
-		out[p] = buf.Bytes()
+		out[p] = w.bytes()
 	}
 	return out, nil
+}
+
+// blockWriter collects a snapshot in fixed blocks, so that a large one is
+// not copied over and over as a growing buffer would, and joins them once
+// at the end.
+type blockWriter struct {
+	blocks [][]byte
+	n      int
+}
+
+const snapshotBlockBytes = 1 << 20
+
+func (w *blockWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		if len(w.blocks) == 0 || len(w.blocks[len(w.blocks)-1]) == snapshotBlockBytes {
+			w.blocks = append(w.blocks, make([]byte, 0, snapshotBlockBytes))
+		}
+		last := &w.blocks[len(w.blocks)-1]
+		k := copy((*last)[len(*last):snapshotBlockBytes], p)
+		*last = (*last)[:len(*last)+k]
+		p = p[k:]
+	}
+	w.n += n
+	return n, nil
+}
+
+func (w *blockWriter) bytes() []byte {
+	if len(w.blocks) == 1 {
+		return w.blocks[0]
+	}
+	out := make([]byte, 0, w.n)
+	for _, b := range w.blocks {
+		out = append(out, b...)
+	}
+	return out
 }
 
 // DonorParts returns the indexes of the parts donor number i of k serves:

@@ -1052,3 +1052,31 @@ func TestTransferPendingParts(t *testing.T) {
 		t.Error("AddPart of a part that is not pending succeeded")
 	}
 }
+
+func TestBlockWriter(t *testing.T) {
+	for _, n := range []int{0, 1, snapshotBlockBytes - 1, snapshotBlockBytes, snapshotBlockBytes + 1, 3*snapshotBlockBytes + 5} {
+		want := make([]byte, n)
+		for i := range want {
+			want[i] = byte(i * 7)
+		}
+		var w blockWriter
+		for rest := want; len(rest) > 0; {
+			k := min(len(rest), 1000+len(rest)%777)
+			w.Write(rest[:k])
+			rest = rest[k:]
+		}
+		if got := w.bytes(); !bytes.Equal(got, want) {
+			t.Fatalf("%d bytes: got %d different bytes", n, len(got))
+		}
+	}
+}
+
+func BenchmarkSnapshotParts(b *testing.B) {
+	s := randomParts(1, 64<<20)
+	b.SetBytes(64 << 20)
+	for b.Loop() {
+		if _, err := SnapshotParts(s, []int{0}, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
