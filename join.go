@@ -1,0 +1,170 @@
+package convoy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/convoy-gcs/convoy/membership"
+	"github.com/convoy-gcs/convoy/rdma"
+)
+
+// donorsOf returns the members that stream state to rec's joiners: up to
+// max members that come from the previous view and hold its state, in
+// rank order.
+func donorsOf(rec *membership.View, max int) []NodeID {
+	prev := make(map[uint64]bool, len(rec.Cut))
+	for _, c := range rec.Cut {
+		prev[c.ID] = true
+	}
+	var out []NodeID
+	for _, m := range rec.Members {
+		if prev[m.ID] && !slices.Contains(rec.Joining, m.ID) && len(out) < max {
+			out = append(out, NodeID(m.ID))
+		}
+	}
+	return out
+}
+
+// donate serves this member's snapshot parts to the joiners of the view
+// it just opened, if it is one of their donors. The parts are taken
+// exactly at the end of the previous view (DESIGN rule 11): the view's
+// deliveries are held back until the snapshots are done. They are taken
+// on another goroutine, own part first, so that the loop goes on
+// heartbeating meanwhile and the donor serves the first part while it
+// takes the backup one.
+func (r *runner) donate(v *view) {
+	g, rec := r.g, &v.rec
+	donors := donorsOf(rec, g.cfg.MaxDonors)
+	i := slices.Index(donors, NodeID(r.ms.self.ID))
+	if i < 0 || len(rec.Joining) == 0 || g.cfg.State == nil {
+		return
+	}
+	parts := membership.DonorParts(i, len(donors))
+	joiners := make([]rdma.NodeID, 0, len(rec.Joining))
+	for _, id := range rec.Joining {
+		joiners = append(joiners, rdma.NodeID(id))
+	}
+	var err error
+	v.donor, err = membership.NewDonor(g.ctx, membership.DonorConfig{
+		Endpoint: g.ep, Stream: transferStream(rec.Epoch), Joiners: joiners, Pending: parts, Of: len(donors), Logger: g.cfg.Logger,
+	})
+	if err != nil {
+		g.log.Error("serving state to joiners", "epoch", rec.Epoch, "err", err)
+		return
+	}
+	r.snapshots = len(parts)
+	done := make(chan struct{})
+	r.snapDone = done
+	g.mem.wg.Add(1)
+	go func() {
+		defer g.mem.wg.Done()
+		defer close(done)
+		for _, p := range parts {
+			data, err := membership.SnapshotParts(g.cfg.State, []int{p}, len(donors))
+			g.post(event{kind: evSnapshot, v: v, from: p, parts: [][]byte{data[p]}, err: err})
+		}
+	}()
+}
+
+// snapshotted hands a part snapshotted for joiners to the view's donor;
+// once all are taken, the deliveries held meanwhile go out.
+func (r *runner) snapshotted(part int, data []byte, err error) {
+	g, v := r.g, r.v
+	if err != nil {
+		g.log.Error("snapshot for joiners", "epoch", v.rec.Epoch, "part", part, "err", err)
+	} else if err := v.donor.AddPart(part, data); err != nil {
+		g.log.Error("serving state to joiners", "epoch", v.rec.Epoch, "part", part, "err", err)
+	}
+	if r.snapshots--; r.snapshots == 0 {
+		r.snapDone = nil
+		if !r.restoring {
+			r.release()
+		}
+	}
+}
+
+// release hands out the deliveries held while state was restored or
+// snapshotted.
+func (r *runner) release() {
+	held := r.held
+	r.held = nil
+	for _, d := range held {
+		r.hand(d, d.Sender == r.g.cfg.Self)
+	}
+}
+
+// waitSnapshots waits for a snapshot still being taken: the application's
+// state must not change under it.
+func (r *runner) waitSnapshots() {
+	if r.snapDone != nil {
+		<-r.snapDone
+		r.snapDone = nil
+	}
+	r.snapshots = 0
+}
+
+// fetch transfers this joiner's state from the donors of view v.
+func (r *runner) fetch(v *view) {
+	g := r.g
+	cfg := membership.FetchConfig{
+		Endpoint: g.ep, Stream: transferStream(v.rec.Epoch), Donors: donorsOf(&v.rec, g.cfg.MaxDonors),
+		StallTimeout: g.cfg.TransferStall, Logger: g.cfg.Logger,
+	}
+	g.mem.wg.Add(1)
+	go func() {
+		defer g.mem.wg.Done()
+		ctx, span := g.tr.Start(g.ctx, "convoy.state.transfer", trace.WithAttributes(
+			attribute.Int64("convoy.epoch", int64(v.rec.Epoch)), attribute.Int("convoy.donors", len(cfg.Donors))))
+		parts, err := membership.Fetch(ctx, cfg)
+		var n int
+		for _, p := range parts {
+			n += len(p)
+		}
+		span.SetAttributes(attribute.Int("convoy.bytes", n))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+		g.post(event{kind: evRestored, v: v, parts: parts, err: err})
+	}()
+}
+
+// restored installs the state transferred to this joiner and hands over
+// the deliveries held meanwhile.
+func (r *runner) restored(parts [][]byte, err error) bool {
+	g := r.g
+	if err == nil {
+		readers := make([]io.Reader, len(parts))
+		for i, p := range parts {
+			readers[i] = bytes.NewReader(p)
+		}
+		if err = g.cfg.State.Restore(readers); err != nil {
+			err = fmt.Errorf("restore: %w", err)
+		}
+	}
+	if err != nil {
+		// Without its state this member cannot take part: it drops out
+		// (the others exclude it once it falls silent) and tries again.
+		r.excluded(nil, fmt.Sprintf("state transfer for view %d failed: %v", r.v.rec.Epoch, err))
+		return true
+	}
+	r.restoring = false
+	r.onView(publicView(&r.v.rec, nil))
+	r.release()
+	r.caughtUp()
+	g.mem.markReady()
+	return true
+}
+
+// caughtUp marks this joiner as holding the group's state.
+func (r *runner) caughtUp() {
+	epoch, self := r.v.rec.Epoch, r.ms.self
+	r.async("mark caught up", func(ctx context.Context, s *membership.Store) error { return s.MarkCaughtUp(ctx, epoch, self) })
+}
