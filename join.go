@@ -15,6 +15,11 @@ import (
 	"github.com/convoy-gcs/convoy/rdma"
 )
 
+// transferSlices is how many parts each donor's share of a joiner's state
+// is cut into: a donor sends the first while it snapshots the next, and
+// snapshots its backup share only after its own.
+const transferSlices = 16
+
 // donorsOf returns the members that stream state to rec's joiners: up to
 // max members that come from the previous view and hold its state, in
 // rank order.
@@ -36,9 +41,9 @@ func donorsOf(rec *membership.View, max int) []NodeID {
 // it just opened, if it is one of their donors. The parts are taken
 // exactly at the end of the previous view (DESIGN rule 11): the view's
 // deliveries are held back until the snapshots are done. They are taken
-// on another goroutine, own part first, so that the loop goes on
-// heartbeating meanwhile and the donor serves the first part while it
-// takes the backup one.
+// on another goroutine, slice by slice and its own share first, so that
+// the loop goes on heartbeating meanwhile and the donor sends each slice
+// while it takes the next.
 func (r *runner) donate(v *view) {
 	g, rec := r.g, &v.rec
 	donors := donorsOf(rec, g.cfg.MaxDonors)
@@ -46,14 +51,15 @@ func (r *runner) donate(v *view) {
 	if i < 0 || len(rec.Joining) == 0 || g.cfg.State == nil {
 		return
 	}
-	parts := membership.DonorParts(i, len(donors))
+	parts := membership.DonorSlices(i, len(donors), transferSlices)
+	of := len(donors) * transferSlices
 	joiners := make([]rdma.NodeID, 0, len(rec.Joining))
 	for _, id := range rec.Joining {
 		joiners = append(joiners, rdma.NodeID(id))
 	}
 	var err error
 	v.donor, err = membership.NewDonor(g.ctx, membership.DonorConfig{
-		Endpoint: g.ep, Stream: transferStream(rec.Epoch), Joiners: joiners, Pending: parts, Of: len(donors), Logger: g.cfg.Logger,
+		Endpoint: g.ep, Stream: transferStream(rec.Epoch), Joiners: joiners, Pending: parts, Of: of, Logger: g.cfg.Logger,
 	})
 	if err != nil {
 		g.log.Error("serving state to joiners", "epoch", rec.Epoch, "err", err)
@@ -67,7 +73,7 @@ func (r *runner) donate(v *view) {
 		defer g.mem.wg.Done()
 		defer close(done)
 		for _, p := range parts {
-			data, err := membership.SnapshotParts(g.cfg.State, []int{p}, len(donors))
+			data, err := membership.SnapshotParts(g.cfg.State, []int{p}, of)
 			g.post(event{kind: evSnapshot, v: v, from: p, parts: [][]byte{data[p]}, err: err})
 		}
 	}()
@@ -115,7 +121,7 @@ func (r *runner) fetch(v *view) {
 	g := r.g
 	cfg := membership.FetchConfig{
 		Endpoint: g.ep, Stream: transferStream(v.rec.Epoch), Donors: donorsOf(&v.rec, g.cfg.MaxDonors),
-		StallTimeout: g.cfg.TransferStall, Logger: g.cfg.Logger,
+		Slices: transferSlices, StallTimeout: g.cfg.TransferStall, Logger: g.cfg.Logger,
 	}
 	g.mem.wg.Add(1)
 	go func() {

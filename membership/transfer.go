@@ -262,6 +262,22 @@ func (w *blockWriter) bytes() []byte {
 	return out
 }
 
+// DonorSlices generalizes DonorParts to shares cut into s slices: donor i
+// of k serves parts i×s to (i+1)×s−1 and, as backup, the next donor's
+// (none when k is 1), its own first.
+func DonorSlices(i, k, s int) []int {
+	var out []int
+	for j := range s {
+		out = append(out, i*s+j)
+	}
+	if k > 1 {
+		for j := range s {
+			out = append(out, (i+1)%k*s+j)
+		}
+	}
+	return out
+}
+
 // DonorParts returns the indexes of the parts donor number i of k serves:
 // its own part i and, as backup of donor i+1, part (i+1) mod k.
 func DonorParts(i, k int) []int {
@@ -666,8 +682,14 @@ type FetchConfig struct {
 	// Stream is the transfer stream of the view (the donors use the same).
 	Stream rdma.StreamID
 	// Donors lists the donors in part order: Donors[i] serves part i and
-	// holds part i+1 as backup, so there are len(Donors) parts.
+	// holds part i+1 as backup, so there are len(Donors) parts — or, with
+	// Slices, the Slices parts of share i and those of share i+1.
 	Donors []rdma.NodeID
+	// Slices cuts each donor's share into that many parts (default 1),
+	// so that a donor starts sending its first while it still snapshots
+	// the others: there are len(Donors)×Slices parts, and donor i serves
+	// parts i×Slices to (i+1)×Slices−1 (see DonorSlices).
+	Slices int
 	// ChunkBytes is the size of the receive buffers, the largest chunk the
 	// joiner accepts. Default DefaultTransferChunkBytes, at most
 	// MaxTransferChunkBytes.
@@ -696,6 +718,12 @@ func (c FetchConfig) withDefaults() (FetchConfig, error) {
 			return c, fmt.Errorf("membership: fetch: bad donor list %v", c.Donors)
 		}
 		seen[d] = true
+	}
+	if c.Slices == 0 {
+		c.Slices = 1
+	}
+	if c.Slices < 0 || c.Slices > MaxTransferParts/len(c.Donors) {
+		return c, fmt.Errorf("membership: fetch %d slices from each of %d donors", c.Slices, len(c.Donors))
 	}
 	if c.ChunkBytes == 0 {
 		c.ChunkBytes = DefaultTransferChunkBytes
@@ -755,8 +783,8 @@ func newFetcher(c FetchConfig) *fetcher {
 		log:  c.Logger.With("node", c.Endpoint.ID(), "stream", c.Stream),
 		wake: make(chan struct{}, 1),
 	}
-	f.mu.parts = make([]fetchPart, k)
-	f.mu.remaining = k
+	f.mu.parts = make([]fetchPart, k*c.Slices)
+	f.mu.remaining = k * c.Slices
 	f.conns = make([]*fetchConn, k)
 	for i, d := range c.Donors {
 		fc := &fetchConn{f: f, peer: d}
@@ -834,7 +862,7 @@ func (f *fetcher) wakeUp() {
 // donorFor returns the donor asked for part p on attempt a (0-based).
 func (f *fetcher) donorFor(p, a int) int {
 	k := len(f.cfg.Donors)
-	return ((p-a)%k + k) % k
+	return ((p/f.cfg.Slices-a)%k + k) % k
 }
 
 // open opens fc's queue pair and grants the initial credits.
@@ -885,7 +913,7 @@ func (f *fetcher) assignLocked(p int) {
 		}
 	}
 	if f.mu.err == nil {
-		f.mu.err = fmt.Errorf("%w: part %d of %d: %w", ErrTransfer, p, k, errors.Join(part.errs...))
+		f.mu.err = fmt.Errorf("%w: part %d of %d: %w", ErrTransfer, p, len(f.mu.parts), errors.Join(part.errs...))
 		f.wakeUp()
 	}
 }

@@ -1080,3 +1080,51 @@ func BenchmarkSnapshotParts(b *testing.B) {
 		}
 	}
 }
+
+// TestTransferSlices: each donor's share comes in several slices, added
+// one by one as they are snapshotted; a donor that crashed has its slices
+// served by its backup.
+func TestTransferSlices(t *testing.T) {
+	checkTransferLeaks(t)
+	const k, slices = 3, 4
+	sizes := make([]int, k*slices)
+	for p := range sizes {
+		sizes[p] = 50000 + 3001*p
+	}
+	s := randomParts(11, sizes...)
+	n := newMemNet(t, 11)
+	n.endpoint(testJoiner)
+	for i, id := range donorIDs(k) {
+		if i == 1 {
+			n.endpoint(id) // exists, but serves nothing: crashed below
+			continue
+		}
+		parts := DonorSlices(i, k, slices)
+		d, err := NewDonor(context.Background(), DonorConfig{
+			Endpoint: n.endpoint(id), Stream: testStream, Joiners: []rdma.NodeID{testJoiner},
+			Pending: parts, Of: k * slices, ChunkBytes: testChunkBytes,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		go func() {
+			for _, p := range parts {
+				data, err := SnapshotParts(s, []int{p}, k*slices)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				d.AddPart(p, data[p])
+			}
+		}()
+	}
+	n.fabric.Crash(2)
+	cfg := fetchConfig(n.endpoint(testJoiner), k)
+	cfg.Slices = slices
+	got, err := Fetch(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore(t, s, got)
+}
