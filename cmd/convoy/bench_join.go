@@ -107,8 +107,10 @@ type joinRun struct {
 	TransferSeconds float64 `json:"transfer_seconds"`
 	RestoreSeconds  float64 `json:"restore_seconds"`
 	// SnapshotSeconds is when the slowest donor had snapshotted its
-	// parts, from the fetch start (donors stamp their own clock, the
-	// same machine's); negative if they were done before it.
+	// parts, backups included, from the fetch start (donors stamp their
+	// own clock, the same machine's); negative if they were done before
+	// it. Donors send each slice of their share as soon as it is taken,
+	// so this overlaps the transfer.
 	SnapshotSeconds float64 `json:"snapshot_seconds"`
 	BytesPerSec     float64 `json:"bytes_per_sec"`
 	// LinkFraction is BytesPerSec over the joiner's link rate; 0 without
