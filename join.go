@@ -83,10 +83,15 @@ func (r *runner) donate(v *view) {
 // once all are taken, the deliveries held meanwhile go out.
 func (r *runner) snapshotted(part int, data []byte, err error) {
 	g, v := r.g, r.v
-	if err != nil {
+	switch {
+	case err != nil:
 		g.log.Error("snapshot for joiners", "epoch", v.rec.Epoch, "part", part, "err", err)
-	} else if err := v.donor.AddPart(part, data); err != nil {
-		g.log.Error("serving state to joiners", "epoch", v.rec.Epoch, "part", part, "err", err)
+	case v.donor == nil:
+		// Every joiner has its state already (from other donors).
+	default:
+		if err := v.donor.AddPart(part, data); err != nil {
+			g.log.Error("serving state to joiners", "epoch", v.rec.Epoch, "part", part, "err", err)
+		}
 	}
 	if r.snapshots--; r.snapshots == 0 {
 		r.snapDone = nil
