@@ -96,7 +96,6 @@ const (
 	evState
 	evRestored
 	evLinkDown
-	evSnapshot
 )
 
 // event is something for the loop. v names the view it belongs to; the

@@ -67,16 +67,27 @@ func (r *runner) donate(v *view) {
 	}
 	r.snapshots = len(parts)
 	done := make(chan struct{})
-	r.snapDone = done
+	// Buffered for every part, so that the goroutine never waits for the
+	// loop (which may be waiting for it in waitSnapshots).
+	results := make(chan snapshot, len(parts))
+	r.snapDone, r.snapCh = done, results
 	g.mem.wg.Add(1)
 	go func() {
 		defer g.mem.wg.Done()
 		defer close(done)
 		for _, p := range parts {
 			data, err := membership.SnapshotParts(g.cfg.State, []int{p}, of)
-			g.post(event{kind: evSnapshot, v: v, from: p, parts: [][]byte{data[p]}, err: err})
+			results <- snapshot{v: v, part: p, data: data[p], err: err}
 		}
 	}()
+}
+
+// snapshot is one part taken for joiners.
+type snapshot struct {
+	v    *view
+	part int
+	data []byte
+	err  error
 }
 
 // snapshotted hands a part snapshotted for joiners to the view's donor;
@@ -94,7 +105,7 @@ func (r *runner) snapshotted(part int, data []byte, err error) {
 		}
 	}
 	if r.snapshots--; r.snapshots == 0 {
-		r.snapDone = nil
+		r.snapDone, r.snapCh = nil, nil
 		if !r.restoring {
 			r.release()
 		}
@@ -116,9 +127,8 @@ func (r *runner) release() {
 func (r *runner) waitSnapshots() {
 	if r.snapDone != nil {
 		<-r.snapDone
-		r.snapDone = nil
 	}
-	r.snapshots = 0
+	r.snapDone, r.snapCh, r.snapshots = nil, nil, 0
 }
 
 // fetch transfers this joiner's state from the donors of view v.

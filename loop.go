@@ -49,6 +49,10 @@ func (g *Group) loop(r *runner) {
 					more = false
 				}
 			}
+		case s := <-r.snapCh:
+			if s.v == r.v && r.snapshots > 0 {
+				r.snapshotted(s.part, s.data, s.err)
+			}
 		case <-timer.C:
 		case <-g.stop:
 			return
@@ -81,6 +85,7 @@ type runner struct {
 	// meanwhile.
 	snapshots int
 	snapDone  chan struct{}
+	snapCh    <-chan snapshot
 	// sendTimes[i] is when own message sentBase+i was sent, for latency.
 	sendTimes []int64
 	sentBase  uint64
@@ -151,10 +156,6 @@ func (r *runner) handle(ev event) bool {
 	case evRestored:
 		if ev.v == r.v {
 			return r.restored(ev.parts, ev.err)
-		}
-	case evSnapshot:
-		if ev.v == r.v && r.snapshots > 0 {
-			r.snapshotted(ev.from, ev.parts[0], ev.err)
 		}
 	}
 	return true
