@@ -251,17 +251,34 @@ func (r *runner) async(what string, fn func(ctx context.Context, s *membership.S
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
+		// Retry while etcd is out of reach or the store is being renewed
+		// (a lost report would stall the view change); a refusal on the
+		// merits (another view won, no majority) is final.
+		ctx, cancel := context.WithTimeout(g.ctx, asyncTimeout)
 		defer cancel()
-		if err := fn(ctx, m.current()); err != nil && g.ctx.Err() == nil {
-			lvl := g.log.Warn
-			if errors.Is(err, membership.ErrConflict) {
-				lvl = g.log.Info
+		for backoff := 20 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+			err := fn(ctx, m.current())
+			switch {
+			case err == nil || g.ctx.Err() != nil:
+				return
+			case errors.Is(err, membership.ErrConflict), errors.Is(err, membership.ErrNoMajority), errors.Is(err, membership.ErrNoView):
+				g.log.Info("etcd: "+what, "err", err)
+				return
+			case ctx.Err() != nil:
+				g.log.Warn("etcd: "+what+": giving up", "err", err)
+				return
 			}
-			lvl("etcd: "+what, "err", err)
+			g.log.Debug("etcd: "+what+": retrying", "err", err, "after", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+			}
 		}
 	}()
 }
+
+// asyncTimeout bounds how long an etcd write for the loop is retried.
+const asyncTimeout = 30 * time.Second
 
 func (m *member) markReady() { m.readyOnce.Do(func() { close(m.ready) }) }
 

@@ -187,7 +187,7 @@ func (c *vsCluster) load(stop <-chan struct{}, nodes ...*vsNode) *sync.WaitGroup
 // least epoch with want members.
 func (c *vsCluster) waitView(epoch uint64, want int, nodes ...*vsNode) {
 	c.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for _, n := range nodes {
 		for {
 			v, ok := n.lastView()
@@ -230,7 +230,7 @@ func (c *vsCluster) waitDelivered(receivers []*vsNode, senders ...*vsNode) {
 			s.mu.Unlock()
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for _, n := range receivers {
 		if n.wasExcluded() {
 			continue // it got what it missed as state (sameState checks it)
@@ -513,7 +513,7 @@ func TestViewsJoinWithStateTransfer(t *testing.T) {
 // (the senders must have stopped).
 func (c *vsCluster) waitSameIndex(nodes ...*vsNode) {
 	c.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var idx []uint64
 		for _, n := range nodes {
@@ -545,7 +545,7 @@ func (n *vsNode) lastIndex() uint64 {
 // waitCount waits until n delivered at least k messages.
 func (c *vsCluster) waitCount(n *vsNode, k int) {
 	c.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for len(n.payloads()) < k {
 		if time.Now().After(deadline) {
 			c.t.Fatalf("member %d delivered %d of %d messages", n.id, len(n.payloads()), k)
@@ -686,7 +686,7 @@ func TestViewsMinorityPartition(t *testing.T) {
 // members (after any number of changes).
 func (c *vsCluster) waitMembers(want int, nodes ...*vsNode) {
 	c.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for _, n := range nodes {
 		for {
 			v, ok := n.lastView()
