@@ -1,0 +1,149 @@
+package persistence
+
+import (
+	"context"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// run is the writer goroutine: the only one that writes to Pebble. It
+// commits everything pending as one synced batch whenever the group
+// commit policy says so (see take), until the log is closed or fails.
+func (l *Log) run() {
+	defer close(l.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	// busy: the last commit just finished; whatever accumulated during it
+	// goes at once.
+	busy := false
+	for {
+		ops, wait, stop := l.take(busy)
+		switch {
+		case stop:
+			return
+		case ops != nil:
+			l.commit(ops)
+			busy = true
+			continue
+		}
+		busy = false
+		if wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-l.kick:
+				timer.Stop()
+			case <-timer.C:
+			}
+		} else {
+			<-l.kick
+		}
+	}
+}
+
+// take decides what to do next: a batch of ops to commit now, or how long
+// to wait for more (0: until kicked), or to stop. The writer commits when
+// anything is pending and the previous commit just finished (busy),
+// someone waits for an fsync (PutView and the like), MaxBatchBytes are
+// pending, the oldest pending op has waited MaxDelay, or the log is
+// closing. A batch holds at most about MaxBatchBytes.
+func (l *Log) take(busy bool) (ops []op, wait time.Duration, stop bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.err != nil {
+		// Failed: refuse everything still pending.
+		for _, o := range l.mu.pending {
+			if o.done != nil {
+				o.done <- l.mu.err
+			}
+		}
+		l.mu.pending, l.mu.pendingBytes, l.mu.urgent = nil, 0, 0
+		return nil, 0, true
+	}
+	if len(l.mu.pending) == 0 {
+		return nil, 0, l.mu.closing
+	}
+	if !busy && !l.mu.closing && l.mu.urgent == 0 && l.mu.pendingBytes < l.opts.MaxBatchBytes {
+		if w := l.opts.MaxDelay - time.Since(l.mu.oldest); w > 0 {
+			return nil, w, false
+		}
+	}
+	n, size := 0, 0
+	for n < len(l.mu.pending) && (n == 0 || size < l.opts.MaxBatchBytes) {
+		o := &l.mu.pending[n]
+		size += o.size()
+		if o.done != nil {
+			l.mu.urgent--
+		}
+		n++
+	}
+	ops = l.mu.pending[:n:n]
+	if n == len(l.mu.pending) {
+		l.mu.pending = nil
+	} else {
+		l.mu.pending = l.mu.pending[n:]
+		l.mu.oldest = time.Now()
+	}
+	l.mu.pendingBytes -= size
+	return ops, 0, false
+}
+
+// commit writes ops as one batch with pebble.Sync, then advances Synced,
+// wakes waiters and answers requests; on failure it fails the log.
+func (l *Log) commit(ops []op) {
+	b := l.db.NewBatch()
+	size, entries := 0, 0
+	var synced uint64
+	for i := range ops {
+		o := &ops[i]
+		size += o.size()
+		if o.end != nil {
+			_ = b.DeleteRange(o.key, o.end, nil)
+		} else {
+			_ = b.Set(o.key, o.value, nil)
+			if o.done == nil {
+				entries++
+			}
+		}
+		synced = max(synced, o.index)
+	}
+	start := time.Now()
+	err := recoverFatal(func() error { return b.Commit(pebble.Sync) })
+	if err != nil {
+		// A batch whose commit hit a Fatalf may be in any state: leave it
+		// to the garbage collector.
+		l.fail(err)
+		for i := range ops {
+			if ops[i].done != nil {
+				ops[i].done <- l.Err()
+			}
+		}
+		return
+	}
+	_ = b.Close()
+	l.fsyncs.Add(1)
+	ctx := context.Background()
+	l.m.fsyncs.Add(ctx, 1)
+	l.m.batchSize.Record(ctx, int64(entries))
+	l.m.syncLatency.Record(ctx, time.Since(start).Seconds())
+
+	l.mu.Lock()
+	l.mu.queued -= size
+	if synced > l.synced.Load() {
+		l.synced.Store(synced)
+		close(l.mu.syncCh)
+		l.mu.syncCh = make(chan struct{})
+	}
+	fn := l.mu.onSynced
+	l.mu.space.Broadcast()
+	l.mu.Unlock()
+	for i := range ops {
+		if ops[i].done != nil {
+			ops[i].done <- nil
+		}
+	}
+	if fn != nil {
+		fn(l.synced.Load())
+	}
+}

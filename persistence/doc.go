@@ -1,0 +1,50 @@
+// Package persistence is Convoy's durable log: a Pebble-backed record of
+// the messages a member delivered, keyed by the global delivery index,
+// together with the view records (with their cuts) and member metadata
+// such as the last snapshot index.
+//
+// It is the storage half of durable mode (DESIGN "Protocol rules" 3, 7
+// and 12): messages are appended only in final order, each member
+// announces the highest index it has fsynced (Synced), and a message is
+// reported durable once every member of the view has fsynced it. View
+// records are fsynced before any message of their cut is delivered, and
+// after a total failure the group restarts from the log holding the
+// highest (epoch, index).
+//
+// # Usage
+//
+//	l, err := persistence.Open(ctx, persistence.Options{Dir: dir})
+//	if err != nil { ... }
+//	defer l.Close()
+//	l.OnSynced(func(index uint64) { announcePersistedFrontier(index) })
+//	if err := l.Append(persistence.Entry{Index: 1, Epoch: 1, Sender: 7, Seq: 1, Payload: p}); err != nil { ... }
+//	if err := l.WaitSynced(ctx, 1); err != nil { ... }
+//
+// # Implementation notes
+//
+// Keys are one prefix byte followed by a big-endian uint64: 'e' and the
+// delivery index for entries, 'v' and the epoch for view records, 'm' and
+// a small number for metadata. Every value starts with a CRC-32C
+// (Castagnoli) checksum over the key and the rest of the value, so a
+// record moved to another key or damaged on disk is detected on read and
+// reported as ErrCorrupt; it is never served as data.
+//
+// Group commit: Append only encodes and queues; one writer goroutine owns
+// every write to Pebble. It takes everything pending (up to
+// Options.MaxBatchBytes), commits it as one batch with pebble.Sync, then
+// advances Synced and wakes waiters. While one fsync runs the next batch
+// accumulates, so under load every fsync covers many entries; an idle log
+// waits at most Options.MaxDelay for company before committing a lone
+// entry. Writes that must be durable before their call returns (PutView,
+// TrimBefore, SetSnapshot) travel through the same queue, in order with
+// the entries, and are committed without that delay.
+//
+// A failed commit or fsync makes the log failed for good (the fsyncgate
+// lesson: after a failed fsync the page cache cannot be trusted): Synced
+// never advances again and every later call reports an error wrapping
+// ErrFailed. Pebble reports such failures through its logger's Fatalf;
+// this package turns a Fatalf on the writer goroutine into that failure.
+// A Fatalf on one of Pebble's own background goroutines (for instance a
+// failed MANIFEST sync during a flush) still panics, as Pebble requires
+// that Fatalf not return.
+package persistence

@@ -1,0 +1,768 @@
+package persistence
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/convoy-gcs/convoy/membership"
+)
+
+// Errors returned by the log, for callers to test with errors.Is. Returned
+// errors wrap them with the index or epoch concerned.
+var (
+	// ErrOutOfOrder: Append was given an entry whose index does not follow
+	// the last one appended (or lies below the trim point of an empty log).
+	ErrOutOfOrder = errors.New("persistence: entry out of order")
+	// ErrNotFound: Get of an index that was never written or is not yet
+	// synced; Snapshot when no snapshot was recorded.
+	ErrNotFound = errors.New("persistence: not found")
+	// ErrTrimmed: Get or Scan of an index below First, deleted by
+	// TrimBefore.
+	ErrTrimmed = errors.New("persistence: trimmed")
+	// ErrCorrupt: a record failed its checksum or is malformed, or an entry
+	// that must exist is missing (a gap). Returned by Get, Scan, Views,
+	// Snapshot and Open; a corrupt record is never returned as data.
+	ErrCorrupt = errors.New("persistence: corrupt record")
+	// ErrFailed: a commit or fsync failed. The log acknowledges nothing
+	// more: Synced stays where it was, and Append, WaitSynced, PutView,
+	// TrimBefore and SetSnapshot return an error wrapping ErrFailed and
+	// the cause.
+	ErrFailed = errors.New("persistence: log failed")
+	// ErrClosed: the log was closed.
+	ErrClosed = errors.New("persistence: log closed")
+	// ErrViewConflict: PutView of an epoch that already holds a different
+	// view record (DESIGN guarantee 5: one view per epoch).
+	ErrViewConflict = errors.New("persistence: different view for the same epoch")
+)
+
+// Defaults for Options.
+const (
+	// DefaultMaxBatchBytes bounds one synced batch: large enough that an
+	// fsync is amortised over thousands of small entries, small enough to
+	// stay well below Pebble's large-batch threshold (half of
+	// pebbleMemTableSize).
+	DefaultMaxBatchBytes = 4 << 20
+	// DefaultMaxDelay is how long an idle log waits for company before
+	// committing a lone entry: a fraction of one fsync on SSDs (~0.5–2 ms),
+	// so it costs little latency and saves fsyncs at moderate load.
+	DefaultMaxDelay = 200 * time.Microsecond
+	// maxQueuedBytes is the backpressure bound: Append blocks while this
+	// many bytes are queued or being committed.
+	maxQueuedBytes = 64 << 20
+	// pebbleMemTableSize keeps full-size batches on Pebble's normal path.
+	pebbleMemTableSize = 64 << 20
+)
+
+// Options configure a Log. The zero value of every field but Dir is
+// usable.
+type Options struct {
+	// Dir is the directory of the Pebble store; created if missing.
+	Dir string
+	// FS is the file system; nil means the OS file system.
+	FS vfs.FS
+	// MaxBatchBytes makes the writer commit once this many bytes are
+	// pending (DefaultMaxBatchBytes if zero).
+	MaxBatchBytes int
+	// MaxDelay makes an idle writer commit once the oldest pending entry
+	// has waited this long (DefaultMaxDelay if zero). When a commit
+	// finishes and anything is pending, the next one starts at once: while
+	// one fsync runs, the next batch accumulates.
+	MaxDelay time.Duration
+	// Logger receives the log's messages (quiet at info level); nil
+	// discards them.
+	Logger *slog.Logger
+	// MeterProvider receives the log's metrics; nil disables them.
+	MeterProvider metric.MeterProvider
+}
+
+// Log is a durable log of delivered messages, view records and member
+// metadata. Its methods are safe for concurrent use.
+type Log struct {
+	opts   Options
+	db     *pebble.DB
+	log    *slog.Logger
+	m      *metrics
+	kick   chan struct{} // wakes the writer; capacity 1
+	done   chan struct{} // closed when the writer has exited
+	synced atomic.Uint64 // highest index known fsynced; ≤ mu.last
+	fsyncs atomic.Uint64 // synced batches committed (for tests)
+
+	// viewMu serialises PutView, so its check for an existing record and
+	// its write cannot interleave with another PutView.
+	viewMu sync.Mutex
+
+	// dbMu guards the use of db against Close: readers hold it shared,
+	// Close exclusively (Pebble panics on use after Close).
+	dbMu     sync.RWMutex
+	dbClosed bool // REQUIRES: dbMu
+
+	mu struct {
+		sync.Mutex
+		// space is signalled when queued drops, and on failure and close.
+		space sync.Cond
+		// The log holds [first, last]; it is empty iff first == last+1.
+		// Invariant: first ≥ 1, first ≤ last+1. A fresh log has first 1,
+		// last 0; a log trimmed past its end has first t, last t-1.
+		first, last uint64
+		// pending are the writes not yet taken by the writer, in order.
+		pending      []op
+		pendingBytes int
+		// urgent counts pending ops whose caller waits for their fsync.
+		urgent int
+		// oldest is when pending last became non-empty.
+		oldest time.Time
+		// queued is the size of pending plus the batch being committed.
+		queued int
+		// maxQueued is the backpressure bound (maxQueuedBytes; tests
+		// lower it).
+		maxQueued int
+		// syncCh is closed and replaced whenever synced advances, and on
+		// failure and close.
+		syncCh   chan struct{}
+		onSynced func(index uint64)
+		err      error // non-nil once failed; wraps ErrFailed
+		closing  bool  // Close was called: nothing new is accepted
+		closed   bool  // the writer has drained and exited
+	}
+}
+
+// op is one write for the writer.
+type op struct {
+	key, value []byte
+	// end, if set, makes op a DeleteRange [key, end).
+	end []byte
+	// index is the entry index this op makes durable, or for a trim the
+	// index below which everything counts as durable; 0 for neither.
+	index uint64
+	// done, if set, receives the op's outcome once its batch committed.
+	done chan error
+}
+
+func (o *op) size() int { return len(o.key) + len(o.value) + len(o.end) }
+
+// Open opens (creating if needed) the log in o.Dir and recovers its
+// state: First, Last and Synced come from disk, and everything on disk is
+// synced. It checks that the entries are contiguous and that the last one
+// is intact, and reports a gap or a corrupt tail as ErrCorrupt. ctx
+// bounds that scan (Pebble's own open is not interruptible).
+func Open(ctx context.Context, o Options) (l *Log, err error) {
+	if o.Dir == "" {
+		return nil, errors.New("persistence: Options.Dir is empty")
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.MaxBatchBytes <= 0 {
+		o.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if o.MaxDelay <= 0 {
+		o.MaxDelay = DefaultMaxDelay
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(o.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("persistence: metrics: %w", err)
+	}
+	l = &Log{
+		opts: o,
+		log:  o.Logger.With("component", "persistence", "dir", o.Dir),
+		m:    m,
+		kick: make(chan struct{}, 1),
+		done: make(chan struct{}),
+	}
+	l.mu.space.L = &l.mu
+	l.mu.maxQueued = maxQueuedBytes
+	l.mu.syncCh = make(chan struct{})
+
+	popts := &pebble.Options{
+		FS:           o.FS,
+		Logger:       &pebbleLogger{log: l.log, fatal: l.fail},
+		MemTableSize: pebbleMemTableSize,
+	}
+	if err := recoverFatal(func() (err error) {
+		l.db, err = pebble.Open(o.Dir, popts)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("persistence: opening %s: %w", o.Dir, err)
+	}
+	if err := l.recover(ctx); err != nil {
+		_ = recoverFatal(l.db.Close)
+		return nil, err
+	}
+	go l.run()
+	return l, nil
+}
+
+// recover reads the trim point and the entry range from disk.
+func (l *Log) recover(ctx context.Context) error {
+	trim, _, err := l.getMeta(metaTrim)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	first, last := max(trim, 1), max(trim, 1)-1
+
+	it, err := l.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{prefixEntry},
+		UpperBound: []byte{prefixEntry + 1},
+	})
+	if err != nil {
+		return fmt.Errorf("persistence: recovery: %w", err)
+	}
+	defer it.Close()
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		if n++; n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("persistence: recovery: %w", err)
+			}
+		}
+		index, ok := parseKey(prefixEntry, it.Key())
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: malformed entry key %x", ErrCorrupt, it.Key())
+		case n == 1:
+			if index < trim {
+				return fmt.Errorf("%w: entry %d below the trim point %d", ErrCorrupt, index, trim)
+			}
+			first = index
+		case index != last+1:
+			return fmt.Errorf("%w: gap in the log: entry %d follows %d", ErrCorrupt, index, last)
+		}
+		last = index
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("persistence: recovery: %w", readErr(err))
+	}
+	if n > 0 {
+		// The tail is what a crash could have damaged.
+		if it.Last() {
+			v, err := it.ValueAndErr()
+			if err != nil {
+				return fmt.Errorf("persistence: recovery: %w", readErr(err))
+			}
+			if _, err := decodeEntry(it.Key(), v); err != nil {
+				return fmt.Errorf("%w: entry %d (last): %v", ErrCorrupt, last, err)
+			}
+		}
+	}
+	l.mu.first, l.mu.last = first, last
+	l.synced.Store(last)
+	l.log.Debug("recovered", "first", first, "last", last, "entries", n)
+	return nil
+}
+
+// readErr marks Pebble's corruption errors as ErrCorrupt.
+func readErr(err error) error {
+	if errors.Is(err, pebble.ErrCorruption) {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return err
+}
+
+// Append queues entries for writing, in final order: each Index must be
+// the last appended plus one; the first may be any index ≥ First if the
+// log is empty (fresh, or trimmed past its end). It returns once the
+// entries are queued, without waiting for their fsync (see WaitSynced and
+// OnSynced); it blocks while too many bytes are queued. Either all of es
+// are queued or none.
+//
+// Errors: ErrOutOfOrder, ErrClosed, or an error wrapping ErrFailed.
+func (l *Log) Append(es ...Entry) error {
+	if len(es) == 0 {
+		return nil
+	}
+	ops := make([]op, len(es))
+	size, payload := 0, 0
+	for i := range es {
+		if i > 0 && es[i].Index != es[i-1].Index+1 {
+			return fmt.Errorf("%w: entry %d follows %d", ErrOutOfOrder, es[i].Index, es[i-1].Index)
+		}
+		k, v := encodeEntry(&es[i])
+		ops[i] = op{key: k, value: v, index: es[i].Index}
+		size += ops[i].size()
+		payload += len(es[i].Payload)
+	}
+
+	l.mu.Lock()
+	for l.mu.queued > 0 && l.mu.queued+size > l.mu.maxQueued && l.mu.err == nil && !l.mu.closing {
+		l.mu.space.Wait()
+	}
+	if err := l.acceptingLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	idx := es[0].Index
+	if empty := l.mu.first == l.mu.last+1; empty {
+		if idx < l.mu.first {
+			l.mu.Unlock()
+			return fmt.Errorf("%w: entry %d is below the log's first index %d", ErrOutOfOrder, idx, l.mu.first)
+		}
+		l.mu.first = idx
+	} else if idx != l.mu.last+1 {
+		last := l.mu.last
+		l.mu.Unlock()
+		return fmt.Errorf("%w: entry %d does not follow the last entry %d", ErrOutOfOrder, idx, last)
+	}
+	l.mu.last = es[len(es)-1].Index
+	l.enqueueLocked(ops...)
+	l.mu.Unlock()
+
+	l.m.entries.Add(context.Background(), int64(len(es)))
+	l.m.bytes.Add(context.Background(), int64(payload))
+	return nil
+}
+
+// acceptingLocked returns the error new writes get, if any.
+// REQUIRES: l.mu.
+func (l *Log) acceptingLocked() error {
+	if l.mu.err != nil {
+		return l.mu.err
+	}
+	if l.mu.closing {
+		return ErrClosed
+	}
+	return nil
+}
+
+// enqueueLocked hands ops to the writer. REQUIRES: l.mu.
+func (l *Log) enqueueLocked(ops ...op) {
+	if len(l.mu.pending) == 0 {
+		l.mu.oldest = time.Now()
+	}
+	for i := range ops {
+		l.mu.pending = append(l.mu.pending, ops[i])
+		s := ops[i].size()
+		l.mu.pendingBytes += s
+		l.mu.queued += s
+		if ops[i].done != nil {
+			l.mu.urgent++
+		}
+	}
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// submit queues ops (the last of which carries done) and waits until
+// they are committed and fsynced, or ctx ends (the write may then still
+// happen).
+func (l *Log) submit(ctx context.Context, ops ...op) error {
+	done := make(chan error, 1)
+	ops[len(ops)-1].done = done
+	l.mu.Lock()
+	if err := l.acceptingLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	l.enqueueLocked(ops...)
+	l.mu.Unlock()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Synced returns the highest index known fsynced: every entry up to it
+// survives a crash. It never decreases.
+func (l *Log) Synced() uint64 { return l.synced.Load() }
+
+// WaitSynced waits until Synced() ≥ index. Errors: ctx's, ErrClosed once
+// the log is closed (after Close has written what was queued), or an
+// error wrapping ErrFailed.
+func (l *Log) WaitSynced(ctx context.Context, index uint64) error {
+	for {
+		if l.synced.Load() >= index {
+			return nil
+		}
+		l.mu.Lock()
+		if l.mu.err != nil {
+			err := l.mu.err
+			l.mu.Unlock()
+			return err
+		}
+		if l.mu.closed {
+			l.mu.Unlock()
+			return ErrClosed
+		}
+		ch := l.mu.syncCh
+		l.mu.Unlock()
+		if l.synced.Load() >= index {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// OnSynced registers fn (replacing any earlier one; nil removes it) to be
+// called with the new Synced value after each synced batch. It runs on
+// the writer goroutine, never concurrently with itself, and must not
+// block or call into the log's writing methods: the next batch waits for
+// it.
+func (l *Log) OnSynced(fn func(index uint64)) {
+	l.mu.Lock()
+	l.mu.onSynced = fn
+	l.mu.Unlock()
+}
+
+// First returns the first index the log holds (after a trim, the trim
+// point). The log is empty when Last() < First().
+func (l *Log) First() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.first
+}
+
+// Last returns the last index appended (whether synced yet or not); after
+// Open, the last index on disk. It is First()-1 when the log is empty.
+func (l *Log) Last() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.last
+}
+
+// Err returns the error that failed the log (wrapping ErrFailed), or nil.
+func (l *Log) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.err
+}
+
+// fail makes the log failed with cause, once. Synced never advances
+// again and every waiter is woken.
+func (l *Log) fail(cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.err != nil {
+		return
+	}
+	l.mu.err = fmt.Errorf("%w: %w", ErrFailed, cause)
+	close(l.mu.syncCh)
+	l.mu.syncCh = make(chan struct{})
+	l.mu.space.Broadcast()
+	l.log.Error("log failed: nothing more is acknowledged", "synced", l.synced.Load(), "err", cause)
+}
+
+// Get returns the entry at index, verifying its checksum. Only synced
+// entries are served. Errors: ErrTrimmed (index < First), ErrNotFound
+// (never written, or not yet synced), ErrCorrupt (the record fails its
+// checksum, or is missing though it should be there), ErrClosed.
+func (l *Log) Get(index uint64) (Entry, error) {
+	if index == 0 {
+		return Entry{}, fmt.Errorf("%w: entry 0 (indexes start at 1)", ErrNotFound)
+	}
+	if first := l.First(); index < first {
+		return Entry{}, fmt.Errorf("%w: entry %d (first is %d)", ErrTrimmed, index, first)
+	}
+	if synced := l.synced.Load(); index > synced {
+		return Entry{}, fmt.Errorf("%w: entry %d (synced up to %d)", ErrNotFound, index, synced)
+	}
+	l.dbMu.RLock()
+	defer l.dbMu.RUnlock()
+	if l.dbClosed {
+		return Entry{}, ErrClosed
+	}
+	k := makeKey(prefixEntry, index)
+	v, c, err := l.db.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		if first := l.First(); index < first { // trimmed meanwhile
+			return Entry{}, fmt.Errorf("%w: entry %d (first is %d)", ErrTrimmed, index, first)
+		}
+		return Entry{}, fmt.Errorf("%w: entry %d is missing", ErrCorrupt, index)
+	}
+	if err != nil {
+		return Entry{}, fmt.Errorf("persistence: reading entry %d: %w", index, readErr(err))
+	}
+	defer c.Close()
+	e, err := decodeEntry(k, v)
+	if err != nil {
+		return Entry{}, fmt.Errorf("%w: entry %d: %v", ErrCorrupt, index, err)
+	}
+	return e, nil
+}
+
+// Scan calls fn for every synced entry in [from, to], in index order,
+// verifying each checksum; a to beyond Synced is clamped to it (so
+// Scan(ctx, l.First(), math.MaxUint64, fn) reads everything durable). It
+// stops at fn's first error and returns it. fn must not call Close.
+// Errors: ErrTrimmed (from < First), ErrCorrupt (a corrupt record or a
+// gap, naming the index), ctx's, ErrClosed.
+func (l *Log) Scan(ctx context.Context, from, to uint64, fn func(Entry) error) error {
+	if first := l.First(); from < first {
+		return fmt.Errorf("%w: entry %d (first is %d)", ErrTrimmed, from, first)
+	}
+	to = min(to, l.synced.Load())
+	if from > to {
+		return nil
+	}
+	l.dbMu.RLock()
+	defer l.dbMu.RUnlock()
+	if l.dbClosed {
+		return ErrClosed
+	}
+	upper := []byte{prefixEntry + 1}
+	if to < 1<<64-1 {
+		upper = makeKey(prefixEntry, to+1)
+	}
+	it, err := l.db.NewIterWithContext(ctx, &pebble.IterOptions{
+		LowerBound: makeKey(prefixEntry, from),
+		UpperBound: upper,
+	})
+	if err != nil {
+		return fmt.Errorf("persistence: scan: %w", err)
+	}
+	defer it.Close()
+	next := from
+	for ok := it.First(); ok; ok = it.Next() {
+		if (next-from)%1024 == 1023 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		k := it.Key()
+		if index, ok := parseKey(prefixEntry, k); !ok || index != next {
+			return l.missing(next)
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("persistence: reading entry %d: %w", next, readErr(err))
+		}
+		e, err := decodeEntry(k, v)
+		if err != nil {
+			return fmt.Errorf("%w: entry %d: %v", ErrCorrupt, next, err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+		next++
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("persistence: scan at entry %d: %w", next, readErr(err))
+	}
+	if next <= to {
+		return l.missing(next)
+	}
+	return nil
+}
+
+// missing reports entry index absent from a scan: trimmed meanwhile, or a
+// gap.
+func (l *Log) missing(index uint64) error {
+	if first := l.First(); index < first {
+		return fmt.Errorf("%w: entry %d (first is %d)", ErrTrimmed, index, first)
+	}
+	return fmt.Errorf("%w: entry %d is missing (gap)", ErrCorrupt, index)
+}
+
+// PutView records view record v (with its cut) and returns once it is
+// fsynced: DESIGN rule 7 requires the record to be durable before any
+// message of its cut is delivered. Putting the same record again is a
+// no-op. Errors: ErrViewConflict (a different record for v.Epoch exists),
+// ErrCorrupt, ErrClosed, ctx's, or an error wrapping ErrFailed.
+func (l *Log) PutView(ctx context.Context, v membership.View) error {
+	k, val, err := encodeView(&v)
+	if err != nil {
+		return err
+	}
+	l.viewMu.Lock()
+	defer l.viewMu.Unlock()
+	old, err := l.get(k)
+	switch {
+	case err == nil:
+		if _, derr := decodeView(k, old); derr != nil {
+			return fmt.Errorf("%w: view %d: %v", ErrCorrupt, v.Epoch, derr)
+		}
+		if bytes.Equal(old, val) {
+			return nil
+		}
+		return fmt.Errorf("%w: epoch %d", ErrViewConflict, v.Epoch)
+	case !errors.Is(err, ErrNotFound):
+		return err
+	}
+	if err := l.submit(ctx, op{key: k, value: val}); err != nil {
+		return fmt.Errorf("persistence: view %d: %w", v.Epoch, err)
+	}
+	return nil
+}
+
+// get returns a copy of the value at key k, or ErrNotFound.
+func (l *Log) get(k []byte) ([]byte, error) {
+	l.dbMu.RLock()
+	defer l.dbMu.RUnlock()
+	if l.dbClosed {
+		return nil, ErrClosed
+	}
+	v, c, err := l.db.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("persistence: reading %x: %w", k, readErr(err))
+	}
+	defer c.Close()
+	return append([]byte(nil), v...), nil
+}
+
+// Views returns every view record held, in epoch order. Errors:
+// ErrCorrupt (naming the epoch), ctx's, ErrClosed.
+func (l *Log) Views(ctx context.Context) ([]membership.View, error) {
+	l.dbMu.RLock()
+	defer l.dbMu.RUnlock()
+	if l.dbClosed {
+		return nil, ErrClosed
+	}
+	it, err := l.db.NewIterWithContext(ctx, &pebble.IterOptions{
+		LowerBound: []byte{prefixView},
+		UpperBound: []byte{prefixView + 1},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("persistence: views: %w", err)
+	}
+	defer it.Close()
+	var vs []membership.View
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return nil, fmt.Errorf("persistence: views: %w", readErr(err))
+		}
+		v, err := decodeView(it.Key(), val)
+		if err != nil {
+			epoch, _ := parseKey(prefixView, it.Key())
+			return nil, fmt.Errorf("%w: view %d: %v", ErrCorrupt, epoch, err)
+		}
+		vs = append(vs, v)
+	}
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("persistence: views: %w", readErr(err))
+	}
+	return vs, nil
+}
+
+// TrimBefore deletes every entry below index and returns once that is
+// durable; First becomes index (if it was lower). Trimming past Last
+// leaves an empty log whose next entry may have any index ≥ index.
+// Errors: ErrClosed, ctx's, or an error wrapping ErrFailed.
+func (l *Log) TrimBefore(ctx context.Context, index uint64) error {
+	l.mu.Lock()
+	if err := l.acceptingLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	if index <= l.mu.first {
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.first = index
+	if l.mu.last < index-1 {
+		l.mu.last = index - 1
+	}
+	l.mu.Unlock()
+	tk, tv := encodeMeta(metaTrim, index, nil)
+	err := l.submit(ctx,
+		op{key: makeKey(prefixEntry, 0), end: makeKey(prefixEntry, index)},
+		op{key: tk, value: tv, index: index - 1},
+	)
+	if err != nil {
+		return fmt.Errorf("persistence: trim before %d: %w", index, err)
+	}
+	return nil
+}
+
+// SetSnapshot records that the member's last snapshot is at index, with
+// metadata meta, and returns once that is durable. Errors: ErrClosed,
+// ctx's, or an error wrapping ErrFailed.
+func (l *Log) SetSnapshot(ctx context.Context, index uint64, meta []byte) error {
+	k, v := encodeMeta(metaSnapshot, index, meta)
+	if err := l.submit(ctx, op{key: k, value: v}); err != nil {
+		return fmt.Errorf("persistence: snapshot %d: %w", index, err)
+	}
+	return nil
+}
+
+// Snapshot returns the last recorded snapshot index and its metadata.
+// Errors: ErrNotFound (none recorded), ErrCorrupt, ErrClosed.
+func (l *Log) Snapshot() (index uint64, meta []byte, err error) {
+	return l.getMeta(metaSnapshot)
+}
+
+func (l *Log) getMeta(id uint64) (uint64, []byte, error) {
+	k := makeKey(prefixMeta, id)
+	v, err := l.get(k)
+	if err != nil {
+		return 0, nil, fmt.Errorf("persistence: metadata %d: %w", id, err)
+	}
+	n, data, err := decodeMeta(k, v)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: metadata %d: %v", ErrCorrupt, id, err)
+	}
+	return n, data, nil
+}
+
+// Close writes and fsyncs what was queued (unless the log failed), stops
+// the writer and closes the store. Waiters then get ErrClosed. Calling it
+// again returns ErrClosed.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.mu.closing {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.mu.closing = true
+	l.mu.space.Broadcast()
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	<-l.done
+
+	l.mu.Lock()
+	l.mu.closed = true
+	close(l.mu.syncCh)
+	l.mu.syncCh = make(chan struct{})
+	l.mu.Unlock()
+
+	l.dbMu.Lock()
+	defer l.dbMu.Unlock()
+	l.dbClosed = true
+	if err := recoverFatal(l.db.Close); err != nil {
+		return fmt.Errorf("persistence: closing: %w", err)
+	}
+	return nil
+}
+
+// recoverFatal runs f, turning a Fatalf panic of Pebble's (see
+// pebbleLogger) into an error.
+func recoverFatal(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			fe, ok := r.(*fatalError)
+			if !ok {
+				panic(r)
+			}
+			err = fe
+		}
+	}()
+	return f()
+}
