@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -560,18 +559,9 @@ func newJoinProcs(log *slog.Logger) *joinProcs {
 
 // start starts cmd as process id and the goroutine that reads its events.
 func (ps *joinProcs) start(cmd *exec.Cmd, id uint64, c *cli) error {
-	cmd.Env = append(os.Environ(), c.self.env...)
-	cmd.Stderr = c.stderr
-	in, err := cmd.StdinPipe()
+	in, out, err := startChild(cmd, c.self.env, c.stderr)
 	if err != nil {
-		return err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start process %d: %w", id, err)
+		return fmt.Errorf("process %d: %w", id, err)
 	}
 	p := &joinProc{id: id, cmd: cmd, in: in}
 	ps.procs = append(ps.procs, p)
@@ -581,15 +571,7 @@ func (ps *joinProcs) start(cmd *exec.Cmd, id uint64, c *cli) error {
 
 // read forwards the events process p prints, then an exited event.
 func (ps *joinProcs) read(p *joinProc, out io.Reader) {
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		var ev joinEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			ps.log.Warn("unreadable line from a process", "node", p.id, "line", sc.Text())
-			continue
-		}
-		ps.emit(ev)
-	}
+	_ = readEvents(out, ps.log, fmt.Sprintf("process %d", p.id), ps.emit)
 	ps.emit(joinEvent{Event: jnExited, Node: p.id, T: time.Now().UnixNano()})
 }
 

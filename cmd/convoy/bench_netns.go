@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -125,18 +124,9 @@ func newNetnsFleet(ctx context.Context, o netnsOptions) (_ *netnsFleet, err erro
 
 // start starts one node process and the goroutine that reads its events.
 func (f *netnsFleet) start(cmd *exec.Cmd, id rdma.NodeID, o netnsOptions) error {
-	cmd.Env = append(os.Environ(), o.self.env...)
-	cmd.Stderr = o.stderr
-	in, err := cmd.StdinPipe()
+	in, out, err := startChild(cmd, o.self.env, o.stderr)
 	if err != nil {
-		return err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting node %d: %w", id, err)
+		return fmt.Errorf("node %d: %w", id, err)
 	}
 	p := &nodeProc{id: id, cmd: cmd, in: in}
 	f.procs = append(f.procs, p)
@@ -147,18 +137,10 @@ func (f *netnsFleet) start(cmd *exec.Cmd, id rdma.NodeID, o netnsOptions) error 
 // read forwards the events node p prints, one JSON object per line. If the
 // node's output ends before Close, that is reported as an error event.
 func (f *netnsFleet) read(p *nodeProc, out io.Reader) {
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		var ev nodeEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			f.log.Warn("unreadable line from node", "node", p.id, "line", sc.Text())
-			continue
-		}
-		f.emit(ev)
-	}
+	err := readEvents(out, f.log, fmt.Sprintf("node %d", p.id), f.emit)
 	if !f.closing.Load() {
 		msg := "node process ended its output"
-		if err := sc.Err(); err != nil {
+		if err != nil {
 			msg += ": " + err.Error()
 		}
 		f.emit(nodeEvent{Event: evError, Node: p.id, Err: msg})

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -604,18 +603,9 @@ type vcProc struct {
 // events.
 func (cl *vcCluster) start(exe string, c *cli, id uint64, args []string) error {
 	cmd := exec.Command(exe, args...)
-	cmd.Env = append(os.Environ(), c.self.env...)
-	cmd.Stderr = c.stderr
-	in, err := cmd.StdinPipe()
+	in, out, err := startChild(cmd, c.self.env, c.stderr)
 	if err != nil {
-		return err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start member %d: %w", id, err)
+		return fmt.Errorf("member %d: %w", id, err)
 	}
 	p := &vcProc{id: id, cmd: cmd, in: in}
 	cl.procs = append(cl.procs, p)
@@ -625,15 +615,7 @@ func (cl *vcCluster) start(exe string, c *cli, id uint64, args []string) error {
 
 // read forwards the events member p prints, then an exited event.
 func (cl *vcCluster) read(p *vcProc, out io.Reader) {
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		var ev vcEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			cl.log.Warn("unreadable line from member", "member", p.id, "line", sc.Text())
-			continue
-		}
-		cl.emit(ev)
-	}
+	_ = readEvents(out, cl.log, fmt.Sprintf("member %d", p.id), cl.emit)
 	cl.emit(vcEvent{Event: vcExited, Node: p.id, T: time.Now().UnixNano()})
 }
 
