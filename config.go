@@ -122,6 +122,9 @@ type Config struct {
 	// its snapshot included — before a joiner asks another for its part
 	// (default 10s).
 	TransferStall time.Duration
+	// Durable, if set, makes delivery durable (Atomic mode only): see
+	// DurableConfig.
+	Durable *DurableConfig
 	// OnView, if set, receives every view this member takes part in, in
 	// order with the deliveries, on the same goroutine as the Handler.
 	OnView func(View)
@@ -288,6 +291,9 @@ func (c Config) dynamicDefaults() (Config, error) {
 }
 
 func (c Config) commonDefaults() (Config, error) {
+	if c.Durable != nil && (c.Mode != Atomic || c.Durable.Dir == "" && c.Durable.FS == nil) {
+		return c, errors.New("convoy: durable delivery needs atomic mode and a directory")
+	}
 	if c.BeaconGap == 0 {
 		c.BeaconGap = DefaultBeaconGap
 	}

@@ -84,6 +84,8 @@ type clusterOpts struct {
 	skews    []time.Duration
 	endpoint func(i int) rdma.Endpoint
 	addrs    []string
+	// durable, if set, gives member i a durable log in durable(i).
+	durable func(i int) string
 }
 
 func openCluster(t *testing.T, n int, o clusterOpts) *testCluster {
@@ -107,6 +109,9 @@ func openCluster(t *testing.T, n int, o clusterOpts) *testCluster {
 		cfg := Config{Self: members[i].ID, Members: members, Mode: o.mode, FanOut: o.fanOut, BeaconInterval: time.Millisecond, onHeld: c.held.hook(i)}
 		if o.endpoint != nil {
 			cfg.Endpoint = o.endpoint(i)
+		}
+		if o.durable != nil {
+			cfg.Durable = &DurableConfig{Dir: o.durable(i)}
 		}
 		if o.skews != nil {
 			skew := int64(o.skews[i])

@@ -18,10 +18,8 @@ import (
 func controlStream(epoch uint64) rdma.StreamID  { return rdma.StreamID(1<<62 | epoch<<8) }
 func transferStream(epoch uint64) rdma.StreamID { return rdma.StreamID(1<<62 | epoch<<8 | 1) }
 
-// openDetector starts the view's failure detector and opens a signal
-// queue pair to every other member (probes may go to members that are
-// not neighbours).
-func (v *view) openDetector(ctx context.Context, now int64) error {
+// openDetector starts the view's failure detector.
+func (v *view) openDetector(now int64) error {
 	g := v.g
 	n := len(v.ids)
 	if n > membership.MaxRanks {
@@ -35,6 +33,15 @@ func (v *view) openDetector(ctx context.Context, now int64) error {
 		return err
 	}
 	v.det = det
+	return nil
+}
+
+// openControl opens a signal queue pair to every other member of the
+// view, for the detector's messages (probes may go to members that are not
+// neighbours) and the persisted indexes of durable delivery.
+func (v *view) openControl(ctx context.Context) {
+	g := v.g
+	n := len(v.ids)
 	v.ctrl = make([]rdma.QueuePair, n)
 	for r := range n {
 		if r == v.self {
@@ -43,12 +50,11 @@ func (v *view) openDetector(ctx context.Context, now int64) error {
 		qp, err := g.ep.Open(ctx, v.ids[r], controlStream(v.rec.Epoch), &ctrlHandler{v: v, rank: r})
 		if err != nil {
 			// The peer stays silent, which the detector notices.
-			g.log.Info("detector stream not opened", "peer", v.ids[r], "epoch", v.rec.Epoch, "err", err)
+			g.log.Info("control stream not opened", "peer", v.ids[r], "epoch", v.rec.Epoch, "err", err)
 			continue
 		}
 		v.ctrl[r] = qp
 	}
-	return nil
 }
 
 // ctrlHandler receives one peer's detector signals.
@@ -60,7 +66,11 @@ type ctrlHandler struct {
 func (h *ctrlHandler) RecvComplete(uint64, int, uint64) {}
 func (h *ctrlHandler) SendComplete(uint64)              {}
 func (h *ctrlHandler) Signal(imm uint64) {
-	h.v.g.post(event{kind: evSignal, v: h.v, from: h.rank, imm: imm})
+	kind := evSignal
+	if imm>>61 == persistedSignal {
+		kind = evPersisted
+	}
+	h.v.g.post(event{kind: kind, v: h.v, from: h.rank, imm: imm})
 }
 
 // Failed reports a broken connection to the detector: when a process

@@ -10,6 +10,7 @@ import (
 
 	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/ordering"
+	"github.com/convoy-gcs/convoy/persistence"
 	"github.com/convoy-gcs/convoy/rdma"
 )
 
@@ -46,6 +47,10 @@ type Group struct {
 	// mem is the membership runtime of a view-managed group (Config.Etcd
 	// set); nil with fixed membership.
 	mem *member
+	// disk is the durable log (Config.Durable); synced gets a value when
+	// it has synced more.
+	disk   *persistence.Log
+	synced chan struct{}
 
 	events chan event
 	stop   chan struct{}
@@ -96,6 +101,7 @@ const (
 	evState
 	evRestored
 	evLinkDown
+	evPersisted
 )
 
 // event is something for the loop. v names the view it belongs to; the
@@ -143,6 +149,9 @@ func Open(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 	if g.m, err = newMetrics(c.MeterProvider); err != nil {
 		return nil, err
 	}
+	if err := g.openLog(ctx); err != nil {
+		return nil, err
+	}
 	if g.dynamic() {
 		return g.openDynamic(ctx)
 	}
@@ -164,6 +173,7 @@ func Open(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 	if err != nil {
 		g.cancel()
 		g.closeTransport()
+		g.closeLog()
 		return nil, err
 	}
 	g.mu.epoch = rec.Epoch
@@ -297,7 +307,14 @@ func (g *Group) Close() error {
 	if g.mem != nil {
 		g.mem.close()
 	}
+	g.closeLog()
 	return nil
+}
+
+func (g *Group) closeLog() {
+	if g.disk != nil {
+		g.disk.Close()
+	}
 }
 
 func (g *Group) closeTransport() {

@@ -49,6 +49,10 @@ func (g *Group) loop(r *runner) {
 					more = false
 				}
 			}
+		case <-g.synced:
+			if r.v != nil && r.v.dur != nil {
+				r.announcePersisted()
+			}
 		case s := <-r.snapCh:
 			if s.v == r.v && r.snapshots > 0 {
 				r.snapshotted(s.part, s.data, s.err)
@@ -89,6 +93,9 @@ type runner struct {
 	// sendTimes[i] is when own message sentBase+i was sent, for latency.
 	sendTimes []int64
 	sentBase  uint64
+	// durq holds deliveries written to the durable log and not yet on
+	// every member's disk, in order.
+	durq []durItem
 	// ms is the membership state of a view-managed group.
 	ms memberState
 	// wedgedAt is when this member wedged; retryAt, if set, is when to
@@ -146,6 +153,10 @@ func (r *runner) handle(ev event) bool {
 	case evSignal:
 		if ev.v == r.v {
 			r.signal(now, ev.from, ev.imm)
+		}
+	case evPersisted:
+		if ev.v == r.v && r.v.dur != nil {
+			r.persisted(ev.from, ev.imm)
 		}
 	case evLinkDown:
 		if ev.v == r.v {
@@ -292,8 +303,18 @@ func (r *runner) deliver(ds []ordering.Delivery) {
 	}
 }
 
-// hand gives one delivery to the application and settles own messages.
+// hand passes one delivery on: to the durable log first when delivery is
+// durable, straight to the application otherwise.
 func (r *runner) hand(d Delivery, own bool) {
+	if r.g.disk != nil {
+		r.logDelivery(d)
+		return
+	}
+	r.handNow(d, own)
+}
+
+// handNow gives one delivery to the application and settles own messages.
+func (r *runner) handNow(d Delivery, own bool) {
 	g := r.g
 	g.m.delivered(len(d.Payload))
 	if g.h != nil {

@@ -76,6 +76,7 @@ func (g *Group) openDynamic(ctx context.Context) (_ *Group, err error) {
 			g.cancel()
 			g.closeTransport()
 			m.close()
+			g.closeLog()
 		}
 	}()
 	if len(c.Etcd.Endpoints) == 0 {

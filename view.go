@@ -53,6 +53,8 @@ type view struct {
 	ctrl []rdma.QueuePair
 	// donor serves this member's snapshot parts to the view's joiners.
 	donor *membership.Donor
+	// dur tracks the members' persisted indexes in durable delivery.
+	dur *barrier.Durable
 	// broken is why the view's multicast groups could not all be opened.
 	broken error
 	// done is set once the view is closed: callbacks from its groups are
@@ -105,10 +107,16 @@ func (g *Group) openView(ctx context.Context, rec membership.View, self int, now
 		v.broken = err
 	}
 	if g.dynamic() {
-		if err := v.openDetector(ctx, now); err != nil {
+		if err := v.openDetector(now); err != nil {
 			v.close()
 			return nil, err
 		}
+	}
+	if g.dynamic() || g.disk != nil {
+		v.openControl(ctx)
+	}
+	if g.disk != nil {
+		v.dur = barrier.NewDurable(len(v.ids))
 	}
 	return v, nil
 }

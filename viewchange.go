@@ -259,6 +259,13 @@ func (r *runner) install(rec membership.View) bool {
 		r.wedged = true
 		old.core.Wedge()
 	}
+	// In durable delivery the view record is on disk before any message
+	// of its cut is delivered (DESIGN rule 7).
+	if g.disk != nil && in {
+		if err := g.disk.PutView(g.ctx, rec); err != nil {
+			g.log.Error("durable log: view record", "epoch", rec.Epoch, "err", err)
+		}
+	}
 	// Snapshots of the ending view for joiners must finish before its
 	// held deliveries are handed out; then the deliveries the core made
 	// before it wedged come first.
@@ -294,6 +301,9 @@ func (r *runner) install(rec membership.View) bool {
 		return false
 	}
 	r.v, r.wedged = v, false
+	if g.disk != nil {
+		r.announcePersisted() // to the new view's members
+	}
 	if r.restoring {
 		// This member was still waiting for its state: it comes now as of
 		// this view's start, which covers what was held back.
@@ -369,6 +379,12 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 	g.mu.Lock()
 	g.mu.epoch, g.mu.out = rec.Epoch, nil
 	g.mu.Unlock()
+	if g.disk != nil {
+		if err := g.disk.PutView(g.ctx, *rec); err != nil {
+			g.log.Error("durable log: view record", "epoch", rec.Epoch, "err", err)
+		}
+		r.announcePersisted()
+	}
 	if v.broken != nil {
 		r.wedge("cannot open the view: " + v.broken.Error())
 	}
@@ -390,8 +406,17 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 	return true
 }
 
-// onView hands a view to the application.
+// onView hands a view to the application, behind the deliveries still
+// waiting to be durable.
 func (r *runner) onView(v View) {
+	if len(r.durq) > 0 {
+		r.durq = append(r.durq, durItem{v: &v})
+		return
+	}
+	r.onViewNow(v)
+}
+
+func (r *runner) onViewNow(v View) {
 	if r.g.cfg.OnView != nil {
 		r.g.cfg.OnView(v)
 	}
@@ -418,6 +443,9 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	r.waitSnapshots()
 	r.v.close()
 	r.v, r.wedged, r.pending, r.restoring, r.held = nil, false, nil, false, nil
+	// Deliveries still waiting to be durable everywhere are not handed
+	// out: this incarnation ends here.
+	r.durq = nil
 	ex := View{Epoch: epoch, Excluded: true}
 	if rec != nil {
 		ex = publicView(rec, nil)

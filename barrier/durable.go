@@ -30,6 +30,15 @@ func (d *Durable) Announce(rank int, idx uint64) error {
 	return nil
 }
 
+// Persisted returns what member rank announced last (0 for a rank out of
+// range).
+func (d *Durable) Persisted(rank int) uint64 {
+	if rank < 0 || rank >= len(d.persisted) {
+		return 0
+	}
+	return d.persisted[rank]
+}
+
 // Barrier returns the highest index every member has persisted.
 func (d *Durable) Barrier() uint64 {
 	if len(d.persisted) == 0 {
