@@ -64,6 +64,9 @@ type orderBench struct {
 	senders int
 	size    int
 	mode    convoy.Mode
+	// durable measures durable delivery (atomic mode with every member's
+	// Pebble log), against unordered delivery and against raw Pebble.
+	durable bool
 	// duration is how long each phase measures, after warmup.
 	duration time.Duration
 	warmup   time.Duration
@@ -97,6 +100,14 @@ type orderResult struct {
 	// Ratio is MsgsPerSec over the unordered baseline's; only the line of
 	// the requested mode has it.
 	Ratio *float64 `json:"ratio,omitempty"`
+	// Durable mode only: fsyncs per second per member (average over the
+	// throughput phase), and the physical baseline measured in the same
+	// run: one Pebble instance per member appending the same records in
+	// synced batches, concurrently (the lowest rate of them), with
+	// MsgsPerSec's ratio to it.
+	FsyncsPerSec        *float64 `json:"fsyncs_per_sec,omitempty"`
+	RawPebbleMsgsPerSec *float64 `json:"raw_pebble_msgs_per_sec,omitempty"`
+	RawPebbleRatio      *float64 `json:"raw_pebble_ratio,omitempty"`
 }
 
 func runBenchOrder(ctx context.Context, args []string, c *cli) error {
@@ -113,7 +124,7 @@ func parseOrderBench(args []string, c *cli) (*orderBench, error) {
 	fs.IntVar(&b.nodes, "nodes", 3, "members in the group, at least 2")
 	senders := fs.String("senders", "all", `how many members send: "all" or a number from 1 to -nodes`)
 	size := fs.String("size", "64", fmt.Sprintf("message size (bytes, or with a KiB, MiB or GiB suffix), at least %d", orderHeaderBytes))
-	mode := fs.String("mode", "atomic", "delivery mode to measure: atomic, total or unordered")
+	mode := fs.String("mode", "atomic", "delivery mode to measure: atomic, total, unordered or durable")
 	fs.DurationVar(&b.duration, "duration", 10*time.Second, "how long each phase is measured")
 	fs.DurationVar(&b.warmup, "warmup", time.Second, "how long each phase runs before it is measured")
 	fs.IntVar(&b.rate, "rate", 0, "messages per second per sender in the throughput phase (0: as fast as possible) and in the latency phase (0: 2000)")
@@ -127,7 +138,9 @@ func parseOrderBench(args []string, c *cli) (*orderBench, error) {
 	}
 
 	var err error
-	if b.mode, err = ordering.ParseMode(*mode); err != nil {
+	if *mode == "durable" {
+		b.mode, b.durable = convoy.Atomic, true
+	} else if b.mode, err = ordering.ParseMode(*mode); err != nil {
 		return nil, usagef("-mode: %v", err)
 	}
 	if b.nodes < 2 {
@@ -199,6 +212,18 @@ func (b *orderBench) run(ctx context.Context, c *cli) error {
 		ratio := round(results[0].MsgsPerSec/base, 4)
 		results[0].Ratio = &ratio
 	}
+	if b.durable {
+		raw, err := rawPebbleRate(ctx, b.nodes, b.size, b.warmup, b.duration)
+		if err != nil {
+			return fmt.Errorf("raw pebble baseline: %w", err)
+		}
+		raw = round(raw, 1)
+		results[0].RawPebbleMsgsPerSec = &raw
+		if raw > 0 {
+			ratio := round(results[0].MsgsPerSec/raw, 4)
+			results[0].RawPebbleRatio = &ratio
+		}
+	}
 	if !b.json {
 		b.printHeader(c.stdout)
 	}
@@ -213,11 +238,12 @@ func (b *orderBench) run(ctx context.Context, c *cli) error {
 // measure runs the throughput phase and then the latency phase of one
 // mode, each on a fresh group.
 func (b *orderBench) measure(ctx context.Context, mode convoy.Mode, log *slog.Logger) (orderResult, error) {
-	tput, err := b.phase(ctx, phaseSpec{name: "throughput", mode: mode, rate: b.rate}, log)
+	durable := b.durable && mode == b.mode
+	tput, err := b.phase(ctx, phaseSpec{name: "throughput", mode: mode, rate: b.rate, durable: durable}, log)
 	if err != nil {
 		return orderResult{}, err
 	}
-	lat, err := b.phase(ctx, phaseSpec{name: "latency", mode: mode, rate: b.latencyRate(), latency: true}, log)
+	lat, err := b.phase(ctx, phaseSpec{name: "latency", mode: mode, rate: b.latencyRate(), latency: true, durable: durable}, log)
 	if err != nil {
 		return orderResult{}, err
 	}
@@ -229,15 +255,23 @@ func (b *orderBench) measure(ctx context.Context, mode convoy.Mode, log *slog.Lo
 	p50, p99 := percentile(lat.latencies, 0.50), percentile(lat.latencies, 0.99)
 	log.Debug("measured", "mode", mode, "msgs_per_sec", tput.msgsPerSec, "latency_samples", len(lat.latencies), "p50", p50, "p99", p99)
 	msgs := round(tput.msgsPerSec, 1)
+	name := mode.String()
+	var fsyncs *float64
+	if durable {
+		name = "durable"
+		f := round(tput.fsyncsPerSec, 1)
+		fsyncs = &f
+	}
 	return orderResult{
-		Mode:        mode.String(),
-		Nodes:       b.nodes,
-		Senders:     b.senders,
-		Size:        b.size,
-		MsgsPerSec:  msgs,
-		BytesPerSec: round(msgs*float64(b.size), 0),
-		P50Us:       round(float64(p50)/float64(time.Microsecond), 1),
-		P99Us:       round(float64(p99)/float64(time.Microsecond), 1),
+		FsyncsPerSec: fsyncs,
+		Mode:         name,
+		Nodes:        b.nodes,
+		Senders:      b.senders,
+		Size:         b.size,
+		MsgsPerSec:   msgs,
+		BytesPerSec:  round(msgs*float64(b.size), 0),
+		P50Us:        round(float64(p50)/float64(time.Microsecond), 1),
+		P99Us:        round(float64(p99)/float64(time.Microsecond), 1),
 	}, nil
 }
 
@@ -266,6 +300,10 @@ func (b *orderBench) print(w io.Writer, r orderResult) error {
 	}
 	_, err := fmt.Fprintf(w, "%-10s %12.0f %10.2f %10.1f %10.1f %7s\n",
 		r.Mode, r.MsgsPerSec, r.BytesPerSec/1e6, r.P50Us, r.P99Us, ratio)
+	if err == nil && r.RawPebbleMsgsPerSec != nil {
+		_, err = fmt.Fprintf(w, "# durable: %.0f fsyncs/s per member; raw Pebble, one instance per member, synced batches of %d: %.0f msgs/s; durable/raw %.2f\n",
+			*r.FsyncsPerSec, rawPebbleBatch, *r.RawPebbleMsgsPerSec, *r.RawPebbleRatio)
+	}
 	return err
 }
 

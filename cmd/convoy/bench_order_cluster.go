@@ -1,6 +1,11 @@
 package main
 
 import (
+	"path/filepath"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"context"
 	"encoding/binary"
 	"errors"
@@ -48,6 +53,9 @@ type orderMember struct {
 	// lat times this member's own messages; nil when it does not send or
 	// latency is not measured.
 	lat *latencyLog
+	// fsyncs reads this member's metrics in durable runs (the durable
+	// log's fsync counter); nil otherwise.
+	fsyncs *sdkmetric.ManualReader
 	// groupClosed is set once Close of g has returned.
 	groupClosed atomic.Bool
 
@@ -69,7 +77,10 @@ type orderMember struct {
 // openOrderCluster opens a group of n members in mode. Members with rank
 // below senders get a latency log if latency is set. A failure of the
 // phase calls cancel with its error.
-func openOrderCluster(ctx context.Context, cancel context.CancelCauseFunc, n, senders int, mode convoy.Mode, beacon time.Duration, latency bool, log *slog.Logger) (_ *orderCluster, err error) {
+//
+// With durableDir set, delivery is durable: member i keeps its log in a
+// directory of its own under durableDir.
+func openOrderCluster(ctx context.Context, cancel context.CancelCauseFunc, n, senders int, mode convoy.Mode, beacon time.Duration, latency bool, durableDir string, log *slog.Logger) (_ *orderCluster, err error) {
 	c := &orderCluster{
 		mode:   mode,
 		start:  time.Now(),
@@ -129,6 +140,11 @@ func openOrderCluster(ctx context.Context, cancel context.CancelCauseFunc, n, se
 			BeaconInterval: beacon,
 			Logger:         groupLog,
 		}
+		if durableDir != "" {
+			cfg.Durable = &convoy.DurableConfig{Dir: filepath.Join(durableDir, fmt.Sprint(m.id))}
+			m.fsyncs = sdkmetric.NewManualReader()
+			cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(m.fsyncs))
+		}
 		wg.Go(func() {
 			g, err := convoy.Open(openCtx, cfg, func(d convoy.Delivery) { c.deliver(m, d) })
 			if err != nil {
@@ -143,6 +159,34 @@ func openOrderCluster(ctx context.Context, cancel context.CancelCauseFunc, n, se
 		return nil, err
 	}
 	return c, nil
+}
+
+// fsyncs returns the members' fsyncs so far, on average, in durable runs.
+func (c *orderCluster) fsyncs(ctx context.Context) float64 {
+	var total, members float64
+	for _, m := range c.members {
+		if m.fsyncs == nil {
+			continue
+		}
+		members++
+		var rm metricdata.ResourceMetrics
+		if err := m.fsyncs.Collect(ctx, &rm); err != nil {
+			continue
+		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, mt := range sm.Metrics {
+				if sum, ok := mt.Data.(metricdata.Sum[int64]); ok && mt.Name == "convoy.persistence.fsyncs" {
+					for _, dp := range sum.DataPoints {
+						total += float64(dp.Value)
+					}
+				}
+			}
+		}
+	}
+	if members == 0 {
+		return 0
+	}
+	return total / members
 }
 
 // fail records the phase's first error and ends it. It does not block.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -22,6 +23,8 @@ type phaseSpec struct {
 	rate int
 	// latency makes senders time their own messages.
 	latency bool
+	// durable gives every member a durable log in a temporary directory.
+	durable bool
 }
 
 // phaseResult is what one phase measured.
@@ -32,6 +35,9 @@ type phaseResult struct {
 	// latencies are the Send-to-delivery times of the senders' messages
 	// sent while the phase was measured, if it timed them.
 	latencies []time.Duration
+	// fsyncsPerSec is, in durable runs, the members' average fsyncs per
+	// second over the whole phase.
+	fsyncsPerSec float64
 }
 
 // phase runs one phase on a fresh group: the senders send for warmup and
@@ -47,7 +53,15 @@ func (b *orderBench) phase(ctx context.Context, s phaseSpec, log *slog.Logger) (
 	runtime.GC()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	c, err := openOrderCluster(ctx, cancel, b.nodes, b.senders, s.mode, b.beacon, s.latency, log)
+	var dir string
+	if s.durable {
+		var err error
+		if dir, err = os.MkdirTemp("", "convoy-bench-durable-"); err != nil {
+			return fail(err)
+		}
+		defer os.RemoveAll(dir)
+	}
+	c, err := openOrderCluster(ctx, cancel, b.nodes, b.senders, s.mode, b.beacon, s.latency, dir, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -123,6 +137,9 @@ func (b *orderBench) phase(ctx context.Context, s phaseSpec, log *slog.Logger) (
 	}
 
 	res := phaseResult{msgsPerSec: math.Inf(1)}
+	if s.durable {
+		res.fsyncsPerSec = c.fsyncs(ctx) / time.Since(c.start).Seconds()
+	}
 	for i := range after {
 		res.msgsPerSec = min(res.msgsPerSec, float64(after[i]-before[i])/elapsed.Seconds())
 	}

@@ -42,7 +42,7 @@ func parseOrderResults(t *testing.T, out string) []orderResult {
 
 func TestBenchOrder(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	for _, mode := range []string{"atomic", "total"} {
+	for _, mode := range []string{"atomic", "total", "durable"} {
 		t.Run(mode, func(t *testing.T) {
 			code, out, errOut := runCommand(t, &cli{}, "bench", "order", "-nodes", "3", "-senders", "all", "-size", "64",
 				"-mode", mode, "-duration", "300ms", "-warmup", "100ms", "-window", "1024", "-json")
@@ -67,6 +67,18 @@ func TestBenchOrder(t *testing.T) {
 			}
 			if rs[1].Ratio != nil {
 				t.Errorf("the baseline line has a ratio:\n%s", out)
+			}
+			if r := rs[0]; mode == "durable" {
+				switch {
+				case r.FsyncsPerSec == nil || *r.FsyncsPerSec <= 0:
+					t.Errorf("durable line without fsyncs_per_sec:\n%s", out)
+				case r.RawPebbleMsgsPerSec == nil || *r.RawPebbleMsgsPerSec <= 0 || r.RawPebbleRatio == nil:
+					t.Errorf("durable line without the raw Pebble baseline:\n%s", out)
+				case math.Abs(*r.RawPebbleRatio - r.MsgsPerSec / *r.RawPebbleMsgsPerSec) > 1e-3:
+					t.Errorf("raw ratio %v, want %v / %v", *r.RawPebbleRatio, r.MsgsPerSec, *r.RawPebbleMsgsPerSec)
+				}
+			} else if r.RawPebbleMsgsPerSec != nil {
+				t.Errorf("a %s line with a raw Pebble baseline:\n%s", mode, out)
 			}
 		})
 	}
