@@ -2,6 +2,7 @@ package convoy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -18,7 +19,16 @@ type DurableConfig struct {
 	Dir string
 	// FS, if set, replaces the operating system's file system (tests).
 	FS vfs.FS
+	// MaxLag bounds how far a member's persisted index may trail the
+	// highest announced in its view (default DefaultMaxLag deliveries): a
+	// member further behind is suspected, and excluded by the next view
+	// change, rather than allowed to stall durable delivery (DESIGN rule
+	// 3). Only view-managed groups exclude.
+	MaxLag uint64
 }
+
+// DefaultMaxLag is DurableConfig.MaxLag's default.
+const DefaultMaxLag = 1 << 18
 
 // persistedSignal is the kind, in a control signal's top three bits, of a
 // member's persisted index (the detector's kinds are 1 to 3): the other
@@ -88,11 +98,36 @@ func (r *runner) announcePersisted() {
 // persisted applies a member's persisted index.
 func (r *runner) persisted(from int, imm uint64) {
 	idx := imm & (1<<61 - 1)
+	r.v.announced[from] = true
 	if err := r.v.dur.Announce(from, max(idx, r.v.dur.Persisted(from))); err != nil {
 		r.g.log.Warn("persisted index", "from", r.v.ids[from], "err", err)
 		return
 	}
 	r.flushDurable()
+}
+
+// checkLag suspects the members whose persisted index trails too far.
+func (r *runner) checkLag() {
+	g, v := r.g, r.v
+	if !g.dynamic() || r.wedged {
+		return
+	}
+	bound := g.cfg.Durable.MaxLag
+	if bound == 0 {
+		bound = DefaultMaxLag
+	}
+	for _, rank := range v.dur.Lagging(bound) {
+		if rank == v.self || v.lagging[rank] || !v.announced[rank] {
+			continue // (a member not heard from yet in this view is not behind)
+		}
+		if v.lagging == nil {
+			v.lagging = make(map[int]bool)
+		}
+		v.lagging[rank] = true
+		reason := fmt.Sprintf("persisted index %d lags by more than %d", v.dur.Persisted(rank), bound)
+		g.log.Warn("member lags on disk", "peer", v.ids[rank], "epoch", v.rec.Epoch, "reason", reason)
+		r.suspect(v.ids[rank], reason)
+	}
 }
 
 // flushDurable hands out the deliveries every member has on disk.
@@ -101,6 +136,8 @@ func (r *runner) flushDurable() {
 		return
 	}
 	b := r.v.dur.Barrier()
+	r.g.durableUpTo(b)
+	r.checkLag()
 	n := 0
 	for ; n < len(r.durq); n++ {
 		it := r.durq[n]
@@ -117,4 +154,75 @@ func (r *runner) flushDurable() {
 		clear(r.durq[:n])
 		r.durq = r.durq[n:]
 	}
+}
+
+// ErrNotDurable is returned by WaitDurable in a group without durable
+// delivery.
+var ErrNotDurable = errors.New("convoy: delivery is not durable")
+
+// WaitDurable waits until every message up to global index index is on
+// the disk of every member of the view (DESIGN rule 3): it then survives
+// the crash of every member. It returns ErrNotDurable without
+// Config.Durable, and the group's error if it ends first.
+func (g *Group) WaitDurable(ctx context.Context, index uint64) error {
+	if g.disk == nil {
+		return ErrNotDurable
+	}
+	g.mu.Lock()
+	if g.mu.durable >= index {
+		g.mu.Unlock()
+		return nil
+	}
+	if err := g.errDoneLocked(); err != nil {
+		g.mu.Unlock()
+		return err
+	}
+	ch := make(chan struct{})
+	g.mu.durWaiters = append(g.mu.durWaiters, durWaiter{index: index, done: ch})
+	g.mu.Unlock()
+	select {
+	case <-ch:
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.mu.durable >= index {
+			return nil
+		}
+		return g.errDoneLocked()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// durWaiter waits in WaitDurable.
+type durWaiter struct {
+	index uint64
+	done  chan struct{}
+}
+
+// durableUpTo records that everything up to b is durable everywhere and
+// wakes the waiters it satisfies.
+func (g *Group) durableUpTo(b uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if b <= g.mu.durable {
+		return
+	}
+	g.mu.durable = b
+	keep := g.mu.durWaiters[:0]
+	for _, w := range g.mu.durWaiters {
+		if w.index <= b {
+			close(w.done)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	g.mu.durWaiters = keep
+}
+
+// wakeDurableLocked releases every WaitDurable when the group ends.
+func (g *Group) wakeDurableLocked() {
+	for _, w := range g.mu.durWaiters {
+		close(w.done)
+	}
+	g.mu.durWaiters = nil
 }

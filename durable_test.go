@@ -2,8 +2,10 @@ package convoy
 
 import (
 	"context"
+	"errors"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/convoy-gcs/convoy/persistence"
 	"github.com/convoy-gcs/convoy/rdma"
@@ -40,6 +42,14 @@ func TestDurableDelivery(t *testing.T) {
 		}
 	}
 	c.run(t, Atomic, 200, 5)
+	last := c.recs[0].got[len(c.recs[0].got)-1].Index
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, g := range c.groups {
+		if err := g.WaitDurable(ctx, last); err != nil {
+			t.Fatalf("member %d: WaitDurable(%d): %v", i, last, err)
+		}
+	}
 	c.close()
 
 	want := c.recs[0].got
@@ -119,5 +129,21 @@ func TestViewsDurableCrash(t *testing.T) {
 				t.Fatalf("logs differ at %d: %+v vs %+v", k, a, b)
 			}
 		}
+	}
+}
+
+func TestWaitDurableWithoutDurable(t *testing.T) {
+	f := rdma.NewMemFabric(rdma.MemOptions{Seed: 1})
+	defer f.Close()
+	c := openCluster(t, 2, clusterOpts{mode: Atomic, endpoint: func(i int) rdma.Endpoint {
+		ep, err := f.Endpoint(NodeID(i + 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ep
+	}})
+	defer c.close()
+	if err := c.groups[0].WaitDurable(context.Background(), 1); !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("WaitDurable: %v, want ErrNotDurable", err)
 	}
 }

@@ -88,6 +88,10 @@ type Group struct {
 		waiters             map[uint64][]waiter
 		delivered           uint64 // highest own seq delivered locally
 		stable              uint64 // highest own seq held by every member
+		// durable is the highest index on every member's disk, in durable
+		// delivery; durWaiters wait in WaitDurable.
+		durable    uint64
+		durWaiters []durWaiter
 	}
 }
 

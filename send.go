@@ -212,6 +212,7 @@ func (g *Group) wakeLocked(seq uint64, level Level) {
 }
 
 func (g *Group) wakeAllLocked(err error) {
+	g.wakeDurableLocked()
 	for seq, ws := range g.mu.waiters {
 		for _, w := range ws {
 			w.done <- err

@@ -53,8 +53,11 @@ type view struct {
 	ctrl []rdma.QueuePair
 	// donor serves this member's snapshot parts to the view's joiners.
 	donor *membership.Donor
-	// dur tracks the members' persisted indexes in durable delivery.
-	dur *barrier.Durable
+	// dur tracks the members' persisted indexes in durable delivery;
+	// lagging holds the ranks suspected of lagging on disk.
+	dur       *barrier.Durable
+	lagging   map[int]bool
+	announced []bool // the ranks whose persisted index arrived in this view
 	// broken is why the view's multicast groups could not all be opened.
 	broken error
 	// done is set once the view is closed: callbacks from its groups are
@@ -117,6 +120,7 @@ func (g *Group) openView(ctx context.Context, rec membership.View, self int, now
 	}
 	if g.disk != nil {
 		v.dur = barrier.NewDurable(len(v.ids))
+		v.announced = make([]bool, len(v.ids))
 	}
 	return v, nil
 }
