@@ -138,6 +138,15 @@ func (r *runner) flushDurable() {
 	b := r.v.dur.Barrier()
 	r.g.durableUpTo(b)
 	r.checkLag()
+	if r.snapshots > 0 {
+		return // the application's state must hold still meanwhile
+	}
+	limit := b
+	if r.pendingDonate != nil {
+		// Joiners get the state as of the view's start: hand out the
+		// previous view's messages, then snapshot, then go on.
+		limit = min(limit, r.v.rec.Start)
+	}
 	n := 0
 	for ; n < len(r.durq); n++ {
 		it := r.durq[n]
@@ -145,7 +154,7 @@ func (r *runner) flushDurable() {
 			r.onViewNow(*it.v)
 			continue
 		}
-		if it.d.Index > b {
+		if it.d.Index > limit {
 			break
 		}
 		r.handNow(it.d, it.d.Sender == r.g.cfg.Self)
@@ -154,6 +163,21 @@ func (r *runner) flushDurable() {
 		clear(r.durq[:n])
 		r.durq = r.durq[n:]
 	}
+	if v := r.pendingDonate; v != nil && !r.durableBefore(v.rec.Start) {
+		r.pendingDonate = nil
+		r.donate(v)
+	}
+}
+
+// durableBefore reports whether deliveries at or below index still wait
+// in the durable queue.
+func (r *runner) durableBefore(index uint64) bool {
+	for _, it := range r.durq {
+		if it.v == nil {
+			return it.d.Index <= index
+		}
+	}
+	return false
 }
 
 // ErrNotDurable is returned by WaitDurable in a group without durable

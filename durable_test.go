@@ -147,3 +147,49 @@ func TestWaitDurableWithoutDurable(t *testing.T) {
 		t.Fatalf("WaitDurable: %v, want ErrNotDurable", err)
 	}
 }
+
+// TestViewsDurableRestart: a member of a durable group is killed and
+// started again on the same data directory. It rejoins as a new
+// incarnation (its state comes by transfer), its log continues from the
+// view that admits it, and the group goes on with every guarantee.
+func TestViewsDurableRestart(t *testing.T) {
+	c := newVSCluster(t)
+	dirs := map[NodeID]string{}
+	durable := func(cfg *Config) {
+		if dirs[cfg.Self] == "" {
+			dirs[cfg.Self] = t.TempDir()
+		}
+		cfg.Durable = &DurableConfig{Dir: dirs[cfg.Self]}
+	}
+	for id := NodeID(1); id <= 3; id++ {
+		dirs[id] = t.TempDir()
+	}
+	nodes := c.openAll(3, durable)
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes[:2]...)
+	c.waitCount(nodes[0], 200)
+	c.crash(3)
+	c.waitView(2, 2, nodes[:2]...)
+	again, err := c.open(3, 1, durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := []*vsNode{nodes[0], nodes[1], again}
+	c.waitMembers(3, all...)
+	c.waitCount(again, 100)
+	close(stop)
+	wg.Wait()
+	c.waitDelivered(nodes[:2], nodes[:2]...)
+	c.waitSameIndex(all...)
+	c.check()
+	sameState(t, all...)
+
+	v, _ := again.lastView()
+	l := again.g.disk
+	if l.First() != v.Start+1 {
+		t.Errorf("the restarted member's log starts at %d, its view at %d", l.First(), v.Start+1)
+	}
+	if err := l.WaitSynced(context.Background(), again.lastIndex()); err != nil {
+		t.Fatal(err)
+	}
+}

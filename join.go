@@ -51,6 +51,12 @@ func (r *runner) donate(v *view) {
 	if i < 0 || len(rec.Joining) == 0 || g.cfg.State == nil {
 		return
 	}
+	if g.disk != nil && r.durableBefore(rec.Start) {
+		// In durable delivery the previous view's last messages may not be
+		// durable, and so not applied, yet: snapshot once they are.
+		r.pendingDonate = v
+		return
+	}
 	parts := membership.DonorSlices(i, len(donors), transferSlices)
 	of := len(donors) * transferSlices
 	joiners := make([]rdma.NodeID, 0, len(rec.Joining))
@@ -108,6 +114,9 @@ func (r *runner) snapshotted(part int, data []byte, err error) {
 		r.snapDone, r.snapCh = nil, nil
 		if !r.restoring {
 			r.release()
+		}
+		if g.disk != nil {
+			r.flushDurable()
 		}
 	}
 }

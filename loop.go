@@ -90,6 +90,10 @@ type runner struct {
 	snapshots int
 	snapDone  chan struct{}
 	snapCh    <-chan snapshot
+	// pendingDonate is a view whose joiners wait for this member's
+	// snapshot until the previous view's messages are durable (and
+	// applied).
+	pendingDonate *view
 	// sendTimes[i] is when own message sentBase+i was sent, for latency.
 	sendTimes []int64
 	sentBase  uint64

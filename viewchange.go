@@ -300,7 +300,7 @@ func (r *runner) install(rec membership.View) bool {
 		r.v = nil
 		return false
 	}
-	r.v, r.wedged = v, false
+	r.v, r.wedged, r.pendingDonate = v, false, nil
 	if g.disk != nil {
 		r.announcePersisted() // to the new view's members
 	}
@@ -380,6 +380,16 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 	g.mu.epoch, g.mu.out = rec.Epoch, nil
 	g.mu.Unlock()
 	if g.disk != nil {
+		if joining := slices.Contains(rec.Joining, r.ms.self.ID); joining {
+			// A joiner's state comes by transfer as of the view's start;
+			// whatever an earlier incarnation logged lies at or below it
+			// and is dropped, so that the log continues at Start+1.
+			if last := g.disk.Last(); last > rec.Start {
+				g.log.Error("durable log: holds entries beyond the view it joins", "last", last, "start", rec.Start)
+			} else if err := g.disk.TrimBefore(g.ctx, rec.Start+1); err != nil {
+				g.log.Error("durable log: trim before joining", "start", rec.Start, "err", err)
+			}
+		}
 		if err := g.disk.PutView(g.ctx, *rec); err != nil {
 			g.log.Error("durable log: view record", "epoch", rec.Epoch, "err", err)
 		}
@@ -442,7 +452,7 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	r.endChange(attribute.Bool("convoy.excluded", true))
 	r.waitSnapshots()
 	r.v.close()
-	r.v, r.wedged, r.pending, r.restoring, r.held = nil, false, nil, false, nil
+	r.v, r.wedged, r.pending, r.restoring, r.held, r.pendingDonate = nil, false, nil, false, nil, nil
 	// Deliveries still waiting to be durable everywhere are not handed
 	// out: this incarnation ends here.
 	r.durq = nil
