@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"go.opentelemetry.io/otel/trace"
@@ -92,6 +93,8 @@ type Group struct {
 		// delivery; durWaiters wait in WaitDurable.
 		durable    uint64
 		durWaiters []durWaiter
+		// view is the last view handed to the application.
+		view View
 	}
 }
 
@@ -181,9 +184,21 @@ func Open(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 		return nil, err
 	}
 	g.mu.epoch = rec.Epoch
+	g.mu.view = publicView(&rec, nil)
 	g.loopWG.Add(1)
 	go g.loop(&runner{g: g, v: v})
 	return g, nil
+}
+
+// View returns the last view handed to the application (Config.OnView),
+// and whether this member takes part in it: false before the first view
+// and after an exclusion, until the view that admits it again.
+func (g *Group) View() (View, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	v := g.mu.view
+	v.Members = slices.Clone(v.Members)
+	return v, v.Epoch != 0 && !v.Excluded
 }
 
 // dynamic reports whether views come from etcd.

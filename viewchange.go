@@ -427,6 +427,9 @@ func (r *runner) onView(v View) {
 }
 
 func (r *runner) onViewNow(v View) {
+	r.g.mu.Lock()
+	r.g.mu.view = v
+	r.g.mu.Unlock()
 	if r.g.cfg.OnView != nil {
 		r.g.cfg.OnView(v)
 	}
