@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -25,7 +26,16 @@ type DurableConfig struct {
 	// change, rather than allowed to stall durable delivery (DESIGN rule
 	// 3). Only view-managed groups exclude.
 	MaxLag uint64
+	// RestartWait is how long a restart after a failure of most of the
+	// last view (DESIGN rule 12) waits, once a majority of that view's
+	// caught-up members is back, for the others before going on without
+	// them (they then join and receive the state); default
+	// DefaultRestartWait. A restart never goes on without a majority.
+	RestartWait time.Duration
 }
+
+// DefaultRestartWait is DurableConfig.RestartWait's default.
+const DefaultRestartWait = 3 * time.Second
 
 // DefaultMaxLag is DurableConfig.MaxLag's default.
 const DefaultMaxLag = 1 << 18

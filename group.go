@@ -28,6 +28,14 @@ type Delivery struct {
 	Timestamp uint64
 	// Payload is the message. It belongs to the handler.
 	Payload []byte
+	// Replayed marks a delivery read back from this member's own durable
+	// log when it restarts (Open, or a restart of the whole group): the
+	// handler sees the messages it saw before the restart again, in the
+	// same order and with the same indexes, on top of the state it
+	// restored from the log's snapshot, if any. If the group then
+	// transfers state to this member, StateMachine.Restore replaces what
+	// the replay built.
+	Replayed bool
 }
 
 // Handler receives deliveries, one at a time, in order. It runs on the

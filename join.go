@@ -1,10 +1,8 @@
 package convoy
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"slices"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -171,12 +169,14 @@ func (r *runner) fetch(v *view) {
 func (r *runner) restored(parts [][]byte, err error) bool {
 	g := r.g
 	if err == nil {
-		readers := make([]io.Reader, len(parts))
-		for i, p := range parts {
-			readers[i] = bytes.NewReader(p)
-		}
-		if err = g.cfg.State.Restore(readers); err != nil {
+		if err = g.restoreParts(parts); err != nil {
 			err = fmt.Errorf("restore: %w", err)
+		}
+	}
+	if err == nil && g.disk != nil {
+		// The log holds the state from now on, for a restart.
+		if err = g.disk.InstallSnapshot(g.ctx, r.v.rec.Start, encodeParts(parts)); err != nil {
+			err = fmt.Errorf("durable log: %w", err)
 		}
 	}
 	if err != nil {
@@ -186,6 +186,7 @@ func (r *runner) restored(parts [][]byte, err error) bool {
 		return true
 	}
 	r.restoring = false
+	r.applied = r.v.rec.Start
 	r.onView(publicView(&r.v.rec, nil))
 	r.release()
 	r.caughtUp()

@@ -102,6 +102,9 @@ type runner struct {
 	durq []durItem
 	// ms is the membership state of a view-managed group.
 	ms memberState
+	// applied is the index of the last message handed to the
+	// application (replayed from the durable log included).
+	applied uint64
 	// wedgedAt is when this member wedged; retryAt, if set, is when to
 	// decide again on retryState (a proposal held back).
 	wedgedAt   int64
@@ -324,6 +327,7 @@ func (r *runner) handNow(d Delivery, own bool) {
 	if g.h != nil {
 		g.h(d)
 	}
+	r.applied = d.Index
 	// Own messages count as delivered once the handler has seen them.
 	if own {
 		if i := d.Seq - r.sentBase; i < uint64(len(r.sendTimes)) {

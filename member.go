@@ -61,6 +61,10 @@ type memberState struct {
 	// proposed a view on, as leader.
 	proposed int64
 	minority bool
+	// In a restart of the group from the members' logs (restart.go):
+	// when this member saw that one was needed, when it saw a majority's
+	// claims as leader, and when to claim again if its claim is missing.
+	restartSeen, quorumSeen, claimRetry time.Time
 }
 
 // openDynamic is Open for a view-managed group.
@@ -107,6 +111,13 @@ func (g *Group) openDynamic(ctx context.Context) (_ *Group, err error) {
 			addr = t.Addr().String()
 		}
 	}
+	// A durable member restarts from its log (see restart.go).
+	var applied uint64
+	if g.disk != nil {
+		if applied, err = g.replayLog(ctx); err != nil {
+			return nil, err
+		}
+	}
 	self := membership.Member{ID: uint64(c.Self), Incarnation: newIncarnation(), Addr: addr}
 	if err := store.Register(ctx, self); err != nil {
 		return nil, fmt.Errorf("convoy: register in etcd: %w", err)
@@ -115,7 +126,7 @@ func (g *Group) openDynamic(ctx context.Context) (_ *Group, err error) {
 	m.setSelf(self)
 	started = true
 	g.loopWG.Add(1)
-	go g.loop(&runner{g: g, ms: memberState{self: self}})
+	go g.loop(&runner{g: g, ms: memberState{self: self}, applied: applied})
 	m.wg.Add(1)
 	go m.watch(g)
 	select {
@@ -262,7 +273,8 @@ func (r *runner) async(what string, fn func(ctx context.Context, s *membership.S
 			switch {
 			case err == nil || g.ctx.Err() != nil:
 				return
-			case errors.Is(err, membership.ErrConflict), errors.Is(err, membership.ErrNoMajority), errors.Is(err, membership.ErrNoView):
+			case errors.Is(err, membership.ErrConflict), errors.Is(err, membership.ErrNoMajority), errors.Is(err, membership.ErrNoView),
+				errors.Is(err, membership.ErrBadRecovery):
 				g.log.Info("etcd: "+what, "err", err)
 				return
 			case ctx.Err() != nil:

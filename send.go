@@ -190,7 +190,10 @@ func (g *Group) ownStable(seq uint64) {
 	g.mu.stable = max(g.mu.stable, seq)
 }
 
-// wakeLocked completes the waiters of message seq up to level.
+// wakeLocked completes the waiters of message seq for level. Levels are
+// reached independently: a message is stable (held everywhere) before
+// it is delivered when delivery waits for more (durable delivery waits
+// for every member's disk).
 func (g *Group) wakeLocked(seq uint64, level Level) {
 	ws := g.mu.waiters[seq]
 	if len(ws) == 0 {
@@ -198,7 +201,7 @@ func (g *Group) wakeLocked(seq uint64, level Level) {
 	}
 	keep := ws[:0]
 	for _, w := range ws {
-		if w.level <= level {
+		if w.level == level {
 			w.done <- nil
 		} else {
 			keep = append(keep, w)

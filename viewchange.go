@@ -25,6 +25,9 @@ func (r *runner) onState(st *membership.State) bool {
 		if rank := cur.Rank(ms.self.ID); rank >= 0 && cur.Members[rank].Incarnation == ms.self.Incarnation {
 			return r.enter(cur, rank)
 		}
+		if r.g.disk != nil && r.recovering(st) {
+			return true // most of the view failed: restart from the logs
+		}
 		// Ask to join, and ask again if the request is gone (it hangs on
 		// the lease, which may have been renewed).
 		asked := slices.ContainsFunc(st.Joins, func(m membership.Member) bool { return m == ms.self })
@@ -59,6 +62,9 @@ func (r *runner) onState(st *membership.State) bool {
 		if r.v == nil {
 			return true
 		}
+	}
+	if r.giveWay(st) {
+		return true
 	}
 	r.decide(st)
 	return true
@@ -379,19 +385,25 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 	g.mu.Lock()
 	g.mu.epoch, g.mu.out = rec.Epoch, nil
 	g.mu.Unlock()
+	joining := slices.Contains(rec.Joining, r.ms.self.ID)
 	if g.disk != nil {
-		if joining := slices.Contains(rec.Joining, r.ms.self.ID); joining {
-			// A joiner's state comes by transfer as of the view's start;
-			// whatever an earlier incarnation logged lies at or below it
-			// and is dropped, so that the log continues at Start+1.
-			if last := g.disk.Last(); last > rec.Start {
-				g.log.Error("durable log: holds entries beyond the view it joins", "last", last, "start", rec.Start)
-			} else if err := g.disk.TrimBefore(g.ctx, rec.Start+1); err != nil {
-				g.log.Error("durable log: trim before joining", "start", rec.Start, "err", err)
-			}
+		var err error
+		switch {
+		case joining:
+			// A joiner's state comes by transfer as of the view's start:
+			// what an earlier incarnation logged is dropped, and the log
+			// continues at Start+1 (restored records the state).
+			err = g.disk.InstallSnapshot(g.ctx, rec.Start, nil)
+		case rec.Recovered:
+			err = r.enterRecovered(rec)
 		}
-		if err := g.disk.PutView(g.ctx, *rec); err != nil {
-			g.log.Error("durable log: view record", "epoch", rec.Epoch, "err", err)
+		if err == nil {
+			err = g.disk.PutView(g.ctx, *rec)
+		}
+		if err != nil {
+			g.log.Error("durable log: entering a view", "epoch", rec.Epoch, "err", err)
+			r.excluded(rec, "durable log: "+err.Error())
+			return true
 		}
 		r.announcePersisted()
 	}
@@ -400,7 +412,6 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 	}
 	g.m.views.Add(g.ctx, 1)
 	g.m.epoch.Record(g.ctx, int64(rec.Epoch))
-	joining := slices.Contains(rec.Joining, r.ms.self.ID)
 	donors := donorsOf(rec, g.cfg.MaxDonors)
 	g.log.Info("entered view", "epoch", rec.Epoch, "rank", rank, "members", len(rec.Members), "joining", joining, "donors", len(donors))
 	if joining && g.cfg.State != nil && len(donors) > 0 {
@@ -411,6 +422,9 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 	r.onView(publicView(rec, nil))
 	if joining {
 		r.caughtUp()
+	}
+	if rec.Recovered {
+		r.donate(v) // to the members whose log was not chosen
 	}
 	g.mem.markReady()
 	return true

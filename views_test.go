@@ -46,6 +46,9 @@ type vsNode struct {
 	// accepted lists the payloads Send accepted.
 	accepted []string
 	state    *kvState
+	// replayed lists the deliveries replayed from the durable log at
+	// Open (not part of events).
+	replayed []Delivery
 }
 
 type vsEvent struct {
@@ -105,7 +108,11 @@ func (c *vsCluster) open(id NodeID, initial int, opts ...func(*Config)) (*vsNode
 	g, err := Open(context.Background(), cfg, func(d Delivery) {
 		n.state.apply(d.Payload)
 		n.mu.Lock()
-		n.events = append(n.events, vsEvent{d: d})
+		if d.Replayed {
+			n.replayed = append(n.replayed, d)
+		} else {
+			n.events = append(n.events, vsEvent{d: d})
+		}
 		n.mu.Unlock()
 	})
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 //	{p}suspects/{epoch}/{suspect}/{by} text: why member by suspects member suspect in view epoch
 //	{p}reports/{epoch}/{id}            Report: member id's final report for view epoch
 //	{p}caughtup/{epoch}/{id}           Member: the joiner id admitted by view epoch has its state
+//	{p}recover/{epoch}/{id}            Recovery: restarted member id's claim to restart view epoch, on its lease
 //
 // {p}view and {p}views/{epoch} are written together, only by Bootstrap and
 // Install, and a view record never changes once written. Leases are
@@ -51,6 +52,10 @@ func (k keys) reports() string                   { return k.p + "reports/" }
 func (k keys) reportsAt(epoch uint64) string     { return k.reports() + epochKey(epoch) + "/" }
 func (k keys) report(epoch uint64, id ID) string { return k.reportsAt(epoch) + idKey(id) }
 func (k keys) caughtUps() string                 { return k.p + "caughtup/" }
+func (k keys) recoveries() string                { return k.p + "recover/" }
+func (k keys) recoveriesAt(epoch uint64) string  { return k.recoveries() + epochKey(epoch) + "/" }
+
+func (k keys) recovery(epoch uint64, id ID) string { return k.recoveriesAt(epoch) + idKey(id) }
 
 func (k keys) caughtUp(epoch uint64, id ID) string {
 	return k.caughtUps() + epochKey(epoch) + "/" + idKey(id)

@@ -220,6 +220,12 @@ func (s *Store) MarkCaughtUp(ctx context.Context, epoch uint64, m Member) error 
 	return s.putJSON(ctx, "mark caught up", s.k.caughtUp(epoch, m.ID), m)
 }
 
+// PutRecovery records r, a restarted member's claim to restart view
+// r.Epoch (DESIGN rule 12), on the store's lease.
+func (s *Store) PutRecovery(ctx context.Context, r Recovery) error {
+	return s.putLeased(ctx, "put recovery claim", s.k.recovery(r.Epoch, r.Member.ID), r)
+}
+
 // PutReport records r, a member's final report for view r.Epoch.
 func (s *Store) PutReport(ctx context.Context, r Report) error {
 	return s.putJSON(ctx, "put report", s.k.report(r.Epoch, r.Member.ID), r)
@@ -386,6 +392,87 @@ func (s *Store) Install(ctx context.Context, v View) error {
 	return fmt.Errorf("membership: install view %d: caught-up marks keep changing: %w", v.Epoch, ErrConflict)
 }
 
+// Recover commits v, a view that restarts the group after most of the
+// current view failed (DESIGN rule 12), in one transaction that requires
+// that DecideRecovery, on the store's state read in it, proposes exactly
+// v: the current view is v.Epoch-1, none of its members lives on in its
+// incarnation there, and a majority of its caught-up members claimed
+// (else ErrConflict or ErrNoMajority). The commit is conditioned on the
+// view, the registrations and the claims not changing since that read.
+func (s *Store) Recover(ctx context.Context, v View) error {
+	if !v.Recovered || v.Epoch < 2 {
+		return fmt.Errorf("membership: recover view %d: not a recovered view", v.Epoch)
+	}
+	if err := validRecord(&v); err != nil {
+		return err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("membership: recover view %d: %w", v.Epoch, err)
+	}
+	for range maxAttempts {
+		resp, err := s.cli.Txn(ctx).Then(
+			clientv3.OpGet(s.k.view()),
+			clientv3.OpGet(s.k.members(), clientv3.WithPrefix()),
+			clientv3.OpGet(s.k.caughtUps(), clientv3.WithPrefix()),
+			clientv3.OpGet(s.k.recoveriesAt(v.Epoch-1), clientv3.WithPrefix()),
+		).Commit()
+		if err != nil {
+			return fmt.Errorf("membership: recover view %d: %w", v.Epoch, err)
+		}
+		rev := resp.Header.Revision
+		r := func(i int) []*mvccpb.KeyValue { return resp.Responses[i].GetResponseRange().GetKvs() }
+		if len(r(0)) == 0 {
+			return fmt.Errorf("membership: recover view %d: %w", v.Epoch, ErrNoView)
+		}
+		in := RecoveryInput{Registered: make(map[ID]Member)}
+		if in.Current, err = decodeView(r(0)[0], 0); err != nil {
+			return err
+		}
+		if in.Current.Epoch != v.Epoch-1 {
+			return fmt.Errorf("membership: recover view %d: view %d is current: %w", v.Epoch, in.Current.Epoch, ErrConflict)
+		}
+		for _, kv := range r(1) {
+			m, err := decodeMember(kv, s.k.members())
+			if err != nil {
+				return err
+			}
+			in.Registered[m.ID] = m
+		}
+		marks, err := decodeCaughtUp(s.k, r(2))
+		if err != nil {
+			return err
+		}
+		in.CaughtUp = caughtUpSet(&in.Current, marks)
+		if in.Recoveries, err = decodeRecoveries(r(3), s.k.recoveriesAt(in.Current.Epoch), in.Current.Epoch); err != nil {
+			return err
+		}
+		if err := checkRecovered(in, &v); err != nil {
+			return err
+		}
+		ops := []clientv3.Op{
+			clientv3.OpPut(s.k.view(), string(b)),
+			clientv3.OpPut(s.k.viewAt(v.Epoch), string(b)),
+		}
+		for _, m := range v.Members {
+			ops = append(ops, clientv3.OpDelete(s.k.join(m.ID)))
+		}
+		commit, err := s.cli.Txn(ctx).If(
+			clientv3.Compare(clientv3.ModRevision(s.k.view()), "=", r(0)[0].ModRevision),
+			clientv3.Compare(clientv3.ModRevision(s.k.members()), "<", rev+1).WithPrefix(),
+			clientv3.Compare(clientv3.ModRevision(s.k.caughtUps()), "<", rev+1).WithPrefix(),
+			clientv3.Compare(clientv3.ModRevision(s.k.recoveriesAt(in.Current.Epoch)), "<", rev+1).WithPrefix(),
+		).Then(ops...).Commit()
+		if err != nil {
+			return fmt.Errorf("membership: recover view %d: %w", v.Epoch, err)
+		}
+		if commit.Succeeded {
+			return nil
+		}
+	}
+	return fmt.Errorf("membership: recover view %d: the state keeps changing: %w", v.Epoch, ErrConflict)
+}
+
 // Trim deletes the views, reports and suspicions of epochs below before,
 // never those of the current view.
 func (s *Store) Trim(ctx context.Context, before uint64) error {
@@ -402,6 +489,7 @@ func (s *Store) Trim(ctx context.Context, before uint64) error {
 		clientv3.OpDelete(s.k.viewAt(0), clientv3.WithRange(s.k.viewAt(before))),
 		clientv3.OpDelete(s.k.reportsAt(0), clientv3.WithRange(s.k.reportsAt(before))),
 		clientv3.OpDelete(s.k.suspectsAt(0), clientv3.WithRange(s.k.suspectsAt(before))),
+		clientv3.OpDelete(s.k.recoveriesAt(0), clientv3.WithRange(s.k.recoveriesAt(before))),
 	).Commit()
 	if err != nil {
 		return fmt.Errorf("membership: trim before %d: %w", before, err)
@@ -430,6 +518,9 @@ type State struct {
 	// with a caught-up mark of any epoch, except that for a member of
 	// Current the mark must name its incarnation there.
 	CaughtUp map[ID]bool
+	// Recoveries holds the claims to restart Current (see
+	// DecideRecovery).
+	Recoveries map[ID]Recovery
 }
 
 // State reads a consistent snapshot of the store: every part is read in
@@ -461,6 +552,7 @@ func (s *Store) State(ctx context.Context) (State, error) {
 				clientv3.OpGet(s.k.suspectsAt(epoch), clientv3.WithPrefix()),
 				clientv3.OpGet(s.k.reportsAt(epoch), clientv3.WithPrefix()),
 				clientv3.OpGet(s.k.caughtUps(), clientv3.WithPrefix()),
+				clientv3.OpGet(s.k.recoveriesAt(epoch), clientv3.WithPrefix()),
 			).Commit()
 		if err != nil {
 			return State{}, fmt.Errorf("membership: read state: %w", err)
@@ -469,7 +561,14 @@ func (s *Store) State(ctx context.Context) (State, error) {
 			continue // a view was installed in between
 		}
 		r := func(i int) []*mvccpb.KeyValue { return txn.Responses[i].GetResponseRange().GetKvs() }
-		return s.decodeState(txn.Header.Revision, epoch, r(0), r(1), r(2), r(3), r(4), r(5), r(6))
+		st, err := s.decodeState(txn.Header.Revision, epoch, r(0), r(1), r(2), r(3), r(4), r(5), r(6))
+		if err != nil {
+			return State{}, err
+		}
+		if st.Recoveries, err = decodeRecoveries(r(7), s.k.recoveriesAt(epoch), epoch); err != nil {
+			return State{}, err
+		}
+		return st, nil
 	}
 	return State{}, errors.New("membership: read state: the view keeps changing")
 }
@@ -734,6 +833,30 @@ func decodeReport(kv *mvccpb.KeyValue, dir string, epoch uint64) (Report, error)
 		return Report{}, fmt.Errorf("membership: key %q holds a report of member %d for epoch %d", kv.Key, r.Member.ID, r.Epoch)
 	}
 	return r, nil
+}
+
+// decodeRecoveries decodes the claims stored under dir/{id} for epoch.
+func decodeRecoveries(kvs []*mvccpb.KeyValue, dir string, epoch uint64) (map[ID]Recovery, error) {
+	out := make(map[ID]Recovery, len(kvs))
+	for _, kv := range kvs {
+		parts, err := splitKey(string(kv.Key), dir, 1)
+		if err != nil {
+			return nil, fmt.Errorf("membership: %w", err)
+		}
+		id, err := parseID(parts[0])
+		if err != nil {
+			return nil, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+		}
+		var rc Recovery
+		if err := json.Unmarshal(kv.Value, &rc); err != nil {
+			return nil, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+		}
+		if rc.Member.ID != id || rc.Epoch != epoch {
+			return nil, fmt.Errorf("membership: key %q holds a claim of member %d for epoch %d", kv.Key, rc.Member.ID, rc.Epoch)
+		}
+		out[id] = rc
+	}
+	return out, nil
 }
 
 // caughtUpMark is one decoded caught-up mark.

@@ -53,6 +53,13 @@ type View struct {
 	// Joining lists the members admitted by this view that must receive
 	// state before they count towards a majority (DESIGN rule 10).
 	Joining []ID `json:"joining,omitempty"`
+	// Recovered marks a view that restarts the group after every member
+	// of the previous view failed (DESIGN rule 12, see DecideRecovery):
+	// its members are new incarnations, Start is the end of the log
+	// chosen to go on from, and Cut counts that log's messages of the
+	// previous view per sender. Its members not in Joining hold that
+	// log; the others receive the state.
+	Recovered bool `json:"recovered,omitempty"`
 }
 
 // Rank returns the rank of member id in v, or -1.

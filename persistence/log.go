@@ -700,6 +700,39 @@ func (l *Log) SetSnapshot(ctx context.Context, index uint64, meta []byte) error 
 	return nil
 }
 
+// InstallSnapshot replaces the log's contents with a snapshot at index:
+// in one durable batch every entry is deleted, the snapshot (index,
+// meta) is recorded and the trim point set past it, so that the next
+// entry may have any index above index. A member whose state came from
+// elsewhere (a transfer) continues its log this way; a crash leaves
+// either the old log or the new one. Synced becomes index. Errors: ErrClosed, ctx's, or an
+// error wrapping ErrFailed.
+func (l *Log) InstallSnapshot(ctx context.Context, index uint64, meta []byte) error {
+	l.mu.Lock()
+	if err := l.acceptingLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	l.mu.first, l.mu.last = index+1, index
+	l.mu.Unlock()
+	sk, sv := encodeMeta(metaSnapshot, index, meta)
+	tk, tv := encodeMeta(metaTrim, index+1, nil)
+	err := l.submit(ctx,
+		op{key: makeKey(prefixEntry, 0), end: makeKey(prefixEntry+1, 0)},
+		op{key: sk, value: sv},
+		op{key: tk, value: tv, index: index},
+	)
+	if err != nil {
+		return fmt.Errorf("persistence: install snapshot %d: %w", index, err)
+	}
+	// Entries queued before are written by now (batches commit in
+	// order): the synced index is the snapshot's, lower or higher.
+	l.mu.Lock()
+	l.synced.Store(index)
+	l.mu.Unlock()
+	return nil
+}
+
 // Snapshot returns the last recorded snapshot index and its metadata.
 // Errors: ErrNotFound (none recorded), ErrCorrupt, ErrClosed.
 func (l *Log) Snapshot() (index uint64, meta []byte, err error) {

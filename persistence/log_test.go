@@ -520,3 +520,61 @@ func cut(seqs ...uint64) []membership.SenderCut {
 func membershipViewFor(epoch uint64) membership.View {
 	return membership.View{Epoch: epoch, Members: members(1, 2), Start: epoch * 10, Sent: []uint64{epoch, 0}}
 }
+
+// TestInstallSnapshot: a log whose state comes from elsewhere starts over
+// at the snapshot, whether its entries lay below, around or beyond it,
+// and the change survives a reopen (a crash leaves old or new, whole).
+func TestInstallSnapshot(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		last, snap    uint64
+		wantFirstNext uint64
+	}{
+		{"entries below the snapshot", 50, 80, 81},
+		{"entries around the snapshot", 50, 30, 31},
+		{"empty log", 0, 7, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := vfs.NewMem()
+			ctx := context.Background()
+			l := openLog(t, fs, "db")
+			if tc.last > 0 {
+				appendRange(t, l, rand.New(rand.NewPCG(1, 2)), 1, tc.last, 8)
+			}
+			if err := l.InstallSnapshot(ctx, tc.snap, []byte("state")); err != nil {
+				t.Fatal(err)
+			}
+			check := func(l *Log) {
+				t.Helper()
+				if l.First() != tc.wantFirstNext || l.Last() != tc.snap {
+					t.Fatalf("First, Last = %d, %d; want %d, %d", l.First(), l.Last(), tc.wantFirstNext, tc.snap)
+				}
+				if _, err := l.Get(tc.snap); !errors.Is(err, ErrTrimmed) {
+					t.Fatalf("Get(%d) after the snapshot: %v", tc.snap, err)
+				}
+				if i, meta, err := l.Snapshot(); err != nil || i != tc.snap || string(meta) != "state" {
+					t.Fatalf("Snapshot: %d %q %v", i, meta, err)
+				}
+				if l.Synced() != tc.snap {
+					t.Fatalf("Synced = %d, want %d", l.Synced(), tc.snap)
+				}
+			}
+			check(l)
+			// The log goes on after the snapshot, and only there.
+			if err := l.Append(entryFor(tc.snap)); !errors.Is(err, ErrOutOfOrder) {
+				t.Fatalf("appending at the snapshot's index: %v", err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			l = openLog(t, fs, "db")
+			defer l.Close()
+			check(l)
+			appendRange(t, l, rand.New(rand.NewPCG(3, 4)), tc.snap+1, tc.snap+20, 4)
+			if err := l.WaitSynced(ctx, tc.snap+20); err != nil {
+				t.Fatal(err)
+			}
+			scanAll(t, l, tc.snap+1, tc.snap+20)
+		})
+	}
+}

@@ -1,0 +1,183 @@
+package membership
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Recovery is a restarted member's claim to take part in restarting the
+// group after a failure of most of view Epoch (DESIGN rule 12): what its
+// durable log holds of the group's sequence.
+type Recovery struct {
+	// Epoch is the view being recovered, the last committed one.
+	Epoch uint64 `json:"epoch"`
+	// Member is the restarted incarnation.
+	Member Member `json:"member"`
+	// LogLast is the index of the last entry of the member's log that
+	// may stand: entries up to view Epoch's Start, then entries of Epoch
+	// (a later entry of an older epoch lies beyond that view's cut).
+	// LogEpoch is Epoch if LogLast is beyond the view's Start, else 0.
+	// Logs compare by (LogEpoch, LogLast).
+	LogEpoch uint64 `json:"log_epoch"`
+	LogLast  uint64 `json:"log_last"`
+	// Beyond: the member's log or state goes past LogLast, so it cannot
+	// hold the chosen log as it is and receives the state instead.
+	Beyond bool `json:"beyond,omitempty"`
+}
+
+// Less orders logs: by epoch, then by index.
+func (r Recovery) Less(o Recovery) bool {
+	return cmp.Or(cmp.Compare(r.LogEpoch, o.LogEpoch), cmp.Compare(r.LogLast, o.LogLast)) < 0
+}
+
+// RecoveryInput is what DecideRecovery looks at: a consistent read of the
+// store.
+type RecoveryInput struct {
+	Current    View
+	Registered map[ID]Member
+	CaughtUp   map[ID]bool
+	Recoveries map[ID]Recovery
+}
+
+// RecoveryDecision is DecideRecovery's answer.
+type RecoveryDecision struct {
+	// Needed: fewer than a majority of Current's caught-up members live
+	// on in their incarnation of Current, so no view change can follow
+	// it; members restart it from their logs instead.
+	Needed bool
+	// Dead: no member of Current lives on in its incarnation there, so a
+	// recovered view may be committed.
+	Dead bool
+	// Voters are Current's caught-up members (by ID), Claims those of
+	// them with a valid claim from a live registration.
+	Voters, Claims []ID
+	// Leader is the member that commits the recovered view: the lowest
+	// ID among the valid claims (0 if none).
+	Leader ID
+	// Propose is the recovered view, once Dead and a majority of Voters
+	// have claimed: every valid claimant is a member, in Current's rank
+	// order; the claimants whose log is not the highest join (receive
+	// the state). Nil otherwise.
+	Propose *View
+	// Complete: every voter has claimed (no point waiting for more).
+	Complete bool
+}
+
+// ErrBadRecovery: a recovery claim does not fit the view it names.
+var ErrBadRecovery = errors.New("membership: inconsistent recovery claim")
+
+// DecideRecovery decides whether and how to restart the group from its
+// members' logs after most of the current view failed (DESIGN rule 12).
+// The recovered view keeps every message any claimant's log holds up to
+// the highest (epoch, index) log among the claims of Current's caught-up
+// members: a message is durable only once every member of its view has
+// it on disk, so a majority of Current's caught-up members includes one
+// that holds all durable messages, in place.
+func DecideRecovery(in RecoveryInput) (RecoveryDecision, error) {
+	cur := &in.Current
+	var d RecoveryDecision
+	if cur.Epoch == 0 {
+		return d, nil
+	}
+	joining := make(map[ID]bool, len(cur.Joining))
+	for _, id := range cur.Joining {
+		joining[id] = true
+	}
+	live := 0
+	d.Dead = true
+	for _, m := range cur.Members {
+		voter := !joining[m.ID] || in.CaughtUp[m.ID]
+		if voter {
+			d.Voters = append(d.Voters, m.ID)
+		}
+		if reg, ok := in.Registered[m.ID]; ok && reg.Incarnation == m.Incarnation {
+			d.Dead = false
+			if voter {
+				live++
+			}
+		}
+	}
+	d.Needed = 2*live <= len(d.Voters)
+	if !d.Needed {
+		return d, nil
+	}
+	// Valid claims: for this epoch, from the member's live registration,
+	// with one count per member of Current.
+	var claims []Recovery
+	for _, m := range cur.Members {
+		rc, ok := in.Recoveries[m.ID]
+		if !ok {
+			continue
+		}
+		if rc.Epoch != cur.Epoch || rc.Member.ID != m.ID || rc.LogEpoch != 0 && (rc.LogEpoch != cur.Epoch || rc.LogLast <= cur.Start) {
+			return d, fmt.Errorf("%w: claim of member %d for view %d", ErrBadRecovery, m.ID, cur.Epoch)
+		}
+		if reg, ok := in.Registered[m.ID]; !ok || reg != rc.Member || rc.Member.Incarnation == m.Incarnation {
+			continue // stale: from an earlier restart, or not a restart
+		}
+		claims = append(claims, rc)
+	}
+	var best *Recovery
+	for i := range claims {
+		c := &claims[i]
+		if !slices.Contains(d.Voters, c.Member.ID) {
+			continue
+		}
+		d.Claims = append(d.Claims, c.Member.ID)
+		if best == nil || best.Less(*c) || !c.Less(*best) && best.Beyond && !c.Beyond {
+			best = c
+		}
+	}
+	if len(claims) > 0 {
+		d.Leader = claims[0].Member.ID
+		for _, c := range claims {
+			d.Leader = min(d.Leader, c.Member.ID)
+		}
+	}
+	d.Complete = len(d.Claims) == len(d.Voters)
+	if !d.Dead || 2*len(d.Claims) <= len(d.Voters) {
+		return d, nil
+	}
+	// The cut names the previous view's members (the members that come
+	// from it and hold the chosen log serve its state); its counts are
+	// not known from the logs and play no part in a recovered view.
+	next := View{Epoch: cur.Epoch + 1, Recovered: true, Start: best.LogLast}
+	for _, m := range cur.Members {
+		next.Cut = append(next.Cut, SenderCut{ID: m.ID})
+	}
+	for _, c := range claims {
+		next.Members = append(next.Members, c.Member)
+		next.Sent = append(next.Sent, 0)
+		if c.Beyond || c.LogEpoch != best.LogEpoch || c.LogLast != best.LogLast || !slices.Contains(d.Claims, c.Member.ID) {
+			next.Joining = append(next.Joining, c.Member.ID)
+		}
+	}
+	d.Propose = &next
+	return d, nil
+}
+
+// checkRecovered checks a recovered view against the store's state it
+// would follow: DecideRecovery on that state must propose exactly it.
+func checkRecovered(in RecoveryInput, v *View) error {
+	d, err := DecideRecovery(in)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !d.Dead:
+		return fmt.Errorf("membership: recover view %d: a member of view %d is alive: %w", v.Epoch, in.Current.Epoch, ErrConflict)
+	case d.Propose == nil:
+		return fmt.Errorf("membership: recover view %d: %d of %d voters claimed: %w", v.Epoch, len(d.Claims), len(d.Voters), ErrNoMajority)
+	case !sameRecord(d.Propose, v):
+		return fmt.Errorf("membership: recover view %d: the claims changed: %w", v.Epoch, ErrConflict)
+	}
+	return nil
+}
+
+func sameRecord(a, b *View) bool {
+	return a.Epoch == b.Epoch && a.Start == b.Start && a.Recovered == b.Recovered &&
+		slices.Equal(a.Members, b.Members) && slices.Equal(a.Cut, b.Cut) &&
+		slices.Equal(a.Sent, b.Sent) && slices.Equal(a.Joining, b.Joining)
+}

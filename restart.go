@@ -1,0 +1,285 @@
+package convoy
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/convoy-gcs/convoy/membership"
+	"github.com/convoy-gcs/convoy/persistence"
+)
+
+// A durable member restarts from its log. At Open it replays the log to
+// the application: the state of the log's snapshot (StateMachine.Restore),
+// then every entry after it (Delivery.Replayed). It then takes part in the
+// group again:
+//
+//   - If the group lives on (a majority of its last view is alive), it
+//     joins as a new incarnation and receives the state by transfer.
+//   - If most of the last view failed, no view change can follow it: the
+//     members restart the group from their logs (DESIGN rule 12). Each
+//     restarted member claims its log in etcd (membership.Recovery); a live
+//     member of that view that sees the claims gives up its incarnation
+//     and claims too; once no member of the view lives on and a majority
+//     of its caught-up members have claimed (waiting DurableConfig.
+//     RestartWait for the rest), the claimant with the lowest ID commits a
+//     recovered view (membership.DecideRecovery): it starts at the end of
+//     the highest log, its holders go on from their own state and serve it
+//     to the other claimants, who join.
+
+// snapshotVersion is the first byte of a snapshot kept in the durable log.
+const snapshotVersion = 1
+
+// encodeParts encodes a state's parts for the durable log: a version
+// byte, the number of parts, then each part's length and bytes.
+func encodeParts(parts [][]byte) []byte {
+	n := 1 + binary.MaxVarintLen64
+	for _, p := range parts {
+		n += binary.MaxVarintLen64 + len(p)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, snapshotVersion)
+	b = binary.AppendUvarint(b, uint64(len(parts)))
+	for _, p := range parts {
+		b = binary.AppendUvarint(b, uint64(len(p)))
+		b = append(b, p...)
+	}
+	return b
+}
+
+// errBadSnapshot: a snapshot in the durable log does not decode.
+var errBadSnapshot = errors.New("convoy: malformed snapshot in the durable log")
+
+// decodeParts decodes encodeParts's output. The parts alias b.
+func decodeParts(b []byte) ([][]byte, error) {
+	if len(b) == 0 || b[0] != snapshotVersion {
+		return nil, fmt.Errorf("%w: unknown version", errBadSnapshot)
+	}
+	b = b[1:]
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return nil, fmt.Errorf("%w: bad part count", errBadSnapshot)
+	}
+	b = b[k:]
+	parts := make([][]byte, 0, n)
+	for range n {
+		size, k := binary.Uvarint(b)
+		if k <= 0 || size > uint64(len(b)-k) {
+			return nil, fmt.Errorf("%w: bad part length", errBadSnapshot)
+		}
+		parts = append(parts, b[k:k+int(size)])
+		b = b[k+int(size):]
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", errBadSnapshot, len(b))
+	}
+	return parts, nil
+}
+
+// restoreParts hands parts to the application's Restore.
+func (g *Group) restoreParts(parts [][]byte) error {
+	readers := make([]io.Reader, len(parts))
+	for i, p := range parts {
+		readers[i] = bytes.NewReader(p)
+	}
+	return g.cfg.State.Restore(readers)
+}
+
+// replayLog rebuilds the application's state from the durable log at
+// Open: the snapshot, then the entries after it. It returns the index of
+// the last message replayed (0 if none).
+func (g *Group) replayLog(ctx context.Context) (uint64, error) {
+	l := g.disk
+	from := l.First()
+	var applied uint64
+	idx, meta, err := l.Snapshot()
+	switch {
+	case errors.Is(err, persistence.ErrNotFound):
+		if from > 1 {
+			g.log.Warn("durable log: trimmed without a snapshot: not replayed, the state comes by transfer", "first", from)
+			return 0, nil
+		}
+	case err != nil:
+		return 0, fmt.Errorf("convoy: durable log: %w", err)
+	case len(meta) == 0:
+		// A transfer to this member never completed.
+		g.log.Info("durable log: holds no state yet: not replayed")
+		return 0, nil
+	default:
+		if idx+1 < from {
+			g.log.Warn("durable log: trimmed past its snapshot: not replayed", "snapshot", idx, "first", from)
+			return 0, nil
+		}
+		if g.cfg.State != nil {
+			parts, err := decodeParts(meta)
+			if err != nil {
+				return 0, fmt.Errorf("convoy: durable log: snapshot %d: %w", idx, err)
+			}
+			if err := g.restoreParts(parts); err != nil {
+				return 0, fmt.Errorf("convoy: durable log: restore snapshot %d: %w", idx, err)
+			}
+		}
+		applied, from = idx, idx+1
+	}
+	last, err := g.replayEntries(ctx, from, l.Last())
+	if err != nil {
+		return 0, err
+	}
+	if last > 0 {
+		applied = last
+	}
+	g.log.Info("replayed the durable log", "snapshot", idx, "from", from, "to", applied)
+	return applied, nil
+}
+
+// replayEntries hands the log's entries from..to to the handler, marked
+// Replayed, and returns the last index handed (0 if none).
+func (g *Group) replayEntries(ctx context.Context, from, to uint64) (uint64, error) {
+	var last uint64
+	if from > to {
+		return 0, nil
+	}
+	err := g.disk.Scan(ctx, from, to, func(e persistence.Entry) error {
+		if g.h != nil {
+			g.h(Delivery{Epoch: e.Epoch, Index: e.Index, Sender: NodeID(e.Sender), Seq: e.Seq, Payload: e.Payload, Replayed: true})
+		}
+		last = e.Index
+		return nil
+	})
+	if err != nil {
+		return last, fmt.Errorf("convoy: replay the durable log from %d to %d: %w", from, to, err)
+	}
+	return last, nil
+}
+
+// errStopScan ends a scan early.
+var errStopScan = errors.New("stop")
+
+// claim describes this member's log for the restart of view cur.
+func (r *runner) claim(cur *membership.View) (membership.Recovery, error) {
+	l := r.g.disk
+	rc := membership.Recovery{Epoch: cur.Epoch, Member: r.ms.self}
+	last := l.Last()
+	if last <= cur.Start {
+		rc.LogLast = last
+	} else {
+		// Entries of cur's epoch may stand; an entry of another epoch
+		// beyond cur's start lies beyond its own view's cut.
+		rc.LogLast = cur.Start
+		from := max(cur.Start+1, l.First())
+		if from > cur.Start+1 {
+			// Trimmed into the view (an application snapshot taken in it).
+			rc.LogEpoch, rc.LogLast = cur.Epoch, from-1
+		}
+		err := l.Scan(r.g.ctx, from, last, func(e persistence.Entry) error {
+			if e.Epoch != cur.Epoch {
+				return errStopScan
+			}
+			rc.LogEpoch, rc.LogLast = cur.Epoch, e.Index
+			return nil
+		})
+		if err != nil && !errors.Is(err, errStopScan) {
+			return rc, err
+		}
+	}
+	rc.Beyond = last > rc.LogLast || r.applied > rc.LogLast
+	return rc, nil
+}
+
+// recovering handles a state read while this member takes part in no
+// view: if most of the last view failed, it claims its log and, as
+// leader, commits the recovered view. It returns false if the group
+// needs no restart (the member joins as usual).
+func (r *runner) recovering(st *membership.State) bool {
+	g, ms := r.g, &r.ms
+	d, err := membership.DecideRecovery(recoveryInput(st))
+	if err != nil {
+		g.log.Error("restart of the group", "epoch", st.Current.Epoch, "err", err)
+		return true
+	}
+	if !d.Needed {
+		ms.restartSeen = time.Time{}
+		return false
+	}
+	now := time.Now()
+	if ms.restartSeen.IsZero() {
+		ms.restartSeen = now
+		g.log.Warn("most of the last view failed: restarting the group from the members' logs",
+			"epoch", st.Current.Epoch, "voters", len(d.Voters), "claims", len(d.Claims))
+	}
+	if rc, ok := st.Recoveries[ms.self.ID]; (!ok || rc.Member != ms.self) && now.After(ms.claimRetry) {
+		claim, err := r.claim(&st.Current)
+		if err != nil {
+			g.log.Error("restart of the group: reading the durable log", "err", err)
+			return true
+		}
+		ms.claimRetry = now.Add(max(4*g.cfg.SuspectTimeout, time.Second))
+		self := ms.self
+		g.log.Info("claiming the durable log for the restart", "epoch", claim.Epoch, "log_epoch", claim.LogEpoch, "log_last", claim.LogLast, "beyond", claim.Beyond)
+		r.async("restart claim", func(ctx context.Context, s *membership.Store) error {
+			if err := s.Register(ctx, self); err != nil {
+				return err
+			}
+			return s.PutRecovery(ctx, claim)
+		})
+	}
+	if d.Leader != ms.self.ID || d.Propose == nil {
+		return true
+	}
+	if ms.quorumSeen.IsZero() {
+		ms.quorumSeen = now
+	}
+	if !d.Complete && now.Sub(ms.quorumSeen) < g.cfg.Durable.RestartWait {
+		return true // the others get a while to come back
+	}
+	if st.Revision <= ms.proposed {
+		return true
+	}
+	ms.proposed = st.Revision
+	next := *d.Propose
+	g.log.Info("restarting the group", "epoch", next.Epoch, "start", next.Start, "members", len(next.Members), "joining", len(next.Joining))
+	r.async("restart the group", func(ctx context.Context, s *membership.Store) error { return s.Recover(ctx, next) })
+	return true
+}
+
+// giveWay ends this member's incarnation when most of its view failed
+// and the others restart the group from their logs: it then claims its
+// own log like them. It returns true if it did.
+func (r *runner) giveWay(st *membership.State) bool {
+	if r.g.disk == nil || len(st.Recoveries) == 0 {
+		return false
+	}
+	d, err := membership.DecideRecovery(recoveryInput(st))
+	if err != nil || !d.Needed || len(d.Claims) == 0 {
+		return false
+	}
+	r.excluded(nil, fmt.Sprintf("most of view %d failed: the group restarts from its logs", st.Current.Epoch))
+	return true
+}
+
+func recoveryInput(st *membership.State) membership.RecoveryInput {
+	return membership.RecoveryInput{Current: st.Current, Registered: st.Registered, CaughtUp: st.CaughtUp, Recoveries: st.Recoveries}
+}
+
+// enterRecovered prepares this member's log and state for recovered view
+// rec, whose log it holds: the application gets the entries it has not
+// seen yet, up to the view's start.
+func (r *runner) enterRecovered(rec *membership.View) error {
+	g := r.g
+	if last := g.disk.Last(); last != rec.Start {
+		return fmt.Errorf("durable log ends at %d, the restart at %d", last, rec.Start)
+	}
+	if r.applied >= rec.Start {
+		return nil
+	}
+	last, err := g.replayEntries(g.ctx, r.applied+1, rec.Start)
+	if err != nil {
+		return err
+	}
+	r.applied = last
+	return nil
+}
