@@ -71,11 +71,13 @@ func (g *Group) openLog(ctx context.Context) error {
 func (r *runner) logDelivery(d Delivery) {
 	g := r.g
 	err := g.disk.Append(persistence.Entry{Index: d.Index, Epoch: d.Epoch, Sender: uint64(d.Sender), Seq: d.Seq, Payload: d.Payload})
-	if err != nil {
+	if err != nil && r.diskErr == nil {
 		// A member that cannot persist stops acknowledging: its persisted
-		// index stays put, durable delivery stops, and the others exclude
-		// it as lagging.
+		// index stays put, and the loop ends (the group fails with the
+		// error), so the others soon exclude it as silent rather than
+		// wait for it.
 		g.log.Error("durable log", "index", d.Index, "err", err)
+		r.diskErr = err
 	}
 	r.durq = append(r.durq, durItem{d: d})
 }

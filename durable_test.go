@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/convoy-gcs/convoy/persistence"
 	"github.com/convoy-gcs/convoy/rdma"
@@ -274,7 +275,17 @@ func TestViewsDurableTotalFailure(t *testing.T) {
 				}
 			}()
 		}
-		c.waitCount(nodes[0], 300)
+		c.waitCount(nodes[0], 150)
+		if round%2 == 1 {
+			// Some members keep a snapshot and trim their logs: they
+			// restart from snapshot and suffix.
+			for _, n := range nodes[:2] {
+				if _, err := n.g.Snapshot(context.Background()); err != nil {
+					t.Fatalf("Snapshot: %v", err)
+				}
+			}
+		}
+		c.waitCount(nodes[0], len(nodes[0].payloads())+150)
 		// A member crashes when its links are cut; its disk then keeps
 		// what it synced and a random part of the rest. (It can deliver
 		// nothing durable after its links are cut: that needs the others'
@@ -384,5 +395,186 @@ func TestViewsDurableTotalFailure(t *testing.T) {
 			}
 		}
 	}
+	c.check()
+}
+
+// TestDurableSnapshot: a member keeps a snapshot of its state in its
+// log, which is trimmed before it; started again, it restores the
+// snapshot and replays only the entries after it, and ends in the same
+// state as the others.
+func TestDurableSnapshot(t *testing.T) {
+	c := newVSCluster(t)
+	dirs := map[NodeID]string{1: t.TempDir(), 2: t.TempDir(), 3: t.TempDir()}
+	durable := func(cfg *Config) { cfg.Durable = &DurableConfig{Dir: dirs[cfg.Self]} }
+	nodes := c.openAll(3, durable)
+	if _, err := (&Group{}).Snapshot(context.Background()); !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("Snapshot without a durable log: %v", err)
+	}
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes...)
+	c.waitCount(nodes[0], 200)
+	idx, err := nodes[0].g.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idx < 200 {
+		t.Fatalf("snapshot at %d, after 200 deliveries", idx)
+	}
+	if first := nodes[0].g.disk.First(); first != idx+1 {
+		t.Fatalf("log starts at %d after a snapshot at %d", first, idx)
+	}
+	c.waitCount(nodes[0], len(nodes[0].payloads())+100)
+	close(stop)
+	wg.Wait()
+	c.waitDelivered(nodes, nodes...)
+	c.waitSameIndex(nodes...)
+
+	// Member 1 leaves and comes back on its disk.
+	if err := nodes[0].g.Leave(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.waitView(2, 2, nodes[1:]...)
+	c.crash(1)
+	again, err := c.open(1, 1, durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.mu.Lock()
+	replayed := slices.Clone(again.replayed)
+	again.mu.Unlock()
+	if len(replayed) == 0 || replayed[0].Index != idx+1 {
+		t.Fatalf("replayed %d entries, first %+v; want them from %d", len(replayed), replayed, idx+1)
+	}
+	all := []*vsNode{again, nodes[1], nodes[2]}
+	c.waitMembers(3, all...)
+	if _, err := again.g.Send(context.Background(), []byte("set after x"), WaitDelivered()); err != nil {
+		t.Fatal(err)
+	}
+	c.waitSameIndex(all...)
+	sameState(t, all...)
+	c.check()
+}
+
+// TestViewsDurableMajorityCrash: two of three members crash; the one left
+// cannot go on without a majority. When the two come back on their disks,
+// the survivor gives up its incarnation and the three restart the group
+// from their logs together (DESIGN rule 12).
+func TestViewsDurableMajorityCrash(t *testing.T) {
+	c := newVSCluster(t)
+	dirs := map[NodeID]string{1: t.TempDir(), 2: t.TempDir(), 3: t.TempDir()}
+	durable := func(cfg *Config) {
+		cfg.Durable = &DurableConfig{Dir: dirs[cfg.Self], RestartWait: 200 * time.Millisecond}
+	}
+	nodes := c.openAll(3, durable)
+	var acked []string
+	for k := range 300 {
+		p := fmt.Sprintf("set m%d-%d %d", nodes[k%3].id, k, k)
+		if _, err := nodes[k%3].g.Send(context.Background(), []byte(p), WaitDelivered()); err != nil {
+			t.Fatal(err)
+		}
+		acked = append(acked, p)
+	}
+	survivor := nodes[2]
+	c.crash(1)
+	c.crash(2)
+	// The survivor is on its own: no view follows without a majority.
+	time.Sleep(500 * time.Millisecond)
+	if v, _ := survivor.lastView(); v.Epoch != 1 {
+		t.Fatalf("the survivor went on to view %+v without a majority", v)
+	}
+	restarted := make([]*vsNode, 2)
+	errs := make([]error, 2)
+	var open sync.WaitGroup
+	for i := range restarted {
+		open.Add(1)
+		go func() {
+			defer open.Done()
+			restarted[i], errs[i] = c.open(NodeID(i+1), 1, durable)
+		}()
+	}
+	open.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	all := append(restarted, survivor)
+	c.waitMembers(3, all...)
+	if !survivor.wasExcluded() {
+		t.Fatal("the survivor kept its incarnation through the restart")
+	}
+	for _, n := range all {
+		if _, err := n.g.Send(context.Background(), []byte(fmt.Sprintf("set after.m%d-0 x", n.id)), WaitDelivered()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.waitSameIndex(all...)
+	sameState(t, all...)
+	st := survivor.state
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, p := range acked {
+		f := strings.Fields(p)
+		if st.m[f[1]] != f[2] {
+			t.Fatalf("%q was reported durable and is lost", p)
+		}
+	}
+	c.check()
+}
+
+// syncFault fails every fsync of a log's write-ahead file once armed.
+type syncFault struct{ armed atomic.Bool }
+
+func (f *syncFault) String() string { return "syncFault" }
+
+func (f *syncFault) MaybeError(op errorfs.Op) error {
+	if !f.armed.Load() || !strings.HasSuffix(op.Path, ".log") {
+		return nil
+	}
+	switch op.Kind {
+	case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+		return errorfs.ErrInjected
+	}
+	return nil
+}
+
+// TestViewsDurableDiskError: a member's disk starts failing. It cannot
+// persist, so it stops acknowledging: durable delivery waits for it until
+// it lags by more than DurableConfig.MaxLag, and the others then exclude
+// it and go on. Nothing it acknowledged is lost.
+func TestViewsDurableDiskError(t *testing.T) {
+	c := newVSCluster(t)
+	fault := &syncFault{}
+	durable := func(cfg *Config) {
+		cfg.Durable = &DurableConfig{Dir: t.TempDir(), MaxLag: 64}
+		if cfg.Self == 3 {
+			cfg.Durable.Dir, cfg.Durable.FS = "db", errorfs.Wrap(vfs.NewMem(), fault)
+		}
+	}
+	nodes := c.openAll(3, durable)
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes[:2]...)
+	c.waitCount(nodes[0], 200)
+	synced := nodes[2].g.disk.Synced()
+	fault.armed.Store(true)
+	c.waitView(2, 2, nodes[:2]...)
+	c.waitCount(nodes[0], len(nodes[0].payloads())+200)
+	close(stop)
+	wg.Wait()
+	if err := nodes[2].g.disk.Err(); !errors.Is(err, persistence.ErrFailed) {
+		t.Fatalf("the failing member's log: %v, want ErrFailed", err)
+	}
+	// It acknowledged nothing its disk had not synced, and it failed
+	// rather than come back.
+	persisted := nodes[2].g.disk.Synced()
+	if persisted < synced {
+		t.Fatalf("the failing log's synced index went back from %d to %d", synced, persisted)
+	}
+	if got := nodes[2].lastIndex(); got > persisted {
+		t.Fatalf("the failing member delivered up to %d, beyond its synced %d", got, persisted)
+	}
+	if err := nodes[2].g.Err(); !errors.Is(err, ErrFailed) || !errors.Is(err, persistence.ErrFailed) {
+		t.Fatalf("the failing member's group: %v, want ErrFailed wrapping the log's failure", err)
+	}
+	c.waitDelivered(nodes[:2], nodes[:2]...)
+	c.waitSameIndex(nodes[:2]...)
 	c.check()
 }

@@ -117,6 +117,7 @@ const (
 	evRestored
 	evLinkDown
 	evPersisted
+	evSnapshot
 )
 
 // event is something for the loop. v names the view it belongs to; the
@@ -131,6 +132,7 @@ type event struct {
 	err     error
 	state   *membership.State
 	parts   [][]byte
+	reply   chan<- snapReply // evSnapshot
 }
 
 // Open joins this member to the group described by cfg.

@@ -110,6 +110,7 @@ func (r *runner) snapshotted(part int, data []byte, err error) {
 	}
 	if r.snapshots--; r.snapshots == 0 {
 		r.snapDone, r.snapCh = nil, nil
+		r.servePendingSnapshots()
 		if !r.restoring {
 			r.release()
 		}
@@ -136,6 +137,7 @@ func (r *runner) waitSnapshots() {
 		<-r.snapDone
 	}
 	r.snapDone, r.snapCh, r.snapshots = nil, nil, 0
+	r.servePendingSnapshots()
 }
 
 // fetch transfers this joiner's state from the donors of view v.

@@ -2,6 +2,7 @@ package convoy
 
 import (
 	"context"
+	"fmt"
 	"runtime/debug"
 	"time"
 
@@ -61,6 +62,10 @@ func (g *Group) loop(r *runner) {
 		case <-g.stop:
 			return
 		}
+		if r.diskErr != nil {
+			g.fail(fmt.Errorf("durable log: %w", r.diskErr))
+			return
+		}
 		// React once per batch: beacons, tree records and heartbeats due
 		// now go out without waiting for a timer.
 		r.tick()
@@ -94,6 +99,9 @@ type runner struct {
 	// snapshot until the previous view's messages are durable (and
 	// applied).
 	pendingDonate *view
+	// snapWant holds the replies of Snapshot calls waiting for the
+	// snapshots for joiners.
+	snapWant []chan<- snapReply
 	// sendTimes[i] is when own message sentBase+i was sent, for latency.
 	sendTimes []int64
 	sentBase  uint64
@@ -105,6 +113,8 @@ type runner struct {
 	// applied is the index of the last message handed to the
 	// application (replayed from the durable log included).
 	applied uint64
+	// diskErr is the durable log's failure: the loop ends on it.
+	diskErr error
 	// wedgedAt is when this member wedged; retryAt, if set, is when to
 	// decide again on retryState (a proposal held back).
 	wedgedAt   int64
@@ -171,6 +181,8 @@ func (r *runner) handle(ev event) bool {
 		}
 	case evState:
 		return r.onState(ev.state)
+	case evSnapshot:
+		r.takeSnapshot(ev.reply)
 	case evRestored:
 		if ev.v == r.v {
 			return r.restored(ev.parts, ev.err)

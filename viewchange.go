@@ -496,6 +496,12 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 		m.leftOnce.Do(func() { close(m.left) })
 		return
 	}
+	if g.disk != nil && g.disk.Err() != nil {
+		// A member that cannot persist does not come back: the
+		// application sees the group fail and restarts it.
+		r.diskErr = g.disk.Err()
+		return
+	}
 	// Rejoin as a new incarnation: registering it tells the others that
 	// the old one is gone. A member excluded again and again (it is cut
 	// off from the others, and each view that admits it breaks at once)
