@@ -1,0 +1,278 @@
+package sharedlog
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"slices"
+)
+
+// snapshotVersion is the first byte of every snapshot part.
+const snapshotVersion = 1
+
+// errSnapshot is wrapped by the errors of Restore.
+var errSnapshot = errors.New("sharedlog: bad snapshot")
+
+// A snapshot of the state is cut into parts, each self-describing:
+//
+//	version (1 byte) | part | of | applied | trim | tail
+//	count of results | each: index, request key, value
+//	first position | count of entries | each: count of streams, each stream name, data
+//
+// (integers are unsigned varints, strings and data a length then bytes).
+// Every part repeats applied, trim and tail. Part p holds the entries in
+// the p-th of `of` equal slices of the positions [trim, tail), and the
+// request results whose key hashes to p; Restore puts them back
+// together and checks that the parts agree and cover every position.
+
+// Snapshot writes part `part` of `of` of the state (convoy.StateMachine).
+// The group holds deliveries while it runs; reads go on.
+func (s *state) Snapshot(w io.Writer, part, of int) error {
+	if of < 1 || part < 0 || part >= of {
+		return fmt.Errorf("sharedlog: snapshot part %d of %d", part, of)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	sw := snapWriter{w: bufio.NewWriterSize(w, 64<<10)}
+	sw.byte(snapshotVersion)
+	tail := s.tailLocked()
+	for _, v := range []uint64{uint64(part), uint64(of), s.applied, s.trim, tail} {
+		sw.uvarint(v)
+	}
+	var results int
+	_ = s.dedupe.each(func(_ string, hash uint32, _ result) error {
+		if hashPart(hash, of) == part {
+			results++
+		}
+		return nil
+	})
+	sw.uvarint(uint64(results))
+	_ = s.dedupe.each(func(key string, hash uint32, r result) error {
+		if hashPart(hash, of) == part {
+			sw.uvarint(r.index)
+			sw.bytes([]byte(key))
+			sw.uvarint(r.value)
+		}
+		return sw.err
+	})
+	lo, hi := share(s.trim, tail, part, of)
+	sw.uvarint(lo)
+	sw.uvarint(hi - lo)
+	for p := lo; p < hi && sw.err == nil; p++ {
+		e := s.entries[p-s.trim]
+		sw.uvarint(uint64(len(e.streams)))
+		for _, name := range e.streams {
+			sw.bytes([]byte(name))
+		}
+		sw.bytes(e.data)
+	}
+	if sw.err != nil {
+		return sw.err
+	}
+	return sw.w.Flush()
+}
+
+// share returns the positions [lo, hi) of part `part` of `of` of
+// [trim, tail).
+func share(trim, tail uint64, part, of int) (lo, hi uint64) {
+	at := func(k int) uint64 {
+		// (tail-trim)*k/of without overflow: k ≤ of.
+		h, l := bits.Mul64(tail-trim, uint64(k))
+		q, _ := bits.Div64(h, l, uint64(of))
+		return trim + q
+	}
+	return at(part), at(part + 1)
+}
+
+// hashPart returns the part that holds the result of the request whose
+// key hashes to hash.
+func hashPart(hash uint32, of int) int { return int(hash % uint32(of)) }
+
+// Restore replaces the state with the one the parts describe
+// (convoy.StateMachine). It checks them and changes nothing if they are
+// inconsistent. No parts means the empty state.
+func (s *state) Restore(parts []io.Reader) error {
+	next := newState(s.log)
+	next.dedupe.limit = s.dedupe.limit
+	var head [5]uint64 // part, of, applied, trim, tail
+	type stored struct {
+		key string
+		r   result
+	}
+	var results []stored
+	pos := uint64(0)
+	for i, r := range parts {
+		sr := snapReader{r: bufio.NewReaderSize(r, 64<<10)}
+		if v := sr.byte(); sr.err == nil && v != snapshotVersion {
+			return fmt.Errorf("%w: part %d has version %d", errSnapshot, i, v)
+		}
+		var h [5]uint64
+		for k := range h {
+			h[k] = sr.uvarint()
+		}
+		if sr.err != nil {
+			return fmt.Errorf("%w: part %d: %w", errSnapshot, i, sr.err)
+		}
+		if h[0] != uint64(i) || h[1] != uint64(len(parts)) || h[3] > h[4] {
+			return fmt.Errorf("%w: part %d says part %d of %d, trim %d, tail %d", errSnapshot, i, h[0], h[1], h[3], h[4])
+		}
+		if i == 0 {
+			head, pos = h, h[3]
+			next.applied, next.trim = h[2], h[3]
+		} else if [3]uint64(h[2:]) != [3]uint64(head[2:]) {
+			return fmt.Errorf("%w: part %d is of another state (applied, trim, tail %v, not %v)", errSnapshot, i, h[2:], head[2:])
+		}
+		n := sr.uvarint()
+		for k := uint64(0); k < n && sr.err == nil; k++ {
+			var st stored
+			st.r.index = sr.uvarint()
+			st.key = string(sr.bytes(1 + MaxRequestID))
+			st.r.value = sr.uvarint()
+			results = append(results, st)
+		}
+		lo, count := sr.uvarint(), sr.uvarint()
+		if sr.err == nil && (lo != pos || count > h[4]-lo) {
+			return fmt.Errorf("%w: part %d holds %d entries from %d, expected from %d up to %d", errSnapshot, i, count, lo, pos, h[4])
+		}
+		for k := uint64(0); k < count && sr.err == nil; k++ {
+			var e entry
+			ns := sr.uvarint()
+			if ns > MaxStreams {
+				return fmt.Errorf("%w: part %d: an entry names %d streams", errSnapshot, i, ns)
+			}
+			for j := uint64(0); j < ns && sr.err == nil; j++ {
+				name := string(sr.bytes(MaxStreamName))
+				if err := validStream(name); sr.err == nil && err != nil {
+					return fmt.Errorf("%w: part %d: %w", errSnapshot, i, err)
+				}
+				e.streams = append(e.streams, name)
+			}
+			e.data = sr.bytes(maxSnapshotData)
+			next.entries = append(next.entries, e)
+		}
+		if sr.err != nil {
+			return fmt.Errorf("%w: part %d: %w", errSnapshot, i, sr.err)
+		}
+		if _, err := sr.r.ReadByte(); err != io.EOF {
+			return fmt.Errorf("%w: part %d: trailing bytes", errSnapshot, i)
+		}
+		pos += count
+	}
+	if len(parts) > 0 && pos != head[4] {
+		return fmt.Errorf("%w: the parts hold positions up to %d, the tail is %d", errSnapshot, pos, head[4])
+	}
+	slices.SortFunc(results, func(a, b stored) int { return cmp.Compare(a.r.index, b.r.index) })
+	for _, st := range results {
+		if _, dup := next.dedupe.get(st.key); dup || st.key == "" {
+			return fmt.Errorf("%w: request key %q stored twice or empty", errSnapshot, st.key)
+		}
+		next.dedupe.put(st.key, st.r)
+	}
+	for i, e := range next.entries {
+		for _, name := range e.streams {
+			next.streams[name] = append(next.streams[name], next.trim+uint64(i))
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.applied, s.trim, s.entries, s.streams, s.dedupe = next.applied, next.trim, next.entries, next.streams, next.dedupe
+	return nil
+}
+
+// maxSnapshotData bounds one entry's data in a snapshot.
+const maxSnapshotData = 1 << 30
+
+// snapWriter writes a snapshot part; the first error sticks.
+type snapWriter struct {
+	w   *bufio.Writer
+	buf [binary.MaxVarintLen64]byte
+	err error
+}
+
+func (w *snapWriter) byte(b byte) {
+	if w.err == nil {
+		w.err = w.w.WriteByte(b)
+	}
+}
+
+func (w *snapWriter) uvarint(v uint64) {
+	if w.err == nil {
+		_, w.err = w.w.Write(binary.AppendUvarint(w.buf[:0], v))
+	}
+}
+
+func (w *snapWriter) bytes(b []byte) {
+	w.uvarint(uint64(len(b)))
+	if w.err == nil {
+		_, w.err = w.w.Write(b)
+	}
+}
+
+// snapReader reads a snapshot part; the first error sticks and makes
+// every later read return zero.
+type snapReader struct {
+	r   *bufio.Reader
+	err error
+}
+
+func (r *snapReader) byte() byte {
+	if r.err != nil {
+		return 0
+	}
+	b, err := r.r.ReadByte()
+	if err != nil {
+		r.err = noEOF(err)
+	}
+	return b
+}
+
+func (r *snapReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, err := binary.ReadUvarint(r.r)
+	if err != nil {
+		r.err = noEOF(err)
+	}
+	return v
+}
+
+// bytes reads a length-prefixed byte string of at most limit bytes. A
+// long one is read as it comes rather than allocated up front.
+func (r *snapReader) bytes(limit int) []byte {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(limit) {
+		r.err = fmt.Errorf("length %d beyond %d", n, limit)
+		return nil
+	}
+	if n <= 64<<10 {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r.r, b); err != nil {
+			r.err = noEOF(err)
+			return nil
+		}
+		return b
+	}
+	var buf bytes.Buffer
+	if _, err := io.CopyN(&buf, r.r, int64(n)); err != nil {
+		r.err = noEOF(err)
+		return nil
+	}
+	return buf.Bytes()
+}
+
+// noEOF turns an end of input inside a part into an error of its own.
+func noEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
