@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -194,13 +195,69 @@ func TestViewsDurableRestart(t *testing.T) {
 	c.check()
 	sameState(t, all...)
 
+	// It replayed its log and received only the messages after it: its
+	// log holds the whole sequence, its view's first message included.
 	v, _ := again.lastView()
 	l := again.g.disk
-	if l.First() != v.Start+1 {
-		t.Errorf("the restarted member's log starts at %d, its view at %d", l.First(), v.Start+1)
+	if l.First() != 1 {
+		t.Errorf("the restarted member's log starts at %d", l.First())
+	}
+	again.mu.Lock()
+	replayed := len(again.replayed)
+	again.mu.Unlock()
+	if replayed == 0 || uint64(replayed) >= v.Start {
+		t.Errorf("the restarted member replayed %d messages of the %d before its view", replayed, v.Start)
 	}
 	if err := l.WaitSynced(context.Background(), again.lastIndex()); err != nil {
 		t.Fatal(err)
+	}
+	ctx := context.Background()
+	next := uint64(1)
+	if err := l.Scan(ctx, 1, again.lastIndex(), func(e persistence.Entry) error {
+		if e.Index != next {
+			return fmt.Errorf("entry %d after %d", e.Index, next-1)
+		}
+		next++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestViewsDurableRestartWiped: a member restarts with its disk wiped. It
+// has no log to go on from, so it receives the whole state by transfer.
+func TestViewsDurableRestartWiped(t *testing.T) {
+	c := newVSCluster(t)
+	dirs := map[NodeID]string{1: t.TempDir(), 2: t.TempDir(), 3: t.TempDir()}
+	durable := func(cfg *Config) { cfg.Durable = &DurableConfig{Dir: dirs[cfg.Self]} }
+	nodes := c.openAll(3, durable)
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes[:2]...)
+	c.waitCount(nodes[0], 200)
+	c.crash(3)
+	if err := os.RemoveAll(dirs[3]); err != nil {
+		t.Fatal(err)
+	}
+	c.waitView(2, 2, nodes[:2]...)
+	again, err := c.open(3, 1, durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := []*vsNode{nodes[0], nodes[1], again}
+	c.waitMembers(3, all...)
+	c.waitCount(again, 100)
+	close(stop)
+	wg.Wait()
+	c.waitDelivered(nodes[:2], nodes[:2]...)
+	c.waitSameIndex(all...)
+	c.check()
+	sameState(t, all...)
+	v, _ := again.lastView()
+	if first := again.g.disk.First(); first != v.Start+1 {
+		t.Errorf("the wiped member's log starts at %d, its view at %d", first, v.Start+1)
+	}
+	if i, meta, err := again.g.disk.Snapshot(); err != nil || i != v.Start || len(meta) == 0 {
+		t.Errorf("the wiped member's log keeps no snapshot of the transferred state: %d %d %v", i, len(meta), err)
 	}
 }
 

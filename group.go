@@ -118,6 +118,7 @@ const (
 	evLinkDown
 	evPersisted
 	evSnapshot
+	evSuffix
 )
 
 // event is something for the loop. v names the view it belongs to; the

@@ -46,7 +46,8 @@ func (r *runner) donate(v *view) {
 	g, rec := r.g, &v.rec
 	donors := donorsOf(rec, g.cfg.MaxDonors)
 	i := slices.Index(donors, NodeID(r.ms.self.ID))
-	if i < 0 || len(rec.Joining) == 0 || g.cfg.State == nil {
+	joining := snapshotJoiners(rec)
+	if i < 0 || len(joining) == 0 || g.cfg.State == nil {
 		return
 	}
 	if g.disk != nil && r.durableBefore(rec.Start) {
@@ -57,8 +58,8 @@ func (r *runner) donate(v *view) {
 	}
 	parts := membership.DonorSlices(i, len(donors), transferSlices)
 	of := len(donors) * transferSlices
-	joiners := make([]rdma.NodeID, 0, len(rec.Joining))
-	for _, id := range rec.Joining {
+	joiners := make([]rdma.NodeID, 0, len(joining))
+	for _, id := range joining {
 		joiners = append(joiners, rdma.NodeID(id))
 	}
 	var err error
@@ -187,13 +188,19 @@ func (r *runner) restored(parts [][]byte, err error) bool {
 		r.excluded(nil, fmt.Sprintf("state transfer for view %d failed: %v", r.v.rec.Epoch, err))
 		return true
 	}
-	r.restoring = false
 	r.applied = r.v.rec.Start
+	r.joined()
+	return true
+}
+
+// joined ends this joiner's wait for its state: it sees its first view,
+// gets the deliveries held meanwhile, and counts as caught up.
+func (r *runner) joined() {
+	r.restoring = false
 	r.onView(publicView(&r.v.rec, nil))
 	r.release()
 	r.caughtUp()
-	g.mem.markReady()
-	return true
+	r.g.mem.markReady()
 }
 
 // caughtUp marks this joiner as holding the group's state.

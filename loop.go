@@ -183,6 +183,10 @@ func (r *runner) handle(ev event) bool {
 		return r.onState(ev.state)
 	case evSnapshot:
 		r.takeSnapshot(ev.reply)
+	case evSuffix:
+		if ev.v == r.v {
+			return r.suffixed(ev.parts, ev.err)
+		}
 	case evRestored:
 		if ev.v == r.v {
 			return r.restored(ev.parts, ev.err)

@@ -53,6 +53,8 @@ type view struct {
 	ctrl []rdma.QueuePair
 	// donor serves this member's snapshot parts to the view's joiners.
 	donor *membership.Donor
+	// suffixDonors serve joiners the messages their logs miss.
+	suffixDonors []*membership.Donor
 	// dur tracks the members' persisted indexes in durable delivery;
 	// lagging holds the ranks suspected of lagging on disk.
 	dur       *barrier.Durable
@@ -218,6 +220,9 @@ func (v *view) close() {
 	}
 	if v.donor != nil {
 		v.donor.Close()
+	}
+	for _, d := range v.suffixDonors {
+		d.Close()
 	}
 	for _, qp := range v.ctrl {
 		if qp != nil {

@@ -34,9 +34,13 @@ func (r *runner) onState(st *membership.State) bool {
 		if now := time.Now(); !asked && now.After(ms.joinRetry) {
 			ms.joinRetry = now.Add(max(4*r.g.cfg.SuspectTimeout, time.Second))
 			self := ms.self
+			pos, fromLog := r.logPos()
 			r.async("join request", func(ctx context.Context, s *membership.Store) error {
 				if err := s.Register(ctx, self); err != nil {
 					return err
+				}
+				if fromLog {
+					return s.RequestJoinFrom(ctx, self, pos)
 				}
 				return s.RequestJoin(ctx, self)
 			})
@@ -149,6 +153,7 @@ func (r *runner) decide(st *membership.State) {
 		}
 		ms.proposed = st.Revision
 		next := *d.Propose
+		r.addSuffixes(&next, st.JoinLogs)
 		g.log.Info("proposing view", "epoch", next.Epoch, "members", len(next.Members), "start", next.Start)
 		if g.cfg.onPropose != nil {
 			g.cfg.onPropose(next.Epoch)
@@ -163,9 +168,15 @@ func (r *runner) decide(st *membership.State) {
 			return nil
 		})
 	}
-	if v.donor != nil && allCaughtUp(&v.rec, st.CaughtUp) {
-		v.donor.Close()
-		v.donor = nil
+	if (v.donor != nil || len(v.suffixDonors) > 0) && allCaughtUp(&v.rec, st.CaughtUp) {
+		if v.donor != nil {
+			v.donor.Close()
+			v.donor = nil
+		}
+		for _, d := range v.suffixDonors {
+			d.Close()
+		}
+		v.suffixDonors = nil
 	}
 }
 
@@ -324,6 +335,7 @@ func (r *runner) install(rec membership.View) bool {
 	if !r.restoring {
 		r.onView(publicView(&rec, &old.rec)) // a joiner sees its first view once restored
 		r.donate(v)
+		r.donateSuffixes(v)
 	}
 	if v.broken != nil {
 		// Everything waits for the next view.
@@ -386,9 +398,20 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 	g.mu.epoch, g.mu.out = rec.Epoch, nil
 	g.mu.Unlock()
 	joining := slices.Contains(rec.Joining, r.ms.self.ID)
+	suffix, bySuffix := rec.SuffixOf(r.ms.self.ID)
 	if g.disk != nil {
 		var err error
 		switch {
+		case bySuffix:
+			// Its log goes on where it ends: the messages after it come
+			// from the donor's log (suffixed).
+			if last := g.disk.Last(); last != suffix.From-1 || r.applied != last {
+				err = fmt.Errorf("log ends at %d (applied %d), the suffix starts at %d", last, r.applied, suffix.From)
+				if werr := g.disk.InstallSnapshot(g.ctx, 0, nil); werr != nil {
+					g.log.Error("durable log: reset", "err", werr)
+				}
+				r.applied = 0
+			}
 		case joining:
 			// A joiner's state comes by transfer as of the view's start:
 			// what an earlier incarnation logged is dropped, and the log
@@ -414,6 +437,11 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 	g.m.epoch.Record(g.ctx, int64(rec.Epoch))
 	donors := donorsOf(rec, g.cfg.MaxDonors)
 	g.log.Info("entered view", "epoch", rec.Epoch, "rank", rank, "members", len(rec.Members), "joining", joining, "donors", len(donors))
+	if bySuffix {
+		r.restoring = true
+		r.fetchSuffix(v, suffix)
+		return true
+	}
 	if joining && g.cfg.State != nil && len(donors) > 0 {
 		r.restoring = true
 		r.fetch(v)

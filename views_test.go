@@ -350,6 +350,20 @@ func (c *vsCluster) check() {
 				continue
 			}
 			d := e.d
+			if fresh {
+				// Before its first view, a joiner that restarted on its
+				// log catches up with the messages it missed.
+				if last != 0 && d.Index != last+1 {
+					c.t.Fatalf("member %d: caught up with index %d after %d", n.id, d.Index, last)
+				}
+				last = d.Index
+				msg := fmt.Sprintf("%d:%d:%s", d.Sender, d.Seq, d.Payload)
+				if prev, ok := byIndex[d.Index]; ok && prev != msg {
+					c.t.Fatalf("index %d: %s on one member, %s on member %d", d.Index, prev, msg, n.id)
+				}
+				byIndex[d.Index] = msg
+				continue
+			}
 			if epoch == 0 || d.Epoch != epoch {
 				c.t.Fatalf("member %d: delivery %d/%d outside its view %d", n.id, d.Epoch, d.Index, epoch)
 			}

@@ -206,6 +206,21 @@ func (s *Store) RequestJoin(ctx context.Context, m Member) error {
 	return s.putLeased(ctx, "request join", s.k.join(m.ID), m)
 }
 
+// RequestJoinFrom asks, like RequestJoin, to be admitted by a coming
+// view, for a member that restarted with its log: pos identifies the
+// log's last entry, so that the leader may have the member receive only
+// the messages after it (View.Suffixes).
+func (s *Store) RequestJoinFrom(ctx context.Context, m Member, pos LogPos) error {
+	return s.putLeased(ctx, "request join", s.k.join(m.ID), joinRequest{Member: m, Log: &pos})
+}
+
+// joinRequest is the value of a join request: the member, and its log's
+// position if it restarted with one.
+type joinRequest struct {
+	Member
+	Log *LogPos `json:"log,omitempty"`
+}
+
 // RequestLeave asks for m to be left out of the coming view. The request
 // is not on a lease: it stands if m exits. Install removes it when it
 // leaves m out.
@@ -505,8 +520,10 @@ type State struct {
 	Current View
 	// Registered holds the live registrations.
 	Registered map[ID]Member
-	// Joins lists the pending join requests, sorted by ID.
-	Joins []Member
+	// Joins lists the pending join requests, sorted by ID; JoinLogs holds
+	// the log positions given with them (RequestJoinFrom).
+	Joins    []Member
+	JoinLogs map[ID]LogPos
 	// Leaves holds the pending leave requests.
 	Leaves map[ID]bool
 	// Suspects holds the suspicions recorded for Current.Epoch: per
@@ -595,12 +612,17 @@ func (s *Store) decodeState(rev int64, epoch uint64, view, members, joins, leave
 		}
 		st.Registered[m.ID] = m
 	}
+	st.JoinLogs = make(map[ID]LogPos)
 	for _, kv := range joins {
 		m, err := decodeMember(kv, s.k.joins())
 		if err != nil {
 			return State{}, err
 		}
 		st.Joins = append(st.Joins, m)
+		var req joinRequest
+		if err := json.Unmarshal(kv.Value, &req); err == nil && req.Log != nil {
+			st.JoinLogs[m.ID] = *req.Log
+		}
 	}
 	slices.SortFunc(st.Joins, func(a, b Member) int { return cmpID(a.ID, b.ID) })
 	for _, kv := range leaves {
@@ -748,9 +770,16 @@ func validRecord(v *View) error {
 	if len(v.Sent) != len(v.Members) {
 		return fmt.Errorf("membership: view %d has %d Sent entries for %d members", v.Epoch, len(v.Sent), len(v.Members))
 	}
+	joining := make(map[ID]bool, len(v.Joining))
 	for _, id := range v.Joining {
 		if !seen[id] {
 			return fmt.Errorf("membership: view %d: joiner %d is not a member", v.Epoch, id)
+		}
+		joining[id] = true
+	}
+	for _, sf := range v.Suffixes {
+		if !joining[sf.ID] || !seen[sf.Donor] || joining[sf.Donor] || sf.From == 0 || sf.From > v.Start+1 {
+			return fmt.Errorf("membership: view %d: bad suffix transfer %+v", v.Epoch, sf)
 		}
 	}
 	return nil

@@ -60,6 +60,38 @@ type View struct {
 	// previous view per sender. Its members not in Joining hold that
 	// log; the others receive the state.
 	Recovered bool `json:"recovered,omitempty"`
+	// Suffixes lists the joiners whose own logs hold the group's
+	// sequence up to From-1: each receives the messages From..Start from
+	// its Donor's log instead of a snapshot of the state.
+	Suffixes []Suffix `json:"suffixes,omitempty"`
+}
+
+// Suffix says that joiner ID receives the group's messages From..Start
+// (the view's Start) from member Donor's log.
+type Suffix struct {
+	ID    ID     `json:"id"`
+	From  uint64 `json:"from"`
+	Donor ID     `json:"donor"`
+}
+
+// LogPos identifies the last entry of a restarted member's log: its
+// index and the message there. A member that asks to join with it may
+// receive only the messages after it (View.Suffixes).
+type LogPos struct {
+	Last   uint64 `json:"last"`
+	Epoch  uint64 `json:"epoch"`
+	Sender ID     `json:"sender"`
+	Seq    uint64 `json:"seq"`
+}
+
+// SuffixOf returns the suffix transfer of joiner id in v, if any.
+func (v *View) SuffixOf(id ID) (Suffix, bool) {
+	for _, s := range v.Suffixes {
+		if s.ID == id {
+			return s, true
+		}
+	}
+	return Suffix{}, false
 }
 
 // Rank returns the rank of member id in v, or -1.
