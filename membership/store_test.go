@@ -1007,3 +1007,92 @@ func TestSeparateProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRecover: a recovered view commits only when no member of the
+// current view lives on in its incarnation and a majority of its caught-up
+// members claimed, and only as DecideRecovery proposes it on the store's
+// state at commit time.
+func TestRecover(t *testing.T) {
+	_, cli := testEtcd(t)
+	s := newTestStore(t, cli, 0)
+	ctx := testCtx(t)
+	v1 := firstView(1, 2, 3)
+	if err := s.Bootstrap(ctx, v1); err != nil {
+		t.Fatal(err)
+	}
+	fresh := func(id ID) Member { return Member{ID: id, Incarnation: 2, Addr: fmt.Sprintf("h%d:2", id)} }
+	register := func(ms ...Member) {
+		t.Helper()
+		for _, m := range ms {
+			if err := s.Register(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	claim := func(id ID, last uint64) {
+		t.Helper()
+		if err := s.PutRecovery(ctx, Recovery{Epoch: 1, Member: fresh(id), LogEpoch: 1, LogLast: last}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	propose := func() (*View, RecoveryDecision) {
+		t.Helper()
+		st, err := s.State(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := DecideRecovery(RecoveryInput{Current: st.Current, Registered: st.Registered, CaughtUp: st.CaughtUp, Recoveries: st.Recoveries})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Propose, d
+	}
+
+	// 1 restarted and claims; 2 and 3 live on: no restart.
+	register(member(1), member(2), member(3), fresh(1))
+	claim(1, 10)
+	if p, d := propose(); p != nil || d.Needed {
+		t.Fatalf("a majority lives on, yet a restart is proposed: %+v %+v", p, d)
+	}
+	forged := View{Epoch: 2, Recovered: true, Start: 10, Members: []Member{fresh(1)}, Cut: []SenderCut{{ID: 1}, {ID: 2}, {ID: 3}}, Sent: []uint64{0}}
+	checkErr(t, "recover while a majority lives", s.Recover(ctx, forged), ErrConflict)
+
+	// 2 restarts too: a restart is needed, but 3 lives on.
+	register(fresh(2))
+	claim(2, 12)
+	if p, d := propose(); p != nil || !d.Needed || d.Dead {
+		t.Fatalf("3 lives on: %+v %+v", p, d)
+	}
+	// 3 gives way: the restart goes on from 2's log.
+	register(fresh(3))
+	p, _ := propose()
+	if p == nil || p.Start != 12 || !reflect.DeepEqual(p.Joining, []ID{1}) {
+		t.Fatalf("proposal %+v, want start 12 with 1 joining", p)
+	}
+	// A claim arriving meanwhile makes the proposal stale.
+	claim(3, 15)
+	checkErr(t, "stale proposal", s.Recover(ctx, *p), ErrConflict)
+	p, _ = propose()
+	if p == nil || p.Start != 15 {
+		t.Fatalf("proposal %+v, want start 15", p)
+	}
+	checkErr(t, "recover", s.Recover(ctx, *p), nil)
+	if cur, err := s.Current(ctx); err != nil || !reflect.DeepEqual(cur, *p) {
+		t.Fatalf("Current = %+v, %v; want %+v", cur, err, *p)
+	}
+	checkErr(t, "recover again", s.Recover(ctx, *p), ErrConflict)
+	checkErr(t, "not a recovered view", s.Recover(ctx, nextView(*p, 0, 1, 2, 3)), errAny)
+
+	// A restarted member asks to join with its log's position.
+	pos := LogPos{Last: 15, Epoch: 1, Sender: 3, Seq: 4}
+	if err := s.RequestJoinFrom(ctx, member(4), pos); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Joins) != 1 || st.Joins[0] != member(4) || st.JoinLogs[4] != pos {
+		t.Fatalf("join request: %v %v", st.Joins, st.JoinLogs)
+	}
+}
