@@ -18,7 +18,14 @@
 // Each member multicasts its messages in its own RDMC group (package
 // multicast) over the rdma transport; the ordering core (package ordering)
 // stamps them with a hybrid logical clock and delivers them once the
-// barrier of the chosen mode has passed them (package barrier). Membership
-// is fixed for now: a member that fails stops the group, and the
-// application opens a new one.
+// barrier of the chosen mode has passed them (package barrier).
+//
+// Membership is either a fixed list (a member that fails stops the group)
+// or a sequence of views kept in etcd (Config.Etcd, package membership):
+// failed members are detected and excluded, joiners receive the state,
+// and every member delivers the same messages and views in the same
+// order (virtual synchrony). With Config.Durable, delivery is durable: a
+// message reaches the application only once every member has it in its
+// Pebble log (package persistence), members restart from their logs, and
+// the group restarts from them after all its members failed (restart.go).
 package convoy
