@@ -635,3 +635,71 @@ func TestViewsDurableDiskError(t *testing.T) {
 	c.waitSameIndex(nodes[:2]...)
 	c.check()
 }
+
+// TestViewsDurableWipedDisks: every member crashes; one comes back with
+// its disk wiped, another with its log. A wiped disk lost what it
+// acknowledged: it does not count towards the majority of the view's
+// members that a restart needs, so the two wait. Once a second member
+// with its log is back, the group restarts from the logs, the wiped
+// member receives the state, and every message reported durable
+// survives.
+func TestViewsDurableWipedDisks(t *testing.T) {
+	c := newVSCluster(t)
+	dirs := map[NodeID]string{1: t.TempDir(), 2: t.TempDir(), 3: t.TempDir()}
+	durable := func(cfg *Config) {
+		cfg.Durable = &DurableConfig{Dir: dirs[cfg.Self], RestartWait: 100 * time.Millisecond}
+	}
+	nodes := c.openAll(3, durable)
+	var acked []string
+	for k := range 100 {
+		p := fmt.Sprintf("set m%d-%d %d", nodes[k%3].id, k, k)
+		if _, err := nodes[k%3].g.Send(context.Background(), []byte(p), WaitDelivered()); err != nil {
+			t.Fatal(err)
+		}
+		acked = append(acked, p)
+	}
+	for _, n := range nodes {
+		c.crash(n.id)
+	}
+	if err := os.RemoveAll(dirs[3]); err != nil {
+		t.Fatal(err)
+	}
+	type opened struct {
+		n   *vsNode
+		err error
+	}
+	back := make(chan opened, 3)
+	start := func(id NodeID) {
+		go func() {
+			n, err := c.open(id, 1, durable)
+			back <- opened{n, err}
+		}()
+	}
+	start(2)
+	start(3)
+	select {
+	case o := <-back:
+		t.Fatalf("a member with its log and a wiped one restarted the group (err %v)", o.err)
+	case <-time.After(time.Second):
+	}
+	start(1)
+	var all []*vsNode
+	for range 3 {
+		o := <-back
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		all = append(all, o.n)
+	}
+	c.waitMembers(3, all...)
+	c.waitSameIndex(all...)
+	sameState(t, all...)
+	st := all[0].state
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, p := range acked {
+		if f := strings.Fields(p); st.m[f[1]] != f[2] {
+			t.Fatalf("%q was reported durable and is lost", p)
+		}
+	}
+}

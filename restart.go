@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/convoy-gcs/convoy/membership"
@@ -187,6 +188,15 @@ func (r *runner) claim(cur *membership.View) (membership.Recovery, error) {
 		}
 	}
 	rc.Beyond = last > rc.LogLast || r.applied > rc.LogLast
+	views, err := l.Views(r.g.ctx)
+	if err != nil {
+		return rc, err
+	}
+	for _, v := range views {
+		if v.Epoch == cur.Epoch && slices.ContainsFunc(v.Members, func(m membership.Member) bool { return m.ID == r.ms.self.ID }) {
+			rc.InView = true
+		}
+	}
 	return rc, nil
 }
 

@@ -25,6 +25,11 @@ type Recovery struct {
 	// Beyond: the member's log or state goes past LogLast, so it cannot
 	// hold the chosen log as it is and receives the state instead.
 	Beyond bool `json:"beyond,omitempty"`
+	// InView: the member's log holds view Epoch's record, so it took part
+	// in that view with this log. A claim without it (a wiped or replaced
+	// disk) neither counts towards the majority nor is chosen: such a
+	// member lost what it acknowledged.
+	InView bool `json:"in_view"`
 }
 
 // Less orders logs: by epoch, then by index.
@@ -122,7 +127,7 @@ func DecideRecovery(in RecoveryInput) (RecoveryDecision, error) {
 	var best *Recovery
 	for i := range claims {
 		c := &claims[i]
-		if !slices.Contains(d.Voters, c.Member.ID) {
+		if !c.InView || !slices.Contains(d.Voters, c.Member.ID) {
 			continue
 		}
 		d.Claims = append(d.Claims, c.Member.ID)

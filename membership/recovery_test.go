@@ -14,7 +14,7 @@ func TestDecideRecovery(t *testing.T) {
 	// caught up.
 	cur := View{Epoch: 5, Start: 100, Members: []Member{old(1), old(2), old(3)}, Sent: []uint64{0, 0, 0}}
 	claim := func(id ID, epoch, last uint64) Recovery {
-		return Recovery{Epoch: 5, Member: fresh(id), LogEpoch: epoch, LogLast: last}
+		return Recovery{Epoch: 5, Member: fresh(id), LogEpoch: epoch, LogLast: last, InView: true}
 	}
 	regs := func(ms ...Member) map[ID]Member {
 		out := make(map[ID]Member)
@@ -87,17 +87,29 @@ func TestDecideRecovery(t *testing.T) {
 				Current:    View{Epoch: 5, Start: 100, Members: []Member{old(1), old(2), old(3), old(4)}, Sent: []uint64{0, 0, 0, 0}, Joining: []ID{4}},
 				Registered: regs(fresh(1), fresh(2), fresh(4)),
 				Recoveries: claims(
-					Recovery{Epoch: 5, Member: fresh(1), LogEpoch: 0, LogLast: 100},
-					Recovery{Epoch: 5, Member: fresh(2), LogEpoch: 5, LogLast: 101},
-					Recovery{Epoch: 5, Member: fresh(4), LogEpoch: 5, LogLast: 104}),
+					Recovery{Epoch: 5, Member: fresh(1), LogEpoch: 0, LogLast: 100, InView: true},
+					Recovery{Epoch: 5, Member: fresh(2), LogEpoch: 5, LogLast: 101, InView: true},
+					Recovery{Epoch: 5, Member: fresh(4), LogEpoch: 5, LogLast: 104, InView: true}),
 			},
 			needed: true, dead: true, leader: 1, start: 101, members: []ID{1, 2, 4}, joining: []ID{1, 4},
 		},
 		{
 			name: "a log that went beyond what may stand receives the state",
 			in: RecoveryInput{Current: cur, Registered: regs(fresh(1), fresh(2), fresh(3)),
-				Recoveries: claims(Recovery{Epoch: 5, Member: fresh(1), LogEpoch: 5, LogLast: 102, Beyond: true}, claim(2, 5, 102))},
+				Recoveries: claims(Recovery{Epoch: 5, Member: fresh(1), LogEpoch: 5, LogLast: 102, Beyond: true, InView: true}, claim(2, 5, 102))},
 			needed: true, dead: true, leader: 1, start: 102, members: []ID{1, 2}, joining: []ID{1},
+		},
+		{
+			name: "wiped disks do not make a majority",
+			in: RecoveryInput{Current: cur, Registered: regs(fresh(1), fresh(2), fresh(3)),
+				Recoveries: claims(claim(1, 5, 102), Recovery{Epoch: 5, Member: fresh(2)}, Recovery{Epoch: 5, Member: fresh(3)})},
+			needed: true, dead: true, complete: false, leader: 1,
+		},
+		{
+			name: "a wiped disk joins the restart of the others",
+			in: RecoveryInput{Current: cur, Registered: regs(fresh(1), fresh(2), fresh(3)),
+				Recoveries: claims(claim(1, 5, 102), claim(2, 0, 100), Recovery{Epoch: 5, Member: fresh(3)})},
+			needed: true, dead: true, leader: 1, start: 102, members: []ID{1, 2, 3}, joining: []ID{2, 3},
 		},
 		{
 			name: "a claim of the view's messages ending at its start is refused",

@@ -1031,7 +1031,7 @@ func TestRecover(t *testing.T) {
 	}
 	claim := func(id ID, last uint64) {
 		t.Helper()
-		if err := s.PutRecovery(ctx, Recovery{Epoch: 1, Member: fresh(id), LogEpoch: 1, LogLast: last}); err != nil {
+		if err := s.PutRecovery(ctx, Recovery{Epoch: 1, Member: fresh(id), LogEpoch: 1, LogLast: last, InView: true}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,0 +1,367 @@
+// Package client is a Go client of the replicated key-value store of
+// package paxos.
+//
+// A Client is given the base URLs of the members. It sends each request
+// to one member and, when that member cannot serve (503, a connection
+// error, or no answer within the attempt timeout), tries the next one
+// after a short backoff, until the request's context ends. Every write
+// carries a request id (a random 128-bit client id and a counter) in the
+// Idempotency-Key header, the same for all tries of one call, so a write
+// that reached the group before its member failed is applied once and its
+// retry gets the original result.
+//
+//	c := client.New([]string{"http://10.0.0.1:7101", "http://10.0.0.2:7101"})
+//	index, err := c.Put(ctx, "greeting", []byte("hello"))
+//	value, index, err := c.Get(ctx, "greeting")
+//
+// A write whose call ends with an error (its context ended while members
+// were unavailable) may or may not have been applied.
+package client
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+)
+
+// Errors returned by the Client's methods.
+var (
+	// ErrNotFound is returned by Get, GetStale and Delete for a key that
+	// does not exist.
+	ErrNotFound = errors.New("client: key not found")
+	// ErrUnavailable is wrapped, with the context's error and the last
+	// member's answer, when no member served the request before the
+	// context ended.
+	ErrUnavailable = errors.New("client: no member available")
+	// ErrInvalidKey is returned for a key the API cannot carry: empty,
+	// longer than MaxKeyBytes, or "." or ".." (which URLs resolve).
+	ErrInvalidKey = errors.New("client: invalid key")
+	// ErrInvalidValue is returned by CAS for a value that is not valid
+	// UTF-8 (CAS values travel as JSON strings).
+	ErrInvalidValue = errors.New("client: CAS value is not valid UTF-8")
+)
+
+// MaxKeyBytes bounds a key (the server's limit).
+const MaxKeyBytes = 1 << 10
+
+// Error is an answer the server gave that no retry changes, other than
+// 404 for a missing key (ErrNotFound): 400, 413, 500, ...
+type Error struct {
+	StatusCode int
+	// Message is the server's "error" field, or the body.
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("client: %d %s: %s", e.StatusCode, http.StatusText(e.StatusCode), e.Message)
+}
+
+// Status is a member's status (GET /status).
+type Status struct {
+	ID      uint64   `json:"id"`
+	Epoch   uint64   `json:"epoch"`
+	Members []uint64 `json:"members"`
+	// Serving says whether the member takes part in its last view.
+	Serving bool `json:"serving"`
+	// Applied is the index of the last delivery the member applied.
+	Applied uint64 `json:"applied"`
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient makes the Client send requests with hc (default
+// http.DefaultClient).
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithBackoff sets the pause before a retry: it starts at min and
+// doubles up to max, with jitter (default 5ms to 200ms).
+func WithBackoff(min, max time.Duration) Option {
+	return func(c *Client) { c.minBackoff, c.maxBackoff = min, max }
+}
+
+// WithAttemptTimeout bounds one try at one member, so that a member that
+// accepts requests but cannot complete them (cut off from the group)
+// does not hold a call until its context ends (default 5s; 0: no bound).
+func WithAttemptTimeout(d time.Duration) Option { return func(c *Client) { c.attempt = d } }
+
+// Client talks to the members of one store. It is safe for concurrent
+// use.
+type Client struct {
+	urls                   []string
+	hc                     *http.Client
+	minBackoff, maxBackoff time.Duration
+	attempt                time.Duration
+	// id and seq make request ids: id is random, seq counts writes.
+	id  string
+	seq atomic.Uint64
+	// cur is the member tried first: the last one that answered.
+	cur atomic.Uint64
+}
+
+// New returns a client of the members at urls (base URLs such as
+// "http://127.0.0.1:7101"). It tries them in order, starting with the
+// first.
+func New(urls []string, opts ...Option) *Client {
+	var id [16]byte
+	crand.Read(id[:])
+	c := &Client{
+		hc: http.DefaultClient, minBackoff: 5 * time.Millisecond, maxBackoff: 200 * time.Millisecond,
+		attempt: 5 * time.Second, id: hex.EncodeToString(id[:]),
+	}
+	for _, u := range urls {
+		c.urls = append(c.urls, strings.TrimRight(u, "/"))
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Put stores value under key and returns the index it was applied at.
+func (c *Client) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+	if err := checkKey(key); err != nil {
+		return 0, err
+	}
+	var out struct {
+		Index uint64 `json:"index"`
+	}
+	_, err := c.do(ctx, request{method: http.MethodPut, path: kvPath(key), body: value, id: c.nextID()}, &out)
+	return out.Index, err
+}
+
+// Get returns key's value and the index the read reflects. The read is
+// linearizable: it sees every write acknowledged before it began.
+func (c *Client) Get(ctx context.Context, key string) ([]byte, uint64, error) {
+	return c.get(ctx, key, false)
+}
+
+// GetStale returns key's value from the first member that answers, from
+// its local state at once: possibly behind the latest writes (the index
+// says how far it reflects).
+func (c *Client) GetStale(ctx context.Context, key string) ([]byte, uint64, error) {
+	return c.get(ctx, key, true)
+}
+
+func (c *Client) get(ctx context.Context, key string, stale bool) ([]byte, uint64, error) {
+	if err := checkKey(key); err != nil {
+		return nil, 0, err
+	}
+	path := kvPath(key)
+	if stale {
+		path += "?stale=true"
+	}
+	r, err := c.do(ctx, request{method: http.MethodGet, path: path, raw: true}, nil)
+	return r.body, r.index, err
+}
+
+// Delete removes key and returns the index it was applied at; it returns
+// ErrNotFound (with that index) if key did not exist.
+func (c *Client) Delete(ctx context.Context, key string) (uint64, error) {
+	if err := checkKey(key); err != nil {
+		return 0, err
+	}
+	r, err := c.do(ctx, request{method: http.MethodDelete, path: kvPath(key), id: c.nextID()}, nil)
+	return r.index, err
+}
+
+// CAS sets key to new if its value is *old (old nil: if key does not
+// exist). It returns whether it did and the index it was applied at.
+// Both values must be valid UTF-8.
+func (c *Client) CAS(ctx context.Context, key string, old *[]byte, new []byte) (bool, uint64, error) {
+	if err := checkKey(key); err != nil {
+		return false, 0, err
+	}
+	var req struct {
+		Old *string `json:"old"`
+		New string  `json:"new"`
+	}
+	if old != nil {
+		if !utf8.Valid(*old) {
+			return false, 0, ErrInvalidValue
+		}
+		s := string(*old)
+		req.Old = &s
+	}
+	if !utf8.Valid(new) {
+		return false, 0, ErrInvalidValue
+	}
+	req.New = string(new)
+	body, err := json.Marshal(req)
+	if err != nil {
+		return false, 0, fmt.Errorf("client: %w", err)
+	}
+	var out struct {
+		OK    bool   `json:"ok"`
+		Index uint64 `json:"index"`
+	}
+	_, err = c.do(ctx, request{method: http.MethodPost, path: kvPath(key) + "/cas", body: body, id: c.nextID(), json: true}, &out)
+	return out.OK, out.Index, err
+}
+
+// Status returns the status of the member at url (one of the members'
+// base URLs, or any other), without retries.
+func (c *Client) Status(ctx context.Context, url string) (Status, error) {
+	var s Status
+	_, err := c.once(ctx, strings.TrimRight(url, "/"), request{method: http.MethodGet, path: "/status"}, &s)
+	if retry := (*retryable)(nil); errors.As(err, &retry) {
+		err = retry.err
+	}
+	return s, err
+}
+
+// checkKey rejects the keys the API cannot carry.
+func checkKey(key string) error {
+	switch {
+	case key == "", key == ".", key == "..":
+		return fmt.Errorf("%w: %q", ErrInvalidKey, key)
+	case len(key) > MaxKeyBytes:
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrInvalidKey, len(key), MaxKeyBytes)
+	}
+	return nil
+}
+
+func kvPath(key string) string { return "/kv/" + url.PathEscape(key) }
+
+// nextID returns a fresh request id.
+func (c *Client) nextID() string {
+	return c.id + "-" + strconv.FormatUint(c.seq.Add(1), 10)
+}
+
+// request is one API call.
+type request struct {
+	method, path string
+	body         []byte
+	// id is the write's request id ("" for reads).
+	id string
+	// json says the body is JSON; raw that a 200 answer's body is the
+	// value (not JSON).
+	json, raw bool
+}
+
+// response is what a member answered.
+type response struct {
+	index uint64
+	body  []byte
+}
+
+// retryable marks a try whose failure another member (or a later try)
+// may not share.
+type retryable struct{ err error }
+
+func (r *retryable) Error() string { return r.err.Error() }
+func (r *retryable) Unwrap() error { return r.err }
+
+// do sends req to the members, from the current one on, until one gives
+// an answer no retry changes or ctx ends. A 2xx answer's JSON body is
+// decoded into out.
+func (c *Client) do(ctx context.Context, req request, out any) (response, error) {
+	if len(c.urls) == 0 {
+		return response{}, fmt.Errorf("%w: no member URLs", ErrUnavailable)
+	}
+	backoff := c.minBackoff
+	for {
+		i := c.cur.Load()
+		r, err := c.once(ctx, c.urls[i%uint64(len(c.urls))], req, out)
+		var retry *retryable
+		if !errors.As(err, &retry) {
+			return r, err
+		}
+		if ctx.Err() != nil {
+			return r, fmt.Errorf("%w: %w (last: %v)", ErrUnavailable, ctx.Err(), retry.err)
+		}
+		// Move on from this member (unless another call did already).
+		c.cur.CompareAndSwap(i, i+1)
+		pause := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(2*backoff, c.maxBackoff)
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return r, fmt.Errorf("%w: %w (last: %v)", ErrUnavailable, ctx.Err(), retry.err)
+		}
+	}
+}
+
+// once sends req to the member at base. Failures that another try may
+// not share are wrapped in *retryable.
+func (c *Client) once(ctx context.Context, base string, req request, out any) (response, error) {
+	actx := ctx
+	if c.attempt > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, c.attempt)
+		defer cancel()
+	}
+	var body io.Reader
+	if req.body != nil {
+		body = bytes.NewReader(req.body)
+	}
+	hreq, err := http.NewRequestWithContext(actx, req.method, base+req.path, body)
+	if err != nil {
+		return response{}, fmt.Errorf("client: %w", err)
+	}
+	if req.id != "" {
+		hreq.Header.Set("Idempotency-Key", req.id)
+	}
+	if req.json {
+		hreq.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(hreq)
+	if err != nil {
+		return response{}, &retryable{fmt.Errorf("client: %s %s: %w", req.method, base, err)}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return response{}, &retryable{fmt.Errorf("client: %s %s: reading the answer: %w", req.method, base, err)}
+	}
+	var r response
+	if h := resp.Header.Get("X-Convoy-Index"); h != "" {
+		r.index, _ = strconv.ParseUint(h, 10, 64)
+	}
+	switch code := resp.StatusCode; {
+	case code == http.StatusOK:
+		if req.raw {
+			r.body = b
+			return r, nil
+		}
+		if out != nil {
+			if err := json.Unmarshal(b, out); err != nil {
+				return r, fmt.Errorf("client: %s %s: bad answer: %w", req.method, base, err)
+			}
+		}
+		return r, nil
+	case code == http.StatusNotFound && resp.Header.Get("X-Convoy-Index") != "":
+		// A key's absence (other 404s, for unknown paths, carry no index).
+		return r, ErrNotFound
+	case code == http.StatusServiceUnavailable, code == http.StatusBadGateway, code == http.StatusGatewayTimeout:
+		return r, &retryable{&Error{StatusCode: code, Message: message(b)}}
+	default:
+		return r, &Error{StatusCode: code, Message: message(b)}
+	}
+}
+
+// message returns an error body's "error" field, or the body.
+func message(b []byte) string {
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(b, &e) == nil && e.Error != "" {
+		return e.Error
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,293 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// seen is a request a fake member received.
+type seen struct {
+	member       string
+	method, path string
+	query        string
+	key, body    string
+}
+
+// fakes runs fake members that answer with the handlers given, and
+// records every request.
+type fakes struct {
+	mu   sync.Mutex
+	reqs []seen
+}
+
+func (f *fakes) server(t *testing.T, name string, h http.HandlerFunc) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		f.mu.Lock()
+		f.reqs = append(f.reqs, seen{member: name, method: r.Method, path: r.URL.EscapedPath(), query: r.URL.RawQuery,
+			key: r.Header.Get("Idempotency-Key"), body: string(b)})
+		f.mu.Unlock()
+		h(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func (f *fakes) seen() []seen {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]seen(nil), f.reqs...)
+}
+
+func answer(code int, body string, index string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if index != "" {
+			w.Header().Set("X-Convoy-Index", index)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		io.WriteString(w, body)
+	}
+}
+
+var unavailable = answer(503, `{"error":"this member takes part in no view"}`, "")
+
+// newClient returns a client of urls on its own transport, with short
+// backoffs.
+func newClient(t *testing.T, urls []string, opts ...Option) *Client {
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	opts = append([]Option{WithHTTPClient(&http.Client{Transport: tr}), WithBackoff(time.Millisecond, 5*time.Millisecond)}, opts...)
+	return New(urls, opts...)
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// TestFailover: a write goes to the next member on 503 and on a
+// connection error, with the same request id every time; the member that
+// answered is tried first next time; a new call gets a new id.
+func TestFailover(t *testing.T) {
+	var f fakes
+	a := f.server(t, "a", unavailable)
+	dead := f.server(t, "dead", unavailable)
+	dead.Close()
+	c := f.server(t, "c", answer(200, `{"index":7}`, "7"))
+	cl := newClient(t, []string{a.URL, dead.URL, c.URL + "/"})
+	index, err := cl.Put(ctx(t), "k", []byte("v"))
+	if err != nil || index != 7 {
+		t.Fatalf("put: %d %v", index, err)
+	}
+	if _, err := cl.Put(ctx(t), "k", []byte("w")); err != nil {
+		t.Fatal(err)
+	}
+	got := f.seen()
+	if len(got) != 3 || got[0].member != "a" || got[1].member != "c" || got[2].member != "c" {
+		t.Fatalf("requests %+v: want a, c, then c again", got)
+	}
+	if got[0].key == "" || got[0].key != got[1].key || got[2].key == got[0].key {
+		t.Fatalf("request ids %q %q %q: want the first two equal, the third new", got[0].key, got[1].key, got[2].key)
+	}
+	if got[1].method != "PUT" || got[1].path != "/kv/k" || got[1].body != "v" {
+		t.Fatalf("request %+v", got[1])
+	}
+}
+
+// TestAttemptTimeout: a member that holds a request too long is left
+// for the next.
+func TestAttemptTimeout(t *testing.T) {
+	var f fakes
+	slow := f.server(t, "slow", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	fast := f.server(t, "fast", answer(200, `{"index":1}`, "1"))
+	cl := newClient(t, []string{slow.URL, fast.URL}, WithAttemptTimeout(20*time.Millisecond))
+	if _, err := cl.Delete(ctx(t), "k"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.seen(); len(got) != 2 || got[0].key != got[1].key {
+		t.Fatalf("requests %+v: want the slow member, then the fast one with the same id", got)
+	}
+}
+
+// TestUnavailable: while no member can serve, a call retries until its
+// context ends, and says why.
+func TestUnavailable(t *testing.T) {
+	var f fakes
+	a := f.server(t, "a", unavailable)
+	b := f.server(t, "b", unavailable)
+	cl := newClient(t, []string{a.URL, b.URL})
+	c, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := cl.Put(c, "k", nil)
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no view") {
+		t.Fatalf("err %v: want ErrUnavailable, the deadline and the last answer", err)
+	}
+	got := f.seen()
+	if len(got) < 3 {
+		t.Fatalf("%d tries, want several", len(got))
+	}
+	for _, s := range got {
+		if s.key != got[0].key {
+			t.Fatalf("request ids differ across retries: %q %q", s.key, got[0].key)
+		}
+	}
+	if _, err := New(nil).Put(c, "k", nil); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("no members: %v", err)
+	}
+}
+
+// TestAnswers: how each answer maps to a result, and which are final.
+func TestAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    http.HandlerFunc
+		call func(ctx context.Context, c *Client) (any, error)
+		want any
+		// err is the error wanted: a sentinel, or an *Error's status.
+		err    error
+		status int
+	}{{
+		name: "get",
+		h:    answer(200, "the value", "12"),
+		call: func(ctx context.Context, c *Client) (any, error) {
+			v, i, err := c.Get(ctx, "k")
+			return string(v) + "@" + itoa(i), err
+		},
+		want: "the value@12",
+	}, {
+		name: "get missing",
+		h:    answer(404, `{"error":"not found"}`, "12"),
+		call: func(ctx context.Context, c *Client) (any, error) { _, i, err := c.Get(ctx, "k"); return i, err },
+		want: uint64(12), err: ErrNotFound,
+	}, {
+		name: "unknown path",
+		h:    answer(404, `{"error":"no such endpoint"}`, ""),
+		call: func(ctx context.Context, c *Client) (any, error) { _, _, err := c.GetStale(ctx, "k"); return nil, err },
+		want: nil, status: 404,
+	}, {
+		name: "delete missing",
+		h:    answer(404, `{"error":"not found"}`, "3"),
+		call: func(ctx context.Context, c *Client) (any, error) { return c.Delete(ctx, "k") },
+		want: uint64(3), err: ErrNotFound,
+	}, {
+		name: "cas",
+		h:    answer(200, `{"ok":true,"index":5}`, "5"),
+		call: func(ctx context.Context, c *Client) (any, error) {
+			ok, i, err := c.CAS(ctx, "k", nil, []byte("n"))
+			return [2]any{ok, i}, err
+		},
+		want: [2]any{true, uint64(5)},
+	}, {
+		name: "bad request is final",
+		h:    answer(400, `{"error":"bad JSON"}`, ""),
+		call: func(ctx context.Context, c *Client) (any, error) { return c.Put(ctx, "k", nil) },
+		want: uint64(0), status: 400,
+	}, {
+		name: "too large is final",
+		h:    answer(413, `{"error":"body above 8 bytes"}`, ""),
+		call: func(ctx context.Context, c *Client) (any, error) { return c.Put(ctx, "k", nil) },
+		want: uint64(0), status: 413,
+	}, {
+		name: "status",
+		h:    answer(200, `{"id":2,"epoch":5,"members":[1,2],"serving":true,"applied":9}`, ""),
+		call: func(ctx context.Context, c *Client) (any, error) { return c.Status(ctx, c.urls[0]) },
+		want: Status{ID: 2, Epoch: 5, Members: []uint64{1, 2}, Serving: true, Applied: 9},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var f fakes
+			srv := f.server(t, "a", tc.h)
+			other := f.server(t, "b", tc.h)
+			got, err := tc.call(ctx(t), newClient(t, []string{srv.URL, other.URL}))
+			var e *Error
+			switch {
+			case tc.status != 0:
+				if !errors.As(err, &e) || e.StatusCode != tc.status {
+					t.Fatalf("err %v, want a %d", err, tc.status)
+				}
+			case !errors.Is(err, tc.err):
+				t.Fatalf("err %v, want %v", err, tc.err)
+			}
+			if a, b := mustJSON(got), mustJSON(tc.want); a != b {
+				t.Fatalf("got %s, want %s", a, b)
+			}
+			if n := len(f.seen()); n != 1 {
+				t.Fatalf("%d requests, want 1 (no retry)", n)
+			}
+		})
+	}
+}
+
+// TestRequests: what the client sends.
+func TestRequests(t *testing.T) {
+	var f fakes
+	srv := f.server(t, "a", answer(200, `{"ok":false,"index":1}`, "1"))
+	cl := newClient(t, []string{srv.URL})
+	old := []byte("é")
+	cl.CAS(ctx(t), "a/b c", &old, []byte("new"))
+	cl.CAS(ctx(t), "k", nil, []byte(""))
+	cl.GetStale(ctx(t), "k")
+	cl.Get(ctx(t), "k")
+	got := f.seen()
+	want := []seen{
+		{member: "a", method: "POST", path: "/kv/a%2Fb%20c/cas", body: `{"old":"é","new":"new"}`},
+		{member: "a", method: "POST", path: "/kv/k/cas", body: `{"old":null,"new":""}`},
+		{member: "a", method: "GET", path: "/kv/k", query: "stale=true"},
+		{member: "a", method: "GET", path: "/kv/k"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("requests %+v", got)
+	}
+	for i := range want {
+		if got[i].method == "POST" && got[i].key == "" {
+			t.Fatalf("request %d has no request id", i)
+		}
+		got[i].key = ""
+		if got[i] != want[i] {
+			t.Fatalf("request %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// TestInvalidArguments are refused before anything is sent.
+func TestInvalidArguments(t *testing.T) {
+	cl := New([]string{"http://127.0.0.1:1"})
+	for _, k := range []string{"", ".", "..", strings.Repeat("k", MaxKeyBytes+1)} {
+		if _, err := cl.Put(ctx(t), k, nil); !errors.Is(err, ErrInvalidKey) {
+			t.Fatalf("key %.8q: %v, want ErrInvalidKey", k, err)
+		}
+	}
+	bad := []byte{0xff}
+	if _, _, err := cl.CAS(ctx(t), "k", &bad, nil); !errors.Is(err, ErrInvalidValue) {
+		t.Fatalf("cas: %v", err)
+	}
+	if _, _, err := cl.CAS(ctx(t), "k", nil, bad); !errors.Is(err, ErrInvalidValue) {
+		t.Fatalf("cas: %v", err)
+	}
+}
+
+func itoa(i uint64) string { return mustJSON(i) }
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,201 @@
+package paxos
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// commandVersion is the first byte of every command on the wire. A member
+// skips commands of another version (as malformed) rather than guess.
+const commandVersion = 1
+
+// Bounds of a command. They are constants, not options: every member must
+// decide alike whether a delivered command is well formed.
+const (
+	// MaxKeyBytes bounds a key.
+	MaxKeyBytes = 1 << 10
+	// MaxRequestIDBytes bounds a request id (the Idempotency-Key header).
+	MaxRequestIDBytes = 256
+	// commandOverhead bounds what a command adds to its key and values:
+	// version, op, flags, the request id and five length prefixes.
+	commandOverhead = 3 + MaxRequestIDBytes + 5*binary.MaxVarintLen64
+)
+
+// errMalformed is wrapped by the errors of decodeCommand.
+var errMalformed = errors.New("paxos: malformed command")
+
+// op is what a command does.
+type op uint8
+
+const (
+	opPut op = 1 + iota
+	opDelete
+	opCAS
+	// opBarrier changes nothing: a linearizable read waits until its
+	// barrier is applied (see the package documentation).
+	opBarrier
+)
+
+func (o op) String() string {
+	switch o {
+	case opPut:
+		return "put"
+	case opDelete:
+		return "delete"
+	case opCAS:
+		return "cas"
+	case opBarrier:
+		return "barrier"
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// command is one operation sent through the group.
+//
+// On the wire: the version byte, the op byte, the request id, then per
+// op: put: key, value; delete: key; cas: key, a flags byte (bit 0: old is
+// present), old if present, new; barrier: nothing more. Every string or
+// byte field is a uvarint length followed by the bytes; nothing may
+// follow the last field.
+type command struct {
+	op op
+	// id is the request id: writes with the same id are applied once.
+	// For a barrier it names the barrier.
+	id  string
+	key string
+	// value is the value a put stores, or the new value of a cas.
+	value []byte
+	// old is the value a cas expects; hasOld false expects no value.
+	old    []byte
+	hasOld bool
+}
+
+// encodeCommand returns c's wire form.
+func encodeCommand(c command) []byte {
+	n := 2 + 4*binary.MaxVarintLen64 + len(c.id) + len(c.key) + len(c.value) + len(c.old) + 1
+	b := make([]byte, 0, n)
+	b = append(b, commandVersion, byte(c.op))
+	b = appendField(b, []byte(c.id))
+	switch c.op {
+	case opPut:
+		b = appendField(b, []byte(c.key))
+		b = appendField(b, c.value)
+	case opDelete:
+		b = appendField(b, []byte(c.key))
+	case opCAS:
+		b = appendField(b, []byte(c.key))
+		if c.hasOld {
+			b = append(b, 1)
+			b = appendField(b, c.old)
+		} else {
+			b = append(b, 0)
+		}
+		b = appendField(b, c.value)
+	}
+	return b
+}
+
+func appendField(b, f []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(f)))
+	return append(b, f...)
+}
+
+// decodeCommand parses a command. It checks every length against what is
+// left of b and against the bounds above, so that it never panics and
+// never allocates more than b holds; byte fields share b's memory.
+func decodeCommand(b []byte) (command, error) {
+	d := decoder{b: b}
+	var c command
+	if v := d.byte(); d.err == nil && v != commandVersion {
+		return c, fmt.Errorf("%w: version %d", errMalformed, v)
+	}
+	c.op = op(d.byte())
+	c.id = string(d.field("request id", MaxRequestIDBytes))
+	if d.err == nil && c.id == "" {
+		d.fail("empty request id")
+	}
+	switch c.op {
+	case opPut, opDelete, opCAS:
+		c.key = string(d.field("key", MaxKeyBytes))
+		if d.err == nil && c.key == "" {
+			d.fail("empty key")
+		}
+	case opBarrier:
+	default:
+		if d.err == nil {
+			d.fail(fmt.Sprintf("unknown op %d", c.op))
+		}
+	}
+	switch c.op {
+	case opPut:
+		c.value = d.field("value", len(b))
+	case opCAS:
+		switch flags := d.byte(); {
+		case d.err != nil:
+		case flags == 1:
+			c.hasOld = true
+			c.old = d.field("old value", len(b))
+		case flags != 0:
+			d.fail(fmt.Sprintf("cas flags %#x", flags))
+		}
+		c.value = d.field("new value", len(b))
+	}
+	if d.err == nil && len(d.b) > 0 {
+		d.fail(fmt.Sprintf("%d bytes after the command", len(d.b)))
+	}
+	if d.err != nil {
+		return command{}, d.err
+	}
+	return c, nil
+}
+
+// decoder reads fields from b; the first error sticks and makes every
+// later read return zero values.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", errMalformed, what)
+	}
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) == 0 {
+		d.fail("truncated")
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+// field reads a length-prefixed field of at most limit bytes.
+func (d *decoder) field(name string, limit int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	n, k := binary.Uvarint(d.b)
+	if k <= 0 {
+		d.fail(name + ": bad length")
+		return nil
+	}
+	d.b = d.b[k:]
+	if n > uint64(limit) {
+		d.fail(fmt.Sprintf("%s: %d bytes, limit %d", name, n, limit))
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.fail(name + ": truncated")
+		return nil
+	}
+	f := d.b[:n:n]
+	d.b = d.b[n:]
+	return f
+}

@@ -1,0 +1,94 @@
+// Package paxos is a replicated key-value store on a Convoy group: every
+// member holds the whole store, any member serves clients over HTTP/JSON,
+// and with durable delivery (Config.Durable) the group is a replicated
+// log equivalent to Paxos.
+//
+// # Using it
+//
+// Each member opens the group through Open, with its own convoy.Config,
+// and serves Handler:
+//
+//	n, err := paxos.Open(ctx, convoy.Config{
+//		Self:    1,
+//		Addr:    "10.0.0.1:7000",
+//		Etcd:    &convoy.EtcdConfig{Endpoints: []string{"http://10.0.0.9:2379"}},
+//		Durable: &convoy.DurableConfig{Dir: "/var/lib/kv"},
+//	}, paxos.Options{})
+//	if err != nil { ... }
+//	defer n.Close()
+//	http.ListenAndServe(":7101", n.Handler())
+//
+// Clients use package client, or the API directly:
+//
+//	PUT    /kv/{key}       body: the value      → 200 {"index": n}
+//	GET    /kv/{key}                            → 200 the value, or 404
+//	GET    /kv/{key}?stale=true                 → the same from local state
+//	DELETE /kv/{key}                            → 200 {"index": n}, or 404
+//	POST   /kv/{key}/cas   {"old": "a", "new": "b"} (old null: absent)
+//	                                            → 200 {"ok": bool, "index": n}
+//	GET    /status         → {"id", "epoch", "members", "serving", "applied"}
+//
+// Keys are one URL path segment (escape "/" as %2F), 1 to MaxKeyBytes
+// bytes; "." and ".." cannot be addressed. KV answers carry the
+// X-Convoy-Index header: the delivery index a write was applied at, or
+// the applied index a read reflects. Errors are JSON {"error": "..."}:
+// 400 for a malformed request, 404 for a missing key, 413 above
+// Options.MaxValueBytes, and 503 when this member cannot serve now (it
+// takes part in no view, was excluded, is on the minority side, or is
+// closing): the client tries another member.
+//
+// # Consistency
+//
+// A write is a command multicast to the group; every member applies the
+// commands in the delivery order, so every member goes through the same
+// states. The member that took the request answers once it has applied
+// the command, which in durable delivery happens only once every member
+// of the view has it on disk.
+//
+// Reads are linearizable through an ordered read barrier: a GET sends a
+// small barrier command through the group and answers from local state
+// once its own barrier is applied. A write acknowledged before the read
+// began was delivered before the barrier was sent, so it comes before the
+// barrier in the delivery order and the read sees it. Concurrent reads
+// share barriers: one barrier is in flight at a time, and the reads that
+// arrive meanwhile wait together for the next one, which is sent only
+// after they arrived. A read with ?stale=true answers from local state at
+// once, without a barrier: it may miss recent writes.
+//
+// # Retries
+//
+// A write carries a request id, the Idempotency-Key header (the server
+// makes one up when it is absent, which then dedupes nothing). The state
+// machine keeps the results of the last DedupeWindow writes by request
+// id, evicted in delivery order so that every member keeps the same
+// ones, and answers a repeated id with the original result instead of
+// applying it again — whatever the repeated request asks. This is what
+// makes retries safe: a Send that failed, or a member that failed after
+// sending, may leave a command that is still applied, and the client's
+// retry with the same id, at any member, gets its result. The kept
+// results are part of the replicated state and of its snapshots.
+//
+// A request whose command is not applied while it lasts (its context
+// ends, or this member is excluded from the group) ends with 503; the
+// write may still be applied later, and a retry with the same id learns
+// its result.
+//
+// # State transfer and restarts
+//
+// The state machine implements convoy.StateMachine: a snapshot is cut
+// into parts by a hash of each key (and of each kept request id); every
+// part carries the applied index; Restore replaces the whole state.
+// Joiners receive the state this way. A member that restarts on its
+// durable directory rebuilds its state from its log — the log's snapshot,
+// if Group().Snapshot kept one, then the entries after it — and the group
+// restarts from the members' logs after they all failed. The state
+// machine ignores deliveries at or below its applied index, so it can be
+// rebuilt from a snapshot followed by deliveries that overlap it.
+//
+// # Commands on the wire
+//
+// A command is a version byte, an op byte, and length-prefixed fields
+// (command.go). Decoding checks every length against the bytes left and
+// against fixed bounds (MaxKeyBytes, MaxRequestIDBytes); a member skips a
+// malformed command, which every member does alike.
+package paxos

@@ -1,0 +1,299 @@
+package paxos
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/convoy-gcs/convoy"
+)
+
+// IndexHeader carries, on KV responses, the delivery index the answer
+// reflects: for a read, the applied index it was read at; for a write,
+// the index it was applied at.
+const IndexHeader = "X-Convoy-Index"
+
+// IdempotencyHeader carries a write's request id: writes with the same
+// id are applied once, and a retry gets the original result.
+const IdempotencyHeader = "Idempotency-Key"
+
+// Handler returns the HTTP/JSON API of this member.
+func (n *Node) Handler() http.Handler { return n.handler }
+
+func (n *Node) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", n.handleStatus)
+	mux.HandleFunc("PUT /kv/{key}", n.handlePut)
+	mux.HandleFunc("GET /kv/{key}", n.handleGet)
+	mux.HandleFunc("DELETE /kv/{key}", n.handleDelete)
+	mux.HandleFunc("POST /kv/{key}/cas", n.handleCAS)
+	mux.HandleFunc("/kv/{$}", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusBadRequest, "empty key")
+	})
+	mux.HandleFunc("/status", notAllowed("GET, HEAD"))
+	mux.HandleFunc("/kv/{key}", notAllowed("GET, HEAD, PUT, DELETE"))
+	mux.HandleFunc("/kv/{key}/cas", notAllowed("POST"))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint")
+	})
+	return mux
+}
+
+func notAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, r.Method+" not allowed here")
+	}
+}
+
+func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, n.Status())
+}
+
+// writeResponse is the body of a successful PUT or DELETE.
+type writeResponse struct {
+	Index uint64 `json:"index"`
+}
+
+// casRequest is the body of POST /kv/{key}/cas. Old nil expects the key
+// to be absent.
+type casRequest struct {
+	Old *string `json:"old"`
+	New *string `json:"new"`
+}
+
+// casResponse is the answer to a cas.
+type casResponse struct {
+	OK    bool   `json:"ok"`
+	Index uint64 `json:"index"`
+}
+
+func (n *Node) handlePut(w http.ResponseWriter, r *http.Request) {
+	key, id, ok := n.writeArgs(w, r)
+	if !ok {
+		return
+	}
+	value, ok := readBody(w, r, n.opts.MaxValueBytes)
+	if !ok {
+		return
+	}
+	res, err := n.submit(r.Context(), command{op: opPut, id: id, key: key, value: value})
+	if err != nil {
+		n.writeFailure(w, r, err)
+		return
+	}
+	w.Header().Set(IndexHeader, strconv.FormatUint(res.index, 10))
+	writeJSON(w, http.StatusOK, writeResponse{Index: res.index})
+}
+
+func (n *Node) handleDelete(w http.ResponseWriter, r *http.Request) {
+	key, id, ok := n.writeArgs(w, r)
+	if !ok {
+		return
+	}
+	res, err := n.submit(r.Context(), command{op: opDelete, id: id, key: key})
+	if err != nil {
+		n.writeFailure(w, r, err)
+		return
+	}
+	w.Header().Set(IndexHeader, strconv.FormatUint(res.index, 10))
+	if !res.ok {
+		writeError(w, http.StatusNotFound, "not found")
+		return
+	}
+	writeJSON(w, http.StatusOK, writeResponse{Index: res.index})
+}
+
+func (n *Node) handleCAS(w http.ResponseWriter, r *http.Request) {
+	key, id, ok := n.writeArgs(w, r)
+	if !ok {
+		return
+	}
+	// JSON may escape a byte as six ("\u0000"): the body may be larger
+	// than its values, within reason.
+	body, ok := readBody(w, r, 4*n.opts.MaxValueBytes+4096)
+	if !ok {
+		return
+	}
+	var req casRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad JSON: "+err.Error())
+		return
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		writeError(w, http.StatusBadRequest, "bad JSON: data after the object")
+		return
+	}
+	if req.New == nil {
+		writeError(w, http.StatusBadRequest, `"new" is required`)
+		return
+	}
+	c := command{op: opCAS, id: id, key: key, value: []byte(*req.New)}
+	if req.Old != nil {
+		c.hasOld, c.old = true, []byte(*req.Old)
+	}
+	if len(c.value) > n.opts.MaxValueBytes || len(c.old) > n.opts.MaxValueBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a value is above %d bytes", n.opts.MaxValueBytes))
+		return
+	}
+	res, err := n.submit(r.Context(), c)
+	if err != nil {
+		n.writeFailure(w, r, err)
+		return
+	}
+	w.Header().Set(IndexHeader, strconv.FormatUint(res.index, 10))
+	writeJSON(w, http.StatusOK, casResponse{OK: res.ok, Index: res.index})
+}
+
+// handleGet answers a read: linearizable by default (after a barrier),
+// from local state at once with ?stale=true.
+func (n *Node) handleGet(w http.ResponseWriter, r *http.Request) {
+	key, ok := keyOf(w, r)
+	if !ok {
+		return
+	}
+	stale := false
+	if s := r.URL.Query().Get("stale"); s != "" {
+		var err error
+		if stale, err = strconv.ParseBool(s); err != nil {
+			writeError(w, http.StatusBadRequest, "stale: not a boolean")
+			return
+		}
+	}
+	if stale {
+		if err := n.canServe(); err != nil {
+			n.writeFailure(w, r, err)
+			return
+		}
+	} else if _, err := n.reads.wait(r.Context()); err != nil {
+		n.writeFailure(w, r, err)
+		return
+	}
+	value, found, index := n.state.get(key)
+	w.Header().Set(IndexHeader, strconv.FormatUint(index, 10))
+	if !found {
+		writeError(w, http.StatusNotFound, "not found")
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(len(value)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(value)
+}
+
+// canServe says why this member cannot answer a stale read, if it
+// cannot: it is closing, or takes part in no view (its state may be far
+// behind, or about to be replaced).
+func (n *Node) canServe() error {
+	if n.ctx.Err() != nil {
+		return errClosing
+	}
+	if _, ok := n.g.View(); !ok {
+		return errNotServing
+	}
+	return nil
+}
+
+// keyOf returns the request's key, or answers 400.
+func keyOf(w http.ResponseWriter, r *http.Request) (string, bool) {
+	key := r.PathValue("key")
+	switch {
+	case key == "":
+		writeError(w, http.StatusBadRequest, "empty key")
+		return "", false
+	case len(key) > MaxKeyBytes:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("key of %d bytes, limit %d", len(key), MaxKeyBytes))
+		return "", false
+	}
+	return key, true
+}
+
+// writeArgs returns a write's key and request id, or answers 400.
+func (n *Node) writeArgs(w http.ResponseWriter, r *http.Request) (key, id string, ok bool) {
+	if key, ok = keyOf(w, r); !ok {
+		return "", "", false
+	}
+	id = r.Header.Get(IdempotencyHeader)
+	switch {
+	case id == "":
+		// No dedupe across retries: a fresh id.
+		id = "server-" + rand.Text()
+	case len(id) > MaxRequestIDBytes:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s of %d bytes, limit %d", IdempotencyHeader, len(id), MaxRequestIDBytes))
+		return "", "", false
+	}
+	return key, id, true
+}
+
+// readBody reads a body of at most limit bytes, or answers 413 or 400.
+func readBody(w http.ResponseWriter, r *http.Request, limit int) ([]byte, bool) {
+	if r.ContentLength > int64(limit) {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body of %d bytes, limit %d", r.ContentLength, limit))
+		return nil, false
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(limit)))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body above %d bytes", limit))
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		return nil, false
+	}
+	return b, true
+}
+
+// writeFailure answers a request that failed with err.
+func (n *Node) writeFailure(w http.ResponseWriter, r *http.Request, err error) {
+	code := statusOf(err)
+	if code == http.StatusInternalServerError {
+		n.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	} else {
+		n.log.Debug("request failed", "method", r.Method, "path", r.URL.Path, "status", code, "err", err)
+	}
+	writeError(w, code, err.Error())
+}
+
+// statusOf maps an error to the status of its answer: 503 whenever this
+// member cannot serve now and another member (or a later try) may.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, convoy.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, convoy.ErrNotMember), errors.Is(err, convoy.ErrExcluded),
+		errors.Is(err, convoy.ErrClosed), errors.Is(err, convoy.ErrLeft),
+		errors.Is(err, convoy.ErrFailed), errors.Is(err, convoy.ErrBackpressure),
+		errors.Is(err, errClosing), errors.Is(err, errNotServing),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// errorResponse is the body of every error.
+type errorResponse struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, errorResponse{Error: msg})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"error":"encoding the response"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}
