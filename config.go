@@ -198,7 +198,10 @@ var (
 	ErrNotMember = errors.New("convoy: not a member of the current view")
 	// ErrExcluded is wrapped by the errors Send returns for messages of a
 	// member that a view change excluded (it rejoins as a new
-	// incarnation): messages beyond the view's cut are lost.
+	// incarnation): messages beyond the view's cut are lost. A Send that
+	// was waiting for delivery or stability may have had its message
+	// delivered (within the cut); a Send that returns it before the
+	// message was accepted did not queue it.
 	ErrExcluded = errors.New("convoy: excluded from the group")
 	// ErrLeft is returned by Send after Leave.
 	ErrLeft = errors.New("convoy: left the group")

@@ -70,7 +70,11 @@ type StateMachine interface {
 	// delivering the previous view's last message, before delivering
 	// anything of the new view. The parts of one snapshot, concatenated in
 	// order by Restore, must describe the whole state; how the state is cut
-	// is the application's choice.
+	// is the application's choice. It may run on another goroutine than
+	// the delivery handler's, for several parts one after the other; no
+	// delivery reaches the application while it runs, but it must not
+	// modify the state and must synchronize with the application's own
+	// readers of it.
 	Snapshot(w io.Writer, part, of int) error
 	// Restore installs the state from all parts of a snapshot, in order.
 	Restore(parts []io.Reader) error
