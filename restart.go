@@ -221,6 +221,11 @@ func (r *runner) recovering(st *membership.State) bool {
 		g.log.Warn("most of the last view failed: restarting the group from the members' logs",
 			"epoch", st.Current.Epoch, "voters", len(d.Voters), "claims", len(d.Claims))
 	}
+	if now.Sub(ms.restartSeen) < restartDelay(g.cfg.Etcd.LeaseTTL) {
+		// Registrations all vanish for a moment when etcd was out of reach
+		// for longer than the leases: give them time to come back.
+		return true
+	}
 	if rc, ok := st.Recoveries[ms.self.ID]; (!ok || rc.Member != ms.self) && now.After(ms.claimRetry) {
 		claim, err := r.claim(&st.Current)
 		if err != nil {
@@ -255,6 +260,11 @@ func (r *runner) recovering(st *membership.State) bool {
 	r.async("restart the group", func(ctx context.Context, s *membership.Store) error { return s.Recover(ctx, next) })
 	return true
 }
+
+// restartDelay is how long a restart must look needed before a member
+// claims its log: half a lease period, when registrations lost with
+// their leases are renewed.
+func restartDelay(leaseTTL time.Duration) time.Duration { return leaseTTL / 2 }
 
 // giveWay ends this member's incarnation when most of its view failed
 // and the others restart the group from their logs: it then claims its
