@@ -1,9 +1,16 @@
-// Command convoy runs Convoy's tools: for now, its benchmarks.
+// Command convoy runs Convoy's tools: a demo, local clusters, the member
+// process of a deployment, a status view, and the benchmarks.
 //
 // Usage:
 //
+//	convoy demo [flags]              local clusters under load: a member killed, restarted, every write checked
+//	convoy cluster [flags]           a local cluster of the key-value store or the shared log
+//	convoy node [flags]              one member of a group, serving an example application over HTTP
+//	convoy status [flags]            a group's view in etcd and its members' own status
 //	convoy bench multicast [flags]   multicast of one large message vs. unicast
 //	convoy bench order [flags]       total-order throughput and latency vs. unordered
+//	convoy bench viewchange [flags]  time to go on without a member killed with SIGKILL
+//	convoy bench join [flags]        state transfer into a joiner from several donors
 //	convoy help                      list the commands
 //
 // Run "convoy <command> -h" for a command's flags.
@@ -30,7 +37,11 @@ Usage:
   convoy <command> [arguments]
 
 Commands:
-  bench    run a benchmark (convoy bench multicast|order ...)
+  demo     run a local cluster under load, kill and restart a member, check every write
+  cluster  run a local cluster of the key-value store or the shared log until interrupted
+  node     run one member of a group serving the key-value store or the shared log
+  status   show a group's view in etcd and its members' status
+  bench    run a benchmark (convoy bench multicast|order|viewchange|join ...)
   help     show this help
 
 Run "convoy <command> -h" for a command's flags.
@@ -55,6 +66,11 @@ type cli struct {
 	// tamper, if set, alters every message that node receives before it
 	// is verified, so tests can check that corruption is caught.
 	tamper func(node rdma.NodeID, msg []byte)
+	// demoRead, if set, sees every value the demo reads back from a
+	// member (app "kv" or "log", the member's id, the key or position)
+	// before it is checked, and may change it, so tests can check that
+	// the demo's checks catch a difference.
+	demoRead func(app string, member uint64, what string, data []byte) []byte
 }
 
 // selfExec says how to run this program as a child process.
@@ -97,6 +113,14 @@ func dispatch(ctx context.Context, args []string, c *cli) error {
 		return usagef("no command given")
 	}
 	switch args[0] {
+	case "demo":
+		return runDemo(ctx, args[1:], c)
+	case "cluster":
+		return runCluster(ctx, args[1:], c)
+	case "node":
+		return runNode(ctx, args[1:], c)
+	case "status":
+		return runStatus(ctx, args[1:], c)
 	case "bench":
 		return runBench(ctx, args[1:], c)
 	case "help", "-h", "-help", "--help":

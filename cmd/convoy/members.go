@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Timing of member processes started by "convoy cluster" and "convoy
+// demo".
+const (
+	// memberStopTimeout is how long a member gets to close after SIGTERM
+	// before it is killed.
+	memberStopTimeout = 10 * time.Second
+	// statusTimeout bounds one GET /status.
+	statusTimeout = 2 * time.Second
+	// pollInterval is how often a member's status is polled while
+	// waiting for it.
+	pollInterval = 50 * time.Millisecond
+)
+
+// memberProc is a "convoy node" process started by this one, its output
+// (both streams) appended to a log file.
+type memberProc struct {
+	// name labels the member in messages ("kv-2"); id is its member id
+	// and url its API's base URL.
+	name string
+	id   uint64
+	url  string
+
+	cmd       *exec.Cmd
+	startedAt time.Time
+	done      chan struct{} // closed once the process exited and was reaped
+	err       error         // how it exited; read after done
+}
+
+// startMember starts "convoy node args..." with env added to this
+// process's environment, its output appended to logPath. A goroutine
+// reaps it when it exits.
+func startMember(self selfExec, name string, id uint64, url string, args []string, logPath string) (*memberProc, error) {
+	exe := self.path
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("finding this program to run members: %w", err)
+		}
+	}
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%s: log file: %w", name, err)
+	}
+	cmd := exec.Command(exe, append([]string{"node"}, args...)...)
+	cmd.Env = append(os.Environ(), self.env...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = childAttr()
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("%s: start: %w", name, err)
+	}
+	p := &memberProc{name: name, id: id, url: url, cmd: cmd, startedAt: time.Now(), done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		log.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// pid returns the process id.
+func (p *memberProc) pid() int { return p.cmd.Process.Pid }
+
+// exited reports whether the process has exited.
+func (p *memberProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// exitStatus describes how the process exited (after done).
+func (p *memberProc) exitStatus() string {
+	if p.err == nil {
+		return "exit status 0"
+	}
+	return p.err.Error()
+}
+
+// kill kills the process with SIGKILL and waits until it is reaped.
+func (p *memberProc) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// stop asks the process to close with SIGTERM and kills it if it has not
+// exited within timeout. It returns once the process is reaped.
+func (p *memberProc) stop(timeout time.Duration) {
+	if p.exited() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		p.kill()
+	}
+}
+
+// stopAll stops every process in procs at once (see stop).
+func stopAll(procs []*memberProc, timeout time.Duration) {
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		if p != nil {
+			wg.Go(func() { p.stop(timeout) })
+		}
+	}
+	wg.Wait()
+}
+
+// memberStatus is a member's GET /status, common to both services (Trim
+// and Tail only in the shared log's).
+type memberStatus struct {
+	ID      uint64   `json:"id"`
+	Epoch   uint64   `json:"epoch"`
+	Members []uint64 `json:"members"`
+	Serving bool     `json:"serving"`
+	// Applied is the last delivery index applied: the member's frontier.
+	Applied uint64  `json:"applied"`
+	Trim    *uint64 `json:"trim,omitempty"`
+	Tail    *uint64 `json:"tail,omitempty"`
+}
+
+// has reports whether the member's view holds id.
+func (s memberStatus) has(id uint64) bool { return slices.Contains(s.Members, id) }
+
+// errStarting is a member's answer before it takes part in a view.
+var errStarting = errors.New("starting")
+
+// fetchStatus returns the status of the member at base URL url, or
+// errStarting if it answers 503.
+func fetchStatus(ctx context.Context, hc *http.Client, url string) (memberStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/status", nil)
+	if err != nil {
+		return memberStatus{}, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return memberStatus{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return memberStatus{}, fmt.Errorf("GET %s/status: %w", url, err)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusServiceUnavailable:
+		return memberStatus{}, errStarting
+	default:
+		return memberStatus{}, fmt.Errorf("GET %s/status: HTTP %d: %s", url, resp.StatusCode, body)
+	}
+	var s memberStatus
+	if err := json.Unmarshal(body, &s); err != nil {
+		return memberStatus{}, fmt.Errorf("GET %s/status: %w", url, err)
+	}
+	return s, nil
+}
+
+// waitStatus polls the member at url until ok accepts its status, ctx
+// ends, or p (if not nil) exits.
+func waitStatus(ctx context.Context, hc *http.Client, p *memberProc, url string, ok func(memberStatus) bool) (memberStatus, error) {
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	var last error
+	for {
+		s, err := fetchStatus(ctx, hc, url)
+		if err == nil && ok(s) {
+			return s, nil
+		}
+		last = err
+		if p != nil && p.exited() {
+			return s, fmt.Errorf("%s exited (%s)", p.name, p.exitStatus())
+		}
+		select {
+		case <-ctx.Done():
+			if last == nil {
+				last = fmt.Errorf("status %+v", s)
+			}
+			return s, fmt.Errorf("%w (last: %w)", context.Cause(ctx), last)
+		case <-p.doneChan():
+		case <-tick.C:
+		}
+	}
+}
+
+// doneChan returns p.done, or nil (never ready) for no process.
+func (p *memberProc) doneChan() <-chan struct{} {
+	if p == nil {
+		return nil
+	}
+	return p.done
+}
+
+// freePorts returns n distinct ports free on host, held all at once while
+// they are picked. Another process may take one before it is used.
+func freePorts(host string, n int) ([]int, error) {
+	var ports []int
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		lns = append(lns, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// hostPort joins host and port.
+func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }

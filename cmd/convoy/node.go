@@ -1,0 +1,347 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/convoy-gcs/convoy"
+	sharedlog "github.com/convoy-gcs/convoy/examples/log"
+	"github.com/convoy-gcs/convoy/examples/paxos"
+)
+
+const nodeCmdUsage = `Usage:
+  convoy node -id N -app kv|log -etcd URL,... -data DIR [flags]
+  convoy node -config FILE [flags]
+
+Runs one member of a Convoy group that serves an example application over
+HTTP/JSON: the replicated key-value store (-app kv, see examples/paxos)
+or the shared log (-app log, see examples/log). Both use durable
+delivery: the member keeps its log in -data, and restarted on the same
+directory it replays it and rejoins (or, if the whole group went down,
+restarts the group from the members' logs).
+
+The group's views live in etcd (-etcd): a real etcd cluster in a
+deployment, the embedded one of "convoy cluster" or "convoy demo" on one
+machine. The member registers there under the -prefix; members with the
+same prefix form one group; the first -initial of them found it.
+
+Every setting is a flag, an environment variable (named in brackets
+below), and a field of the JSON file that -config (or CONVOY_CONFIG)
+names, the flag's name with "_" for "-". A flag overrides the variable,
+which overrides the file. Durations are written like "250ms"; etcd is a
+comma-separated string or an array. For example:
+
+  {"id": 1, "app": "kv", "etcd": ["http://10.0.0.9:2379"], "data": "/var/lib/convoy",
+   "listen": "10.0.0.1:7000", "http": "10.0.0.1:7101", "initial": 3}
+
+The node answers 503 on -http until it takes part in a view, then serves
+the application's API. It records its API's base URL in etcd under
+{prefix}http/{id}, on a lease, for "convoy status"; prints one JSON line
+on stdout once it serves:
+
+  {"serving":true,"id":1,"app":"kv","http":"http://10.0.0.1:7101","pid":4242}
+
+and runs until SIGINT or SIGTERM, when it closes its group and exits. If
+its group fails (its disk failed, for one), it exits with status 1. It
+logs to stderr (log/slog text) at -log-level.
+`
+
+// Timeouts of a node.
+const (
+	// nodeShutdownTimeout bounds the HTTP server's shutdown, once the
+	// group is closed (requests still waiting have had their 503).
+	nodeShutdownTimeout = 5 * time.Second
+	// nodeCheckInterval is how often the node checks that its group has
+	// not failed.
+	nodeCheckInterval = 500 * time.Millisecond
+	// etcdDialTimeout bounds connecting to etcd.
+	etcdDialTimeout = 5 * time.Second
+	// registerRetry is the pause before registering the API's URL again
+	// after etcd failed or the lease was lost.
+	registerRetry = time.Second
+	// defaultRegisterTTL is the TTL of the URL's lease when the settings
+	// leave the library's default.
+	defaultRegisterTTL = 5 * time.Second
+)
+
+// service is what a node runs: *paxos.Node or *sharedlog.Node.
+type service interface {
+	Handler() http.Handler
+	Group() *convoy.Group
+	Close() error
+}
+
+// servingLine is what a node prints on stdout once it serves.
+type servingLine struct {
+	Serving bool   `json:"serving"`
+	ID      uint64 `json:"id"`
+	App     string `json:"app"`
+	HTTP    string `json:"http"`
+	PID     int    `json:"pid"`
+}
+
+// runNode is "convoy node".
+func runNode(ctx context.Context, args []string, c *cli) error {
+	s, err := loadNodeSettings(args, os.Getenv, c)
+	if err != nil {
+		return err
+	}
+	if err := s.check(); err != nil {
+		return err
+	}
+	level, _ := parseLogLevel(s.LogLevel) // checked
+	log := slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level})).With("app", s.App)
+	return serveNode(ctx, s, c.stdout, log)
+}
+
+// serveNode runs the member s describes until ctx ends.
+func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.Logger) error {
+	etcdTLS, err := s.etcdTLS()
+	if err != nil {
+		return err
+	}
+	memberTLS, err := s.memberTLS()
+	if err != nil {
+		return err
+	}
+
+	// The API listens from the start, answering 503 until the member
+	// takes part in a view, so that clients move on to other members.
+	ln, err := net.Listen("tcp", s.HTTP)
+	if err != nil {
+		return fmt.Errorf("HTTP API: %w", err)
+	}
+	url := s.HTTPURL
+	if url == "" {
+		url = baseURL(ln.Addr())
+	}
+	var h switchHandler
+	srv := &http.Server{
+		Handler:           &h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), nodeShutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("HTTP server shutdown", "err", err)
+		}
+	}()
+
+	etcd, err := clientv3.New(clientv3.Config{
+		Endpoints:   s.Etcd,
+		TLS:         etcdTLS,
+		DialTimeout: etcdDialTimeout,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	defer etcd.Close()
+	ttl := time.Duration(s.LeaseTTL)
+	if ttl == 0 {
+		ttl = defaultRegisterTTL
+	}
+	rec := httpRecord{ID: s.ID, App: s.App, URL: url, PID: os.Getpid()}
+	stopRegister := registerHTTP(ctx, etcd, s.Prefix, rec, ttl, log)
+	defer stopRegister()
+
+	cfg := convoy.Config{
+		Self: convoy.NodeID(s.ID),
+		Etcd: &convoy.EtcdConfig{
+			Endpoints: s.Etcd,
+			Prefix:    s.Prefix,
+			TLS:       etcdTLS,
+			LeaseTTL:  time.Duration(s.LeaseTTL),
+		},
+		ListenAddr:        s.Listen,
+		Addr:              s.Addr,
+		InitialMembers:    s.Initial,
+		HeartbeatInterval: time.Duration(s.Heartbeat),
+		SuspectTimeout:    time.Duration(s.SuspectTimeout),
+		StallTimeout:      time.Duration(s.StallTimeout),
+		Durable:           &convoy.DurableConfig{Dir: s.Data},
+		TLS:               memberTLS,
+		Logger:            log,
+	}
+	log.Info("opening the group", "id", s.ID, "http", url, "prefix", s.Prefix, "data", s.Data)
+	svc, err := openService(ctx, s.App, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := svc.Close(); err != nil {
+			log.Warn("closing the group", "err", err)
+		}
+	}()
+	handler := svc.Handler()
+	h.h.Store(&handler)
+	line, err := json.Marshal(servingLine{Serving: true, ID: s.ID, App: s.App, HTTP: url, PID: os.Getpid()})
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(stdout, "%s\n", line); err != nil {
+		log.Warn("writing to stdout", "err", err)
+	}
+	v, _ := svc.Group().View()
+	log.Info("serving", "id", s.ID, "http", url, "epoch", v.Epoch, "members", len(v.Members))
+
+	tick := time.NewTicker(nodeCheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("closing", "id", s.ID)
+			return nil
+		case err := <-serveErr:
+			return fmt.Errorf("HTTP API: %w", err)
+		case <-tick.C:
+			if err := svc.Group().Err(); err != nil {
+				return fmt.Errorf("member %d: %w", s.ID, err)
+			}
+		}
+	}
+}
+
+// openService opens the group with app's state machine.
+func openService(ctx context.Context, app string, cfg convoy.Config, log *slog.Logger) (service, error) {
+	switch app {
+	case appKV:
+		n, err := paxos.Open(ctx, cfg, paxos.Options{Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		return n, nil
+	case appLog:
+		n, err := sharedlog.Open(ctx, cfg, sharedlog.Options{Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		return n, nil
+	}
+	return nil, fmt.Errorf("unknown app %q", app)
+}
+
+// switchHandler serves with the handler it holds, or answers 503 while
+// it holds none.
+type switchHandler struct {
+	h atomic.Pointer[http.Handler]
+}
+
+func (s *switchHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := s.h.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = io.WriteString(w, `{"error":"starting: not yet a member of the group"}`+"\n")
+}
+
+// baseURL returns the http URL of a listener's address; an unspecified
+// host (all interfaces) becomes this machine's host name.
+func baseURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if name, err := os.Hostname(); err == nil {
+			host = name
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// httpRecord is what a node records in etcd under {prefix}http/{id}.
+type httpRecord struct {
+	ID  uint64 `json:"id"`
+	App string `json:"app"`
+	// URL is the API's base URL.
+	URL string `json:"url"`
+	PID int    `json:"pid"`
+}
+
+// httpKeys returns the prefix of the API records of a group's prefix.
+func httpKeys(prefix string) string { return prefix + "http/" }
+
+// httpKey returns the key of member id's API record.
+func httpKey(prefix string, id uint64) string {
+	return httpKeys(prefix) + strconv.FormatUint(id, 10)
+}
+
+// registerHTTP records rec in etcd on a lease of ttl, kept alive, and
+// records it again whenever the lease is lost, until ctx ends or the
+// returned function is called, which revokes the lease.
+func registerHTTP(ctx context.Context, cli *clientv3.Client, prefix string, rec httpRecord, ttl time.Duration, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var lease atomic.Int64
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			err := keepHTTPRecord(ctx, cli, httpKey(prefix, rec.ID), rec, ttl, &lease)
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn("recording the API's URL in etcd; trying again", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(registerRetry):
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		if id := lease.Load(); id != 0 {
+			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, _ = cli.Revoke(rctx, clientv3.LeaseID(id))
+		}
+	}
+}
+
+// keepHTTPRecord puts rec on a new lease and keeps the lease alive until
+// ctx ends (nil) or the lease is lost (an error).
+func keepHTTPRecord(ctx context.Context, cli *clientv3.Client, key string, rec httpRecord, ttl time.Duration, lease *atomic.Int64) error {
+	value, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	secs := int64((ttl + time.Second - 1) / time.Second)
+	grant, err := cli.Grant(ctx, secs)
+	if err != nil {
+		return fmt.Errorf("grant a lease: %w", err)
+	}
+	lease.Store(int64(grant.ID))
+	if _, err := cli.Put(ctx, key, string(value), clientv3.WithLease(grant.ID)); err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	ch, err := cli.KeepAlive(ctx, grant.ID)
+	if err != nil {
+		return fmt.Errorf("keep the lease alive: %w", err)
+	}
+	for range ch {
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return errors.New("lease lost")
+}

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/convoy-gcs/convoy/membership"
+)
+
+const statusUsage = `Usage:
+  convoy status -etcd URL,... [-prefix P] [-json]
+
+Shows a group as etcd and its members see it: the current view (epoch,
+the delivery index it starts after, and its members in rank order with
+their incarnation and transport address) and, for each member, the base
+URL of its HTTP API (which "convoy node" records in etcd) and what the
+member itself reports on GET /status: whether it serves, the view it is
+in, and the last delivery index it applied (its frontier; for the shared
+log, its tail too). Processes that recorded a URL but are not in the view
+(starting, joining, or rejoining after an exclusion) are listed after the
+members.
+
+With -json it prints one JSON object instead of a table.
+`
+
+// statusReport is what "convoy status" prints.
+type statusReport struct {
+	Prefix string `json:"prefix"`
+	// Epoch and Start describe the current view (Epoch 0: none yet).
+	Epoch uint64 `json:"epoch"`
+	Start uint64 `json:"start"`
+	// Members lists the view's members in rank order, then the processes
+	// that recorded an API URL without being in the view.
+	Members []statusMember `json:"members"`
+}
+
+// statusMember is one member or process of a statusReport.
+type statusMember struct {
+	ID     uint64 `json:"id"`
+	InView bool   `json:"in_view"`
+	// Incarnation and Addr are the view's record of the member.
+	Incarnation uint64 `json:"incarnation,omitempty"`
+	Addr        string `json:"addr,omitempty"`
+	// App and HTTP are what the member recorded of its API; PID its
+	// process id.
+	App  string `json:"app,omitempty"`
+	HTTP string `json:"http,omitempty"`
+	PID  int    `json:"pid,omitempty"`
+	// Status is the member's own GET /status, if it answered; Error why
+	// not.
+	Status *memberStatus `json:"status,omitempty"`
+	Error  string        `json:"error,omitempty"`
+}
+
+func runStatus(ctx context.Context, args []string, c *cli) error {
+	fs := newFlagSet("status", statusUsage, c)
+	endpoints := fs.String("etcd", "", "etcd endpoints, comma-separated (required)")
+	prefix := fs.String("prefix", "/convoy/", "etcd key prefix of the group")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	timeout := fs.Duration("timeout", 5*time.Second, "give up on etcd after this long")
+	var tlsFiles nodeSettings
+	fs.StringVar(&tlsFiles.EtcdCA, "etcd-ca", "", "PEM file of the CA that signed etcd's certificate")
+	fs.StringVar(&tlsFiles.EtcdCert, "etcd-cert", "", "PEM file of a client certificate for etcd")
+	fs.StringVar(&tlsFiles.EtcdKey, "etcd-key", "", "PEM file of -etcd-cert's private key")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case len(splitList(*endpoints)) == 0:
+		return usagef("status: -etcd is required")
+	case !strings.HasSuffix(*prefix, "/"):
+		return usagef("status: -prefix must end in /")
+	case (tlsFiles.EtcdCert == "") != (tlsFiles.EtcdKey == ""):
+		return usagef("status: -etcd-cert and -etcd-key go together")
+	}
+	etcdTLS, err := tlsFiles.etcdTLS()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   splitList(*endpoints),
+		TLS:         etcdTLS,
+		DialTimeout: etcdDialTimeout,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	defer cli.Close()
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	r, err := readStatus(ctx, cli, hc, *prefix)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(c.stdout, r)
+	}
+	return r.print(c.stdout)
+}
+
+// readStatus reads the group's view and API records under prefix and
+// asks every member found for its status.
+func readStatus(ctx context.Context, cli *clientv3.Client, hc *http.Client, prefix string) (statusReport, error) {
+	store, err := membership.NewStore(ctx, membership.StoreConfig{
+		Client: cli, Prefix: prefix, LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return statusReport{}, fmt.Errorf("reading etcd at %s: %w", strings.Join(cli.Endpoints(), ","), err)
+	}
+	st, err := store.State(ctx)
+	if cerr := store.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return statusReport{}, fmt.Errorf("reading the view: %w", err)
+	}
+	records, err := readHTTPRecords(ctx, cli, prefix)
+	if err != nil {
+		return statusReport{}, err
+	}
+
+	r := statusReport{Prefix: prefix, Epoch: st.Current.Epoch, Start: st.Current.Start, Members: []statusMember{}}
+	for _, m := range st.Current.Members {
+		r.Members = append(r.Members, statusMember{ID: m.ID, InView: true, Incarnation: m.Incarnation, Addr: m.Addr})
+	}
+	for _, id := range slices.Sorted(maps.Keys(records)) {
+		if st.Current.Rank(id) < 0 {
+			r.Members = append(r.Members, statusMember{ID: id})
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range r.Members {
+		m := &r.Members[i]
+		rec, ok := records[m.ID]
+		if !ok {
+			m.Error = "no API URL recorded"
+			continue
+		}
+		m.App, m.HTTP, m.PID = rec.App, rec.URL, rec.PID
+		wg.Go(func() {
+			s, err := fetchStatus(ctx, hc, m.HTTP)
+			if err != nil {
+				m.Error = shortError(err)
+				return
+			}
+			m.Status = &s
+		})
+	}
+	wg.Wait()
+	return r, nil
+}
+
+// readHTTPRecords reads the API records under prefix, by member id.
+func readHTTPRecords(ctx context.Context, cli *clientv3.Client, prefix string) (map[uint64]httpRecord, error) {
+	resp, err := cli.Get(ctx, httpKeys(prefix), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("reading the members' API URLs: %w", err)
+	}
+	out := make(map[uint64]httpRecord, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var rec httpRecord
+		if err := json.Unmarshal(kv.Value, &rec); err != nil {
+			return nil, fmt.Errorf("%s: %w", kv.Key, err)
+		}
+		id, err := strconv.ParseUint(strings.TrimPrefix(string(kv.Key), httpKeys(prefix)), 10, 64)
+		if err != nil || id != rec.ID {
+			return nil, fmt.Errorf("%s: the key does not name member %d", kv.Key, rec.ID)
+		}
+		out[id] = rec
+	}
+	return out, nil
+}
+
+// print writes r as a table.
+func (r statusReport) print(w io.Writer) error {
+	var b strings.Builder
+	if r.Epoch == 0 {
+		fmt.Fprintf(&b, "prefix %s: no view yet\n", r.Prefix)
+	} else {
+		fmt.Fprintf(&b, "prefix %s: view %d, %d members, starts after delivery %d\n", r.Prefix, r.Epoch, r.inView(), r.Start)
+	}
+	tw := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tINC\tTRANSPORT\tHTTP\tPID\tSERVING\tEPOCH\tAPPLIED\tTAIL\t")
+	for _, m := range r.Members {
+		inc, addr := "-", "(not in the view)"
+		if m.InView {
+			inc, addr = strconv.FormatUint(m.Incarnation, 10), m.Addr
+		}
+		pid := "-"
+		if m.PID != 0 {
+			pid = strconv.Itoa(m.PID)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t", m.ID, inc, addr, orDash(m.HTTP), pid)
+		switch s := m.Status; {
+		case s != nil:
+			tail := "-"
+			if s.Tail != nil {
+				tail = strconv.FormatUint(*s.Tail, 10)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t\n", yesNo(s.Serving), s.Epoch, s.Applied, tail)
+		case m.Error == errStarting.Error():
+			fmt.Fprintf(tw, "starting\t-\t-\t-\t\n")
+		default:
+			fmt.Fprintf(tw, "no: %s\t\t\t\t\n", m.Error)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// inView counts the members in the view.
+func (r statusReport) inView() int {
+	n := 0
+	for _, m := range r.Members {
+		if m.InView {
+			n++
+		}
+	}
+	return n
+}
+
+// shortError describes a failed request: for a network error, only what
+// happened ("unreachable: connect: connection refused").
+func shortError(err error) string {
+	if oe := (*net.OpError)(nil); errors.As(err, &oe) {
+		return "unreachable: " + oe.Err.Error()
+	}
+	return err.Error()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
