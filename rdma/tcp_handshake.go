@@ -32,13 +32,14 @@ func (e *TCPEndpoint) dialPeer(peer NodeID) (net.Conn, error) {
 	if e.cfg.Resolve == nil {
 		return nil, errors.New("no Resolve function configured")
 	}
-	addr, err := e.cfg.Resolve(peer)
-	if err != nil {
+	if _, err := e.cfg.Resolve(peer); err != nil {
 		return nil, fmt.Errorf("resolve: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.DialTimeout)
 	defer cancel()
-	nc, err := dialRetry(ctx, addr)
+	// The peer's address is resolved again before every attempt: a peer
+	// that restarts elsewhere is found as soon as Resolve knows.
+	nc, addr, err := dialRetry(ctx, func() (string, error) { return e.cfg.Resolve(peer) })
 	if err != nil {
 		return nil, err
 	}
@@ -163,21 +164,26 @@ func (e *TCPEndpoint) serverHandshake(ctx context.Context, nc net.Conn) (net.Con
 	return nc, id, nil
 }
 
-// dialRetry dials addr until it succeeds or ctx ends: a peer that is just
-// starting (connection refused) gets until the dial timeout to listen.
-func dialRetry(ctx context.Context, addr string) (net.Conn, error) {
+// dialRetry resolves the peer's address and dials it until that succeeds
+// or ctx ends: a peer that is just starting (connection refused) gets
+// until the dial timeout to listen, and one that moved is dialed at its
+// new address once resolve returns it.
+func dialRetry(ctx context.Context, resolve func() (string, error)) (net.Conn, string, error) {
 	var d net.Dialer
 	backoff := 5 * time.Millisecond
 	for {
-		nc, err := d.DialContext(ctx, "tcp", addr)
+		addr, err := resolve()
 		if err == nil {
-			return nc, nil
+			var nc net.Conn
+			if nc, err = d.DialContext(ctx, "tcp", addr); err == nil {
+				return nc, addr, nil
+			}
 		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, err
+			return nil, addr, err
 		case <-t.C:
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
