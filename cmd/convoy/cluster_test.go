@@ -16,6 +16,7 @@ import (
 	"time"
 
 	logclient "github.com/convoy-gcs/convoy/examples/log/client"
+	kvclient "github.com/convoy-gcs/convoy/examples/paxos/client"
 )
 
 // freeBase returns a port p such that p to p+n are free on 127.0.0.1.
@@ -265,4 +266,66 @@ func TestStatusUsage(t *testing.T) {
 			t.Errorf("%q: status %d, stderr %q; want %d and %q", args, code, errOut, tc.code, tc.want)
 		}
 	}
+}
+
+// TestClusterRestart runs "convoy cluster -app kv -restart": a member
+// killed with SIGKILL is started again on its data directory, serves again
+// and holds what was written before and while it was down.
+func TestClusterRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and member processes")
+	}
+	dir := t.TempDir()
+	base := freeBase(t, 3)
+	p := startCluster(t, "-app", "kv", "-nodes", "3", "-data", dir, "-http", hostPort("127.0.0.1", base), "-restart")
+	var ready clusterReady
+	p.next(t, &ready, time.Minute)
+	if !ready.Ready || len(ready.Members) != 3 {
+		t.Fatalf("ready line %+v", ready)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	via := func(i int) *kvclient.Client {
+		return kvclient.New([]string{ready.Members[i-1].HTTP}, kvclient.WithHTTPClient(hc))
+	}
+	if _, err := via(1).Put(ctx, "before", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(ready.Members[1].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var restart clusterExit
+	p.next(t, &restart, 30*time.Second)
+	if !restart.Restart || restart.ID != 2 || restart.OldPID != ready.Members[1].PID || restart.PID == 0 || restart.PID == restart.OldPID {
+		t.Fatalf("restart line %+v, want member 2 restarted with a new pid", restart)
+	}
+	if _, err := via(1).Put(ctx, "while", []byte("2")); err != nil {
+		t.Fatal(err)
+	}
+	// Member 2 serves again, with both writes.
+	for _, kv := range [][2]string{{"before", "1"}, {"while", "2"}} {
+		for {
+			v, _, err := via(2).Get(ctx, kv[0])
+			if err == nil && string(v) == kv[1] {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("read %q through the restarted member 2: %q, %v", kv[0], v, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var stopped struct {
+		Stopped bool `json:"stopped"`
+	}
+	p.next(t, &stopped, 30*time.Second)
+	if err := p.cmd.Wait(); err != nil {
+		t.Errorf("the cluster exited with %v, want status 0", err)
+	}
+	checkGone(t, []int{ready.Members[0].PID, restart.PID, ready.Members[2].PID})
 }
