@@ -273,6 +273,9 @@ func (c *Client) do(ctx context.Context, req request, out any) (response, error)
 		return response{}, fmt.Errorf("%w: no member URLs", ErrUnavailable)
 	}
 	backoff := c.minBackoff
+	// last is the last member's answer, for the error once ctx ends: a try
+	// that the context's end cut short says nothing new.
+	var last error
 	for {
 		i := c.cur.Load()
 		r, err := c.once(ctx, c.urls[i%uint64(len(c.urls))], req, out)
@@ -281,8 +284,12 @@ func (c *Client) do(ctx context.Context, req request, out any) (response, error)
 			return r, err
 		}
 		if ctx.Err() != nil {
-			return r, fmt.Errorf("%w: %w (last: %v)", ErrUnavailable, ctx.Err(), retry.err)
+			if last == nil {
+				last = retry.err
+			}
+			return r, fmt.Errorf("%w: %w (last: %v)", ErrUnavailable, ctx.Err(), last)
 		}
+		last = retry.err
 		// Move on from this member (unless another call did already).
 		c.cur.CompareAndSwap(i, i+1)
 		pause := backoff/2 + rand.N(backoff/2+1)
@@ -292,7 +299,7 @@ func (c *Client) do(ctx context.Context, req request, out any) (response, error)
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return r, fmt.Errorf("%w: %w (last: %v)", ErrUnavailable, ctx.Err(), retry.err)
+			return r, fmt.Errorf("%w: %w (last: %v)", ErrUnavailable, ctx.Err(), last)
 		}
 	}
 }
