@@ -244,6 +244,7 @@ func (g *Group) durableUpTo(b uint64) {
 		return
 	}
 	g.mu.durable = b
+	g.disk.SetDurable(b)
 	keep := g.mu.durWaiters[:0]
 	for _, w := range g.mu.durWaiters {
 		if w.index <= b {

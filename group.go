@@ -29,12 +29,15 @@ type Delivery struct {
 	// Payload is the message. It belongs to the handler.
 	Payload []byte
 	// Replayed marks a delivery read back from this member's own durable
-	// log when it restarts (Open, or a restart of the whole group): the
-	// handler sees the messages it saw before the restart again, in the
-	// same order and with the same indexes, on top of the state it
-	// restored from the log's snapshot, if any. If the group then
-	// transfers state to this member, StateMachine.Restore replaces what
-	// the replay built.
+	// log after a restart, in the same order and with the same indexes
+	// as before, on top of the state restored from the log's snapshot,
+	// if any. Open replays the entries known to be durable (on every
+	// member's disk); the entries after them, which the handler may or
+	// may not have seen before the restart, are handed once the group
+	// confirms them (the group restarts from this log, or the member
+	// rejoins where its log ends), or dropped if StateMachine.Restore
+	// replaces the state instead. So no replayed delivery is ever taken
+	// back.
 	Replayed bool
 }
 

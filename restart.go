@@ -126,14 +126,19 @@ func (g *Group) replayLog(ctx context.Context) (uint64, error) {
 		}
 		applied, from = idx, idx+1
 	}
-	last, err := g.replayEntries(ctx, from, l.Last())
+	// Only what the log knows to be durable: an entry beyond may not stand
+	// if the group restarts without this member's log (DESIGN rule 12).
+	// The rest waits until the group says it does (enterRecovered,
+	// suffixed) or is dropped (a transfer replaces the state).
+	to := min(l.Last(), max(l.Durable(), applied))
+	last, err := g.replayEntries(ctx, from, to)
 	if err != nil {
 		return 0, err
 	}
 	if last > 0 {
 		applied = last
 	}
-	g.log.Info("replayed the durable log", "snapshot", idx, "from", from, "to", applied)
+	g.log.Info("replayed the durable log", "snapshot", idx, "from", from, "to", applied, "held", l.Last()-applied)
 	return applied, nil
 }
 

@@ -100,14 +100,15 @@ func decodeSuffix(b []byte, from, to uint64) ([]persistence.Entry, error) {
 }
 
 // logPos returns the position of this member's log for a join request,
-// if the application's state is exactly the log's (it replayed all of
-// it): the group may then send it only what follows.
+// if the application's state is the log's up to some entry (it replayed
+// the log up to its durable mark): the group may then send it only what
+// follows the log, and it hands the rest of its own log first.
 func (r *runner) logPos() (membership.LogPos, bool) {
 	l := r.g.disk
-	if l == nil || r.applied == 0 || r.applied != l.Last() {
+	if l == nil || r.applied == 0 || r.applied > l.Last() || r.applied < l.Last() && l.First() > r.applied+1 {
 		return membership.LogPos{}, false
 	}
-	e, err := l.Get(r.applied)
+	e, err := l.Get(l.Last())
 	if err != nil {
 		return membership.LogPos{}, false
 	}
@@ -238,6 +239,13 @@ func (r *runner) suffixed(parts [][]byte, err error) bool {
 			ctx, cancel := context.WithTimeout(g.ctx, asyncTimeout)
 			err = g.disk.WaitSynced(ctx, rec.Start)
 			cancel()
+		}
+	}
+	if err == nil && r.applied < sf.From-1 {
+		// The rest of its own log, held back at Open, comes first.
+		var last uint64
+		if last, err = g.replayEntries(g.ctx, r.applied+1, sf.From-1); err == nil {
+			r.applied = last
 		}
 	}
 	if err != nil {

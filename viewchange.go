@@ -405,7 +405,7 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 		case bySuffix:
 			// Its log goes on where it ends: the messages after it come
 			// from the donor's log (suffixed).
-			if last := g.disk.Last(); last != suffix.From-1 || r.applied != last {
+			if last := g.disk.Last(); last != suffix.From-1 || r.applied > last || r.applied < last && g.disk.First() > r.applied+1 {
 				err = fmt.Errorf("log ends at %d (applied %d), the suffix starts at %d", last, r.applied, suffix.From)
 				if werr := g.disk.InstallSnapshot(g.ctx, 0, nil); werr != nil {
 					g.log.Error("durable log: reset", "err", werr)

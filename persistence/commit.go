@@ -108,6 +108,11 @@ func (l *Log) commit(ops []op) {
 		}
 		synced = max(synced, o.index)
 	}
+	if d := l.durable.Load(); d != l.durableWritten {
+		k, v := encodeMeta(metaDurable, d, nil)
+		_ = b.Set(k, v, nil)
+		l.durableWritten = d
+	}
 	start := time.Now()
 	err := recoverFatal(func() error { return b.Commit(pebble.Sync) })
 	if err != nil {

@@ -39,6 +39,8 @@ const (
 	metaTrim = 1
 	// metaSnapshot holds the last snapshot index and its metadata.
 	metaSnapshot = 2
+	// metaDurable holds the durable mark (see Log.SetDurable).
+	metaDurable = 3
 )
 
 const (

@@ -96,6 +96,10 @@ type Log struct {
 	done   chan struct{} // closed when the writer has exited
 	synced atomic.Uint64 // highest index known fsynced; ≤ mu.last
 	fsyncs atomic.Uint64 // synced batches committed (for tests)
+	// durable is the durable mark (SetDurable); durableWritten, owned by
+	// the writer, is the mark its last batch recorded.
+	durable        atomic.Uint64
+	durableWritten uint64
 
 	// viewMu serialises PutView, so its check for an existing record and
 	// its write cannot interleave with another PutView.
@@ -259,6 +263,12 @@ func (l *Log) recover(ctx context.Context) error {
 	}
 	l.mu.first, l.mu.last = first, last
 	l.synced.Store(last)
+	mark, _, err := l.getMeta(metaDurable)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	l.durable.Store(mark)
+	l.durableWritten = mark
 	l.log.Debug("recovered", "first", first, "last", last, "entries", n)
 	return nil
 }
@@ -700,12 +710,30 @@ func (l *Log) SetSnapshot(ctx context.Context, index uint64, meta []byte) error 
 	return nil
 }
 
+// SetDurable records that the entries up to index are durable beyond
+// this log (the group's own sense: on every member's disk). The mark
+// only grows; it is written with the next batch of writes, so after a
+// crash Durable may return an earlier mark, never a later one.
+func (l *Log) SetDurable(index uint64) {
+	for {
+		cur := l.durable.Load()
+		if index <= cur || l.durable.CompareAndSwap(cur, index) {
+			return
+		}
+	}
+}
+
+// Durable returns the durable mark (SetDurable), as recovered at Open and
+// raised since.
+func (l *Log) Durable() uint64 { return l.durable.Load() }
+
 // InstallSnapshot replaces the log's contents with a snapshot at index:
 // in one durable batch every entry is deleted, the snapshot (index,
 // meta) is recorded and the trim point set past it, so that the next
 // entry may have any index above index. A member whose state came from
 // elsewhere (a transfer) continues its log this way; a crash leaves
-// either the old log or the new one. Synced becomes index. Errors: ErrClosed, ctx's, or an
+// either the old log or the new one. Synced and the durable mark become
+// index. Errors: ErrClosed, ctx's, or an
 // error wrapping ErrFailed.
 func (l *Log) InstallSnapshot(ctx context.Context, index uint64, meta []byte) error {
 	l.mu.Lock()
@@ -717,10 +745,13 @@ func (l *Log) InstallSnapshot(ctx context.Context, index uint64, meta []byte) er
 	l.mu.Unlock()
 	sk, sv := encodeMeta(metaSnapshot, index, meta)
 	tk, tv := encodeMeta(metaTrim, index+1, nil)
+	// The mark follows the snapshot (an installed state is the group's).
+	dk, dv := encodeMeta(metaDurable, index, nil)
 	err := l.submit(ctx,
 		op{key: makeKey(prefixEntry, 0), end: makeKey(prefixEntry+1, 0)},
 		op{key: sk, value: sv},
 		op{key: tk, value: tv, index: index},
+		op{key: dk, value: dv},
 	)
 	if err != nil {
 		return fmt.Errorf("persistence: install snapshot %d: %w", index, err)
@@ -730,6 +761,7 @@ func (l *Log) InstallSnapshot(ctx context.Context, index uint64, meta []byte) er
 	l.mu.Lock()
 	l.synced.Store(index)
 	l.mu.Unlock()
+	l.durable.Store(index)
 	return nil
 }
 

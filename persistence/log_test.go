@@ -578,3 +578,47 @@ func TestInstallSnapshot(t *testing.T) {
 		})
 	}
 }
+
+// TestDurableMark: the durable mark only grows, is written with the next
+// batch and comes back after a reopen; a crash may lose its last rise,
+// never report more; an installed snapshot sets it.
+func TestDurableMark(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	ctx := context.Background()
+	l := openLog(t, mem, "db")
+	appendRange(t, l, rand.New(rand.NewPCG(1, 1)), 1, 50, 5)
+	l.SetDurable(30)
+	l.SetDurable(20) // never goes back
+	if l.Durable() != 30 {
+		t.Fatalf("Durable = %d, want 30", l.Durable())
+	}
+	if err := l.Append(entryFor(51)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WaitSynced(ctx, 51); err != nil {
+		t.Fatal(err)
+	}
+	l.SetDurable(45) // not written yet: no batch since
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, crashed, "db")
+	if got := l.Durable(); got != 30 {
+		t.Fatalf("after a crash Durable = %d, want the written 30", got)
+	}
+	if err := l.InstallSnapshot(ctx, 10, []byte("s")); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Durable(); got != 10 {
+		t.Fatalf("after InstallSnapshot Durable = %d, want 10", got)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, crashed, "db")
+	defer l.Close()
+	if got := l.Durable(); got != 10 {
+		t.Fatalf("after reopen Durable = %d, want 10", got)
+	}
+}
