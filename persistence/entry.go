@@ -31,6 +31,10 @@ const (
 	prefixEntry = 'e'
 	prefixView  = 'v'
 	prefixMeta  = 'm'
+	// prefixMark holds the durable mark (metaDurable), rewritten while
+	// entries are appended: it sorts before the entries, so that each new
+	// entry is still the memtable's largest key (much cheaper to insert).
+	prefixMark = 'd'
 )
 
 // Metadata keys (under prefixMeta).
@@ -174,7 +178,12 @@ func decodeView(key, value []byte) (membership.View, error) {
 // encodeMeta returns the key and value of metadata record id holding n
 // and data.
 func encodeMeta(id, n uint64, data []byte) (key, value []byte) {
-	key = makeKey(prefixMeta, id)
+	return encodeMetaAt(prefixMeta, id, n, data)
+}
+
+// encodeMetaAt is encodeMeta under another key prefix.
+func encodeMetaAt(prefix byte, id, n uint64, data []byte) (key, value []byte) {
+	key = makeKey(prefix, id)
 	value = make([]byte, headerLen+8+len(data))
 	binary.BigEndian.PutUint64(value[headerLen:], n)
 	copy(value[headerLen+8:], data)
@@ -185,7 +194,10 @@ func encodeMeta(id, n uint64, data []byte) (key, value []byte) {
 // decodeMeta decodes and verifies a metadata record. The returned data
 // does not alias value.
 func decodeMeta(key, value []byte) (n uint64, data []byte, err error) {
-	if _, ok := parseKey(prefixMeta, key); !ok {
+	if len(key) == 0 || key[0] != prefixMeta && key[0] != prefixMark {
+		return 0, nil, fmt.Errorf("malformed metadata key %x", key)
+	}
+	if _, ok := parseKey(key[0], key); !ok {
 		return 0, nil, fmt.Errorf("malformed metadata key %x", key)
 	}
 	body, err := open(key, value)

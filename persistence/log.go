@@ -263,7 +263,7 @@ func (l *Log) recover(ctx context.Context) error {
 	}
 	l.mu.first, l.mu.last = first, last
 	l.synced.Store(last)
-	mark, _, err := l.getMeta(metaDurable)
+	mark, _, err := l.getMetaAt(prefixMark, metaDurable)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
@@ -712,7 +712,8 @@ func (l *Log) SetSnapshot(ctx context.Context, index uint64, meta []byte) error 
 
 // SetDurable records that the entries up to index are durable beyond
 // this log (the group's own sense: on every member's disk). The mark
-// only grows; it is written with the next batch of writes, so after a
+// only grows; it is written with the next synchronous write (PutView,
+// SetSnapshot, TrimBefore, InstallSnapshot) and at Close, so after a
 // crash Durable may return an earlier mark, never a later one.
 func (l *Log) SetDurable(index uint64) {
 	for {
@@ -746,7 +747,7 @@ func (l *Log) InstallSnapshot(ctx context.Context, index uint64, meta []byte) er
 	sk, sv := encodeMeta(metaSnapshot, index, meta)
 	tk, tv := encodeMeta(metaTrim, index+1, nil)
 	// The mark follows the snapshot (an installed state is the group's).
-	dk, dv := encodeMeta(metaDurable, index, nil)
+	dk, dv := encodeMetaAt(prefixMark, metaDurable, index, nil)
 	err := l.submit(ctx,
 		op{key: makeKey(prefixEntry, 0), end: makeKey(prefixEntry+1, 0)},
 		op{key: sk, value: sv},
@@ -772,7 +773,11 @@ func (l *Log) Snapshot() (index uint64, meta []byte, err error) {
 }
 
 func (l *Log) getMeta(id uint64) (uint64, []byte, error) {
-	k := makeKey(prefixMeta, id)
+	return l.getMetaAt(prefixMeta, id)
+}
+
+func (l *Log) getMetaAt(prefix byte, id uint64) (uint64, []byte, error) {
+	k := makeKey(prefix, id)
 	v, err := l.get(k)
 	if err != nil {
 		return 0, nil, fmt.Errorf("persistence: metadata %d: %w", id, err)
