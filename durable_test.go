@@ -430,20 +430,16 @@ func TestViewsDurableTotalFailure(t *testing.T) {
 		}
 		sameState(t, nodes...)
 		st := nodes[0].state
-		st.mu.Lock()
 		for p := range acked {
 			f := strings.Fields(p)
-			if st.m[f[1]] != f[2] {
-				st.mu.Unlock()
+			if got, _ := st.Get(f[1]); got != f[2] {
 				i, ok := at[p]
 				t.Fatalf("round %d: %q was reported durable (delivered at %d: %v) and is lost (view %d starts at %d)", round, p, i, ok, v.Epoch, v.Start)
 			}
 			if i, ok := at[p]; !ok || i > v.Start {
-				st.mu.Unlock()
 				t.Fatalf("round %d: %q was reported durable at index %d, beyond the restart at %d", round, p, i, v.Start)
 			}
 		}
-		st.mu.Unlock()
 		// The log of every member goes on from the restart: it replays
 		// its own snapshot and entries at the next one.
 		for _, n := range nodes {
@@ -566,11 +562,9 @@ func TestViewsDurableMajorityCrash(t *testing.T) {
 	c.waitSameIndex(all...)
 	sameState(t, all...)
 	st := survivor.state
-	st.mu.Lock()
-	defer st.mu.Unlock()
 	for _, p := range acked {
 		f := strings.Fields(p)
-		if st.m[f[1]] != f[2] {
+		if got, _ := st.Get(f[1]); got != f[2] {
 			t.Fatalf("%q was reported durable and is lost", p)
 		}
 	}
@@ -695,10 +689,9 @@ func TestViewsDurableWipedDisks(t *testing.T) {
 	c.waitSameIndex(all...)
 	sameState(t, all...)
 	st := all[0].state
-	st.mu.Lock()
-	defer st.mu.Unlock()
 	for _, p := range acked {
-		if f := strings.Fields(p); st.m[f[1]] != f[2] {
+		f := strings.Fields(p)
+		if got, _ := st.Get(f[1]); got != f[2] {
 			t.Fatalf("%q was reported durable and is lost", p)
 		}
 	}

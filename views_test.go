@@ -1,11 +1,8 @@
 package convoy
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"hash/crc32"
-	"io"
 	"log/slog"
 	"os"
 	"runtime/pprof"
@@ -17,6 +14,7 @@ import (
 	"time"
 
 	"github.com/convoy-gcs/convoy/internal/etcdembed"
+	"github.com/convoy-gcs/convoy/internal/kvtest"
 	"github.com/convoy-gcs/convoy/rdma"
 )
 
@@ -45,7 +43,7 @@ type vsNode struct {
 	events []vsEvent
 	// accepted lists the payloads Send accepted.
 	accepted []string
-	state    *kvState
+	state    *kvtest.Map
 	// replayed lists the deliveries replayed from the durable log at
 	// Open (not part of events).
 	replayed []Delivery
@@ -87,7 +85,7 @@ func (c *vsCluster) open(id NodeID, initial int, opts ...func(*Config)) (*vsNode
 	if err != nil {
 		return nil, err
 	}
-	n := &vsNode{id: id, state: newKVState()}
+	n := &vsNode{id: id, state: kvtest.New()}
 	cfg := Config{
 		Self: id, Endpoint: ep, InitialMembers: initial,
 		Etcd:           &EtcdConfig{Endpoints: c.etcd.Endpoints(), Prefix: c.prefix, LeaseTTL: c.leaseTTL},
@@ -106,7 +104,7 @@ func (c *vsCluster) open(id NodeID, initial int, opts ...func(*Config)) (*vsNode
 		o(&cfg)
 	}
 	g, err := Open(context.Background(), cfg, func(d Delivery) {
-		n.state.apply(d.Payload)
+		n.state.Apply(d.Payload)
 		n.mu.Lock()
 		if d.Replayed {
 			n.replayed = append(n.replayed, d)
@@ -425,73 +423,6 @@ func mapValues[K comparable, V any](m map[K]V) []V {
 
 // kvState is a tiny replicated map for state transfer checks: messages
 // "set key value".
-type kvState struct {
-	mu sync.Mutex
-	m  map[string]string
-}
-
-func newKVState() *kvState { return &kvState{m: make(map[string]string)} }
-
-func (s *kvState) apply(p []byte) {
-	f := strings.Fields(string(p))
-	if len(f) == 3 && f[0] == "set" {
-		s.mu.Lock()
-		s.m[f[1]] = f[2]
-		s.mu.Unlock()
-	}
-}
-
-func (s *kvState) checksum() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	keys := make([]string, 0, len(s.m))
-	for k := range s.m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s=%s\n", k, s.m[k])
-	}
-	return b.String()
-}
-
-// Snapshot writes the keys of part `part` of `of` as lines.
-func (s *kvState) Snapshot(w io.Writer, part, of int) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for k, v := range s.m {
-		if int(crc32.ChecksumIEEE([]byte(k)))%of == part {
-			if _, err := fmt.Fprintf(w, "%s %s\n", k, v); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// Restore replaces the state with the parts' keys.
-func (s *kvState) Restore(parts []io.Reader) error {
-	m := make(map[string]string)
-	for _, r := range parts {
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			k, v, ok := strings.Cut(sc.Text(), " ")
-			if !ok {
-				return fmt.Errorf("bad snapshot line %q", sc.Text())
-			}
-			m[k] = v
-		}
-		if err := sc.Err(); err != nil {
-			return err
-		}
-	}
-	s.mu.Lock()
-	s.m = m
-	s.mu.Unlock()
-	return nil
-}
-
 // TestViewsCrashUnderLoad: a member dies (links cut, lease left to
 // expire) while every member sends; the survivors exclude it, install the
 // next view and keep delivering, with every guarantee intact.
@@ -585,12 +516,12 @@ func (c *vsCluster) waitCount(n *vsNode, k int) {
 
 func sameState(t *testing.T, nodes ...*vsNode) {
 	t.Helper()
-	ref := nodes[0].state.checksum()
-	if ref == "" {
+	ref, keys := nodes[0].state.Checksum()
+	if keys == 0 {
 		t.Fatal("empty state")
 	}
 	for _, n := range nodes[1:] {
-		if got := n.state.checksum(); got != ref {
+		if got, _ := n.state.Checksum(); got != ref {
 			t.Fatalf("member %d's state differs from member %d's", n.id, nodes[0].id)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/convoy-gcs/convoy/internal/kvtest"
 	"github.com/convoy-gcs/convoy/persistence"
 )
 
@@ -123,7 +124,7 @@ func (c *cluster) checkRecords() *history {
 	var byIndex []placedAck
 	for _, pl := range h.acks.payloads() {
 		if i, ok := h.indexOf[pl]; ok {
-			k, v, _ := parseSet(pl)
+			k, v, _ := kvtest.ParseSet(pl)
 			byIndex = append(byIndex, placedAck{payload: pl, key: k, value: v, index: i})
 		}
 	}
@@ -213,7 +214,7 @@ func (c *cluster) checkStates(rep *reporter, h *history, p *proc, byIndex []plac
 		case r.Restored != nil:
 			st, checked = newStateSum(r.Restored.KV), 0
 		case r.Delivery != nil:
-			if k, v, ok := parseSet(r.Delivery.Payload); ok {
+			if k, v, ok := kvtest.ParseSet(r.Delivery.Payload); ok {
 				st.set(k, v)
 			}
 		case r.View != nil:
@@ -304,7 +305,7 @@ func (c *cluster) checkPriorAcks(rep *reporter, h *history, p *proc) {
 // checkPayload checks that d carries a payload payloadFor makes, sent by
 // d.Sender.
 func checkPayload(d *deliveryRecord) error {
-	key, value, ok := parseSet(d.Payload)
+	key, value, ok := kvtest.ParseSet(d.Payload)
 	if !ok {
 		return fmt.Errorf("unexpected payload %q", d.Payload)
 	}
@@ -345,7 +346,7 @@ func (c *cluster) checkFinal(ps []*proc, h *history) {
 		kv := s.final.KV
 		missing := 0
 		for _, pl := range h.acks.payloads() {
-			k, v, _ := parseSet(pl)
+			k, v, _ := kvtest.ParseSet(pl)
 			if kv[k] != v {
 				if missing++; missing <= maxReports {
 					c.t.Errorf("%v: the final state misses %q, reported durable by %v (index %d)", p, pl, h.acks[pl], h.indexOf[pl])

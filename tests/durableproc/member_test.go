@@ -1,14 +1,10 @@
 package durableproc
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/crc32"
-	"io"
 	"log/slog"
-	"maps"
 	"os"
 	"os/signal"
 	"strconv"
@@ -18,6 +14,7 @@ import (
 	"time"
 
 	"github.com/convoy-gcs/convoy"
+	"github.com/convoy-gcs/convoy/internal/kvtest"
 )
 
 // Environment variables that describe a member process to a child.
@@ -321,81 +318,6 @@ func (r *recorder) sinceDelivery() time.Duration {
 	return time.Since(r.lastDelivery)
 }
 
-// kvState is a tiny replicated map: messages "set key value". It is the
-// member's Config.State, so that joiners receive it and the durable log
-// keeps it for a restart; onRestore hears of every state it restores.
-type kvState struct {
-	mu        sync.Mutex
-	m         map[string]string
-	onRestore func(map[string]string)
-}
-
-func newKVState(onRestore func(map[string]string)) *kvState {
-	return &kvState{m: make(map[string]string), onRestore: onRestore}
-}
-
-func (s *kvState) apply(p []byte) {
-	if k, v, ok := parseSet(string(p)); ok {
-		s.mu.Lock()
-		s.m[k] = v
-		s.mu.Unlock()
-	}
-}
-
-// parseSet splits a payload "set key value".
-func parseSet(p string) (key, value string, ok bool) {
-	f := strings.Fields(p)
-	if len(f) != 3 || f[0] != "set" {
-		return "", "", false
-	}
-	return f[1], f[2], true
-}
-
-// contents returns a copy of the map.
-func (s *kvState) contents() map[string]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return maps.Clone(s.m)
-}
-
-// Snapshot writes the entries of part `part` of `of` as lines.
-func (s *kvState) Snapshot(w io.Writer, part, of int) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	bw := bufio.NewWriter(w)
-	for k, v := range s.m {
-		if int(crc32.ChecksumIEEE([]byte(k))%uint32(of)) == part {
-			if _, err := fmt.Fprintf(bw, "%s %s\n", k, v); err != nil {
-				return err
-			}
-		}
-	}
-	return bw.Flush()
-}
-
-// Restore replaces the state with the parts' entries.
-func (s *kvState) Restore(parts []io.Reader) error {
-	m := make(map[string]string)
-	for _, r := range parts {
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			k, v, ok := strings.Cut(sc.Text(), " ")
-			if !ok {
-				return fmt.Errorf("bad snapshot line %q", sc.Text())
-			}
-			m[k] = v
-		}
-		if err := sc.Err(); err != nil {
-			return err
-		}
-	}
-	s.mu.Lock()
-	s.m = m
-	s.mu.Unlock()
-	s.onRestore(maps.Clone(m))
-	return nil
-}
-
 // runMember is the body of a member process: it opens the group on its
 // data directory (replaying its log, restarting the group if need be),
 // sends until SIGUSR1 or SIGTERM, and on SIGTERM records its final state
@@ -417,7 +339,8 @@ func runMember(s memberSpec) (err error) {
 	defer signal.Stop(sigs)
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	kv := newKVState(rec.restored)
+	kv := kvtest.New()
+	kv.OnRestore = rec.restored
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	g, err := convoy.Open(ctx, convoy.Config{
 		Self: s.id,
@@ -432,7 +355,7 @@ func runMember(s memberSpec) (err error) {
 		OnView:  rec.view,
 		Logger:  log,
 	}, func(d convoy.Delivery) {
-		kv.apply(d.Payload)
+		kv.Apply(d.Payload)
 		rec.deliver(d)
 	})
 	cancel()
@@ -481,7 +404,7 @@ func runMember(s memberSpec) (err error) {
 	for rec.sinceDelivery() < quietFor && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	fin := &finalRecord{KV: kv.contents()}
+	fin := &finalRecord{KV: kv.Contents()}
 	if err := g.Err(); err != nil {
 		fin.Err = err.Error()
 	}

@@ -3,17 +3,12 @@ package vsproc
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +16,7 @@ import (
 	"time"
 
 	"github.com/convoy-gcs/convoy"
+	"github.com/convoy-gcs/convoy/internal/kvtest"
 	"github.com/convoy-gcs/convoy/internal/vscheck"
 )
 
@@ -262,72 +258,6 @@ func (r *recorder) sinceDelivery() time.Duration {
 	return time.Since(r.lastDelivery)
 }
 
-// kvState is a tiny replicated map: messages "set key value". It is the
-// member's Config.State, so joiners receive it.
-type kvState struct {
-	mu sync.Mutex
-	m  map[string]string
-}
-
-func newKVState() *kvState { return &kvState{m: make(map[string]string)} }
-
-func (s *kvState) apply(p []byte) {
-	f := strings.Fields(string(p))
-	if len(f) == 3 && f[0] == "set" {
-		s.mu.Lock()
-		s.m[f[1]] = f[2]
-		s.mu.Unlock()
-	}
-}
-
-// checksum returns a hash of the sorted entries and their number.
-func (s *kvState) checksum() (string, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h := sha256.New()
-	for _, k := range slices.Sorted(maps.Keys(s.m)) {
-		fmt.Fprintf(h, "%s=%s\n", k, s.m[k])
-	}
-	return hex.EncodeToString(h.Sum(nil)), len(s.m)
-}
-
-// Snapshot writes the entries of part `part` of `of` as lines.
-func (s *kvState) Snapshot(w io.Writer, part, of int) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	bw := bufio.NewWriter(w)
-	for k, v := range s.m {
-		if int(crc32.ChecksumIEEE([]byte(k))%uint32(of)) == part {
-			if _, err := fmt.Fprintf(bw, "%s %s\n", k, v); err != nil {
-				return err
-			}
-		}
-	}
-	return bw.Flush()
-}
-
-// Restore replaces the state with the parts' entries.
-func (s *kvState) Restore(parts []io.Reader) error {
-	m := make(map[string]string)
-	for _, r := range parts {
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			k, v, ok := strings.Cut(sc.Text(), " ")
-			if !ok {
-				return fmt.Errorf("bad snapshot line %q", sc.Text())
-			}
-			m[k] = v
-		}
-		if err := sc.Err(); err != nil {
-			return err
-		}
-	}
-	s.mu.Lock()
-	s.m = m
-	s.mu.Unlock()
-	return nil
-}
-
 // runMember is the body of a member process: it joins the group, sends
 // until SIGUSR1 or SIGTERM, and on SIGTERM records its final state once
 // deliveries have settled, then closes the group.
@@ -348,7 +278,7 @@ func runMember(s memberSpec) (err error) {
 	defer signal.Stop(sigs)
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	kv := newKVState()
+	kv := kvtest.New()
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	g, err := convoy.Open(ctx, convoy.Config{
 		Self: s.id,
@@ -362,7 +292,7 @@ func runMember(s memberSpec) (err error) {
 		OnView: rec.view,
 		Logger: log,
 	}, func(d convoy.Delivery) {
-		kv.apply(d.Payload)
+		kv.Apply(d.Payload)
 		rec.deliver(d)
 	})
 	cancel()
@@ -412,7 +342,7 @@ func runMember(s memberSpec) (err error) {
 	for rec.sinceDelivery() < quietFor && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	sum, keys := kv.checksum()
+	sum, keys := kv.Checksum()
 	fin := &final{Checksum: sum, Keys: keys}
 	if err := g.Err(); err != nil {
 		fin.Err = err.Error()
