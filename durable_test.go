@@ -18,6 +18,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
+	"github.com/convoy-gcs/convoy/internal/kvtest"
 	"github.com/convoy-gcs/convoy/persistence"
 	"github.com/convoy-gcs/convoy/rdma"
 )
@@ -519,14 +520,7 @@ func TestViewsDurableMajorityCrash(t *testing.T) {
 		cfg.Durable = &DurableConfig{Dir: dirs[cfg.Self], RestartWait: 200 * time.Millisecond}
 	}
 	nodes := c.openAll(3, durable)
-	var acked []string
-	for k := range 300 {
-		p := fmt.Sprintf("set m%d-%d %d", nodes[k%3].id, k, k)
-		if _, err := nodes[k%3].g.Send(context.Background(), []byte(p), WaitDelivered()); err != nil {
-			t.Fatal(err)
-		}
-		acked = append(acked, p)
-	}
+	acked := sendDurable(t, nodes, 300)
 	survivor := nodes[2]
 	c.crash(1)
 	c.crash(2)
@@ -562,12 +556,7 @@ func TestViewsDurableMajorityCrash(t *testing.T) {
 	c.waitSameIndex(all...)
 	sameState(t, all...)
 	st := survivor.state
-	for _, p := range acked {
-		f := strings.Fields(p)
-		if got, _ := st.Get(f[1]); got != f[2] {
-			t.Fatalf("%q was reported durable and is lost", p)
-		}
-	}
+	checkAcked(t, st, acked)
 	c.check()
 }
 
@@ -644,14 +633,7 @@ func TestViewsDurableWipedDisks(t *testing.T) {
 		cfg.Durable = &DurableConfig{Dir: dirs[cfg.Self], RestartWait: 100 * time.Millisecond}
 	}
 	nodes := c.openAll(3, durable)
-	var acked []string
-	for k := range 100 {
-		p := fmt.Sprintf("set m%d-%d %d", nodes[k%3].id, k, k)
-		if _, err := nodes[k%3].g.Send(context.Background(), []byte(p), WaitDelivered()); err != nil {
-			t.Fatal(err)
-		}
-		acked = append(acked, p)
-	}
+	acked := sendDurable(t, nodes, 100)
 	for _, n := range nodes {
 		c.crash(n.id)
 	}
@@ -689,9 +671,30 @@ func TestViewsDurableWipedDisks(t *testing.T) {
 	c.waitSameIndex(all...)
 	sameState(t, all...)
 	st := all[0].state
+	checkAcked(t, st, acked)
+}
+
+// sendDurable sends n messages "set key value" round-robin from nodes,
+// each waiting until it is durable, and returns them.
+func sendDurable(t *testing.T, nodes []*vsNode, n int) []string {
+	t.Helper()
+	var acked []string
+	for k := range n {
+		p := fmt.Sprintf("set m%d-%d %d", nodes[k%len(nodes)].id, k, k)
+		if _, err := nodes[k%len(nodes)].g.Send(context.Background(), []byte(p), WaitDelivered()); err != nil {
+			t.Fatal(err)
+		}
+		acked = append(acked, p)
+	}
+	return acked
+}
+
+// checkAcked fails unless state holds every message reported durable.
+func checkAcked(t *testing.T, state *kvtest.Map, acked []string) {
+	t.Helper()
 	for _, p := range acked {
-		f := strings.Fields(p)
-		if got, _ := st.Get(f[1]); got != f[2] {
+		k, v, _ := kvtest.ParseSet(p)
+		if got, _ := state.Get(k); got != v {
 			t.Fatalf("%q was reported durable and is lost", p)
 		}
 	}
