@@ -121,7 +121,7 @@ func (r *runner) persisted(from int, imm uint64) {
 // checkLag suspects the members whose persisted index trails too far.
 func (r *runner) checkLag() {
 	g, v := r.g, r.v
-	if !g.dynamic() || r.wedged {
+	if !g.dynamic() || r.phase.Ending() {
 		return
 	}
 	bound := g.cfg.Durable.MaxLag
@@ -150,7 +150,7 @@ func (r *runner) flushDurable() {
 	b := r.v.dur.Barrier()
 	r.g.durableUpTo(b)
 	r.checkLag()
-	if r.snapshots > 0 {
+	if r.snap != nil {
 		return // the application's state must hold still meanwhile
 	}
 	limit := b

@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/convoy-gcs/convoy/internal/vsync"
 	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/ordering"
 	"github.com/convoy-gcs/convoy/persistence"
@@ -200,7 +201,7 @@ func Open(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 	g.mu.epoch = rec.Epoch
 	g.mu.view = publicView(&rec, nil)
 	g.loopWG.Add(1)
-	go g.loop(&runner{g: g, v: v})
+	go g.loop(&runner{g: g, v: v, phase: vsync.Active})
 	return g, nil
 }
 

@@ -3,7 +3,9 @@ package convoy
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -50,9 +52,11 @@ func (r *runner) donate(v *view) {
 	if i < 0 || len(joining) == 0 || g.cfg.State == nil {
 		return
 	}
-	if g.disk != nil && r.durableBefore(rec.Start) {
-		// In durable delivery the previous view's last messages may not be
-		// durable, and so not applied, yet: snapshot once they are.
+	if r.snap != nil || g.disk != nil && r.durableBefore(rec.Start) {
+		// The snapshot of an earlier view is still finishing its part in
+		// progress, or, in durable delivery, the previous view's last
+		// messages are not durable, and so not applied, yet: snapshot
+		// once they are (snapEnded, flushDurable).
 		r.pendingDonate = v
 		return
 	}
@@ -70,35 +74,81 @@ func (r *runner) donate(v *view) {
 		g.log.Error("serving state to joiners", "epoch", rec.Epoch, "err", err)
 		return
 	}
-	r.snapshots = len(parts)
-	done := make(chan struct{})
-	// Buffered for every part, so that the goroutine never waits for the
-	// loop (which may be waiting for it in waitSnapshots).
-	results := make(chan snapshot, len(parts))
-	r.snapDone, r.snapCh = done, results
+	job := &snapJob{
+		v: v, left: len(parts), done: make(chan struct{}),
+		// Buffered for every part, so that the goroutine never waits for
+		// the loop (which may be waiting for it in waitSnapshots).
+		results: make(chan snapshot, len(parts)),
+	}
+	r.snap = job
 	g.mem.wg.Add(1)
 	go func() {
 		defer g.mem.wg.Done()
-		defer close(done)
+		defer close(job.done)
 		for _, p := range parts {
+			if job.stop.Load() {
+				return
+			}
 			data, err := membership.SnapshotParts(g.cfg.State, []int{p}, of)
-			results <- snapshot{v: v, part: p, data: data[p], err: err}
+			job.results <- snapshot{part: p, data: data[p], err: err}
 		}
 	}()
 }
 
+// snapJob takes the parts of this member's share of a snapshot for the
+// joiners of view v, one after the other, on its own goroutine. The
+// application's state must hold still meanwhile: deliveries and views
+// wait in the runner's held queue until the job ends.
+type snapJob struct {
+	v *view
+	// left counts the parts not yet handed to the loop.
+	left    int
+	results chan snapshot
+	// done is closed when the goroutine has ended.
+	done chan struct{}
+	// stop makes the goroutine skip the parts it has not started;
+	// stopped is the loop's copy.
+	stop    atomic.Bool
+	stopped bool
+}
+
 // snapshot is one part taken for joiners.
 type snapshot struct {
-	v    *view
 	part int
 	data []byte
 	err  error
 }
 
+// snapEvents returns the channels the loop waits on for the snapshot
+// job: its parts while it runs, its end once it was stopped. Both are
+// nil without a job.
+func (r *runner) snapEvents() (<-chan snapshot, <-chan struct{}) {
+	switch {
+	case r.snap == nil:
+		return nil, nil
+	case r.snap.stopped:
+		return nil, r.snap.done
+	default:
+		return r.snap.results, nil
+	}
+}
+
+// stopSnapshot stops the snapshot job when its view ends before it: the
+// joiners it served take their state in the next view, from that view's
+// donors, or were excluded. The part in progress still finishes, so the
+// deliveries stay held until the job ends (snapEnded); the loop does not
+// wait for it.
+func (r *runner) stopSnapshot() {
+	if r.snap != nil && !r.snap.stopped {
+		r.snap.stopped = true
+		r.snap.stop.Store(true)
+	}
+}
+
 // snapshotted hands a part snapshotted for joiners to the view's donor;
 // once all are taken, the deliveries held meanwhile go out.
 func (r *runner) snapshotted(part int, data []byte, err error) {
-	g, v := r.g, r.v
+	g, v := r.g, r.snap.v
 	switch {
 	case err != nil:
 		g.log.Error("snapshot for joiners", "epoch", v.rec.Epoch, "part", part, "err", err)
@@ -109,35 +159,76 @@ func (r *runner) snapshotted(part int, data []byte, err error) {
 			g.log.Error("serving state to joiners", "epoch", v.rec.Epoch, "part", part, "err", err)
 		}
 	}
-	if r.snapshots--; r.snapshots == 0 {
-		r.snapDone, r.snapCh = nil, nil
-		r.servePendingSnapshots()
-		if !r.restoring {
-			r.release()
-		}
-		if g.disk != nil {
-			r.flushDurable()
+	if r.snap.left--; r.snap.left == 0 {
+		r.snapEnded()
+	}
+}
+
+// snapEnded follows the end of the snapshot job: the Snapshot calls
+// that waited for it are served, the deliveries and views held meanwhile
+// go out, and a donation that waited for the job starts.
+func (r *runner) snapEnded() {
+	r.snap = nil
+	r.servePendingSnapshots()
+	if !r.restoring {
+		r.release()
+	}
+	if r.g.disk != nil {
+		r.flushDurable() // donates once the view's start is applied
+		return
+	}
+	if v := r.pendingDonate; v != nil && v == r.v {
+		r.pendingDonate = nil
+		r.donate(v)
+		if r.snap == nil && !r.restoring {
+			r.release() // the donation did not start: nothing to wait for
 		}
 	}
 }
 
-// release hands out the deliveries held while state was restored or
-// snapshotted.
+// holding reports whether deliveries and views wait in held: while this
+// member's state is being restored or snapshotted for joiners, and until
+// what was held meanwhile is out.
+func (r *runner) holding() bool { return r.restoring || r.snap != nil || len(r.held) > 0 }
+
+// release hands out the deliveries and views held while state was
+// restored or snapshotted. Without a durable log, when a donation waits
+// (pendingDonate), it stops after the donation's view's start: the
+// snapshot must see the state exactly there, and what follows waits for
+// it.
 func (r *runner) release() {
-	held := r.held
-	r.held = nil
-	for _, d := range held {
-		r.hand(d, d.Sender == r.g.cfg.Self)
+	limit := uint64(math.MaxUint64)
+	if r.pendingDonate != nil && r.g.disk == nil {
+		limit = r.pendingDonate.rec.Start
+	}
+	n := 0
+	for ; n < len(r.held); n++ {
+		it := r.held[n]
+		if it.v != nil {
+			r.passView(*it.v)
+			continue
+		}
+		if it.d.Index > limit {
+			break
+		}
+		r.hand(it.d, it.d.Sender == r.g.cfg.Self)
+	}
+	clear(r.held[:n])
+	r.held = r.held[n:]
+	if len(r.held) == 0 {
+		r.held = nil
 	}
 }
 
-// waitSnapshots waits for a snapshot still being taken: the application's
-// state must not change under it.
+// waitSnapshots stops the snapshot job and waits for the part in
+// progress: the application's state must not change under it.
 func (r *runner) waitSnapshots() {
-	if r.snapDone != nil {
-		<-r.snapDone
+	if r.snap == nil {
+		return
 	}
-	r.snapDone, r.snapCh, r.snapshots = nil, nil, 0
+	r.stopSnapshot()
+	<-r.snap.done
+	r.snap = nil
 	r.servePendingSnapshots()
 }
 
@@ -197,7 +288,8 @@ func (r *runner) restored(parts [][]byte, err error) bool {
 // gets the deliveries held meanwhile, and counts as caught up.
 func (r *runner) joined() {
 	r.restoring = false
-	r.onView(publicView(&r.v.rec, nil))
+	first := publicView(&r.v.rec, nil)
+	r.held = slices.Insert(r.held, 0, durItem{v: &first})
 	r.release()
 	r.caughtUp()
 	r.g.mem.markReady()

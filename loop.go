@@ -8,6 +8,8 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/convoy-gcs/convoy/internal/invariants"
+	"github.com/convoy-gcs/convoy/internal/vsync"
 	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/ordering"
 )
@@ -33,6 +35,7 @@ func (g *Group) loop(r *runner) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		parts, snapEnd := r.snapEvents()
 		select {
 		case ev := <-g.events:
 			if !r.handle(ev) {
@@ -54,16 +57,16 @@ func (g *Group) loop(r *runner) {
 			if r.v != nil && r.v.dur != nil {
 				r.announcePersisted()
 			}
-		case s := <-r.snapCh:
-			if s.v == r.v && r.snapshots > 0 {
-				r.snapshotted(s.part, s.data, s.err)
-			}
+		case s := <-parts:
+			r.snapshotted(s.part, s.data, s.err)
+		case <-snapEnd:
+			r.snapEnded()
 		case <-timer.C:
 		case <-g.stop:
 			return
 		}
 		if r.diskErr != nil {
-			g.fail(fmt.Errorf("durable log: %w", r.diskErr))
+			r.fail(fmt.Errorf("durable log: %w", r.diskErr))
 			return
 		}
 		// React once per batch: beacons, tree records and heartbeats due
@@ -81,22 +84,22 @@ type runner struct {
 	g *Group
 	// v is the view this member takes part in; nil while it joins.
 	v *view
-	// wedged: v is ending; own messages accepted meanwhile wait in
-	// pending for the next view.
-	wedged  bool
+	// phase is where this member stands in the views (see package
+	// vsync); it changes only through to.
+	phase vsync.Phase
+	// pending holds own messages accepted while v is ending: they wait
+	// for the next view.
 	pending [][]byte
-	// restoring: this member joined v and waits for its state; deliveries
-	// wait in held until it is installed.
+	// restoring: this member joined v and waits for its state.
 	restoring bool
-	held      []Delivery
-	// snapshots counts the parts being snapshotted for joiners on another
-	// goroutine (done when snapDone closes); deliveries wait in held
-	// meanwhile.
-	snapshots int
-	snapDone  chan struct{}
-	snapCh    <-chan snapshot
+	// snap is the job snapshotting the state for joiners, if any.
+	snap *snapJob
+	// held holds, in order, the deliveries and views that wait while
+	// this member's state is restored or snapshotted (see holding).
+	held []durItem
 	// pendingDonate is a view whose joiners wait for this member's
-	// snapshot until the previous view's messages are durable (and
+	// snapshot until an earlier snapshot job has ended and, in durable
+	// delivery, until the previous view's messages are durable (and
 	// applied).
 	pendingDonate *view
 	// snapWant holds the replies of Snapshot calls waiting for the
@@ -130,6 +133,28 @@ type runner struct {
 	lastExcluded time.Time
 }
 
+// to moves this member to phase p, for the reason why. A transition the
+// protocol does not allow (vsync.Check) is a bug: it panics when
+// invariants are checked, and is logged otherwise.
+func (r *runner) to(p vsync.Phase, why string) {
+	if err := vsync.Check(r.phase, p); err != nil {
+		if invariants.Enabled {
+			panic(fmt.Sprintf("convoy: member %d: %v (%s)", r.g.cfg.Self, err, why))
+		}
+		r.g.log.Error("phase transition", "err", err, "why", why)
+	}
+	r.g.log.Debug("phase", "from", r.phase, "to", p, "why", why)
+	r.phase = p
+}
+
+// fail ends the group with err.
+func (r *runner) fail(err error) {
+	if !r.phase.Final() {
+		r.to(vsync.Failed, err.Error())
+	}
+	r.g.fail(err)
+}
+
 // handle applies one event; it returns false when the loop must stop.
 func (r *runner) handle(ev event) bool {
 	g := r.g
@@ -143,7 +168,7 @@ func (r *runner) handle(ev event) bool {
 		switch {
 		case r.v == nil:
 			// Excluded meanwhile: the message's waiters were told.
-		case r.wedged:
+		case r.phase.Ending():
 			r.pending = append(r.pending, ev.payload)
 		default:
 			r.send(now, ev.payload)
@@ -161,7 +186,7 @@ func (r *runner) handle(ev event) bool {
 			return true
 		}
 		if !g.dynamic() {
-			g.fail(ev.err)
+			r.fail(ev.err)
 			return false
 		}
 		// The view cannot go on: end it. The detector and the other
@@ -217,7 +242,7 @@ func (r *runner) tick() {
 			r.decide(st)
 		}
 	}
-	if r.reportAt != 0 && now >= r.reportAt && r.wedged {
+	if r.reportAt != 0 && now >= r.reportAt && r.phase == vsync.Wedged {
 		r.report()
 	}
 	r.v.core.Tick(now)
@@ -255,7 +280,7 @@ func (r *runner) ready() bool {
 	ctx := g.ctx
 	if err := r.multicast(rd); err != nil {
 		if !g.dynamic() {
-			g.fail(err)
+			r.fail(err)
 			return false
 		}
 		// The view cannot go on; what the core delivered is still handed
@@ -318,8 +343,8 @@ func (r *runner) deliver(ds []ordering.Delivery) {
 			Epoch: d.Epoch, Index: d.Index, Sender: v.ids[d.Sender],
 			Seq: v.rec.Sent[d.Sender] + d.Seq, Timestamp: uint64(d.TS), Payload: d.Payload,
 		}
-		if r.restoring || r.snapshots > 0 {
-			r.held = append(r.held, out)
+		if r.holding() {
+			r.held = append(r.held, durItem{d: out})
 			continue
 		}
 		r.hand(out, d.Sender == v.self)

@@ -61,6 +61,10 @@ type memberState struct {
 	// proposed a view on, as leader.
 	proposed int64
 	minority bool
+	// missing holds the members of the current view whose registration
+	// is missing from etcd, with when this member first saw it missing
+	// (on the clock).
+	missing map[membership.Member]int64
 	// In a restart of the group from the members' logs (restart.go):
 	// when this member saw that one was needed, when it saw a majority's
 	// claims as leader, and when to claim again if its claim is missing.

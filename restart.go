@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/convoy-gcs/convoy/internal/vsync"
 	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/persistence"
 )
@@ -218,11 +219,15 @@ func (r *runner) recovering(st *membership.State) bool {
 	}
 	if !d.Needed {
 		ms.restartSeen = time.Time{}
+		if r.phase == vsync.Recovering {
+			r.to(vsync.Joining, "the group needs no restart")
+		}
 		return false
 	}
 	now := time.Now()
 	if ms.restartSeen.IsZero() {
 		ms.restartSeen = now
+		r.to(vsync.Recovering, fmt.Sprintf("most of view %d failed", st.Current.Epoch))
 		g.log.Warn("most of the last view failed: restarting the group from the members' logs",
 			"epoch", st.Current.Epoch, "voters", len(d.Voters), "claims", len(d.Claims))
 	}

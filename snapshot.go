@@ -89,7 +89,7 @@ func (r *runner) takeSnapshot(reply chan<- snapReply) {
 		reply <- snapReply{err: fmt.Errorf("%w: the state is being replaced", ErrNotMember)}
 		return
 	}
-	if r.snapshots > 0 {
+	if r.snap != nil {
 		// Snapshots for joiners are being taken off the loop: this one
 		// follows them (snapshotted), so that one reads the state at a
 		// time.

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/convoy-gcs/convoy/internal/vsync"
 	"github.com/convoy-gcs/convoy/membership"
 )
 
@@ -112,22 +113,18 @@ func (r *runner) decide(st *membership.State) {
 		Joins: st.Joins, Leaves: st.Leaves, Reports: st.Reports,
 	}
 	in.Suspected = membership.Suspected(&st.Current, st.Suspects, st.Reports)
-	// The lease is a second, coarse signal: a member whose registration is
-	// gone (or names another incarnation) counts as suspected.
-	for _, m := range st.Current.Members {
-		if reg, ok := st.Registered[m.ID]; !ok || reg.Incarnation != m.Incarnation {
-			in.Suspected[m.ID] = true
-		}
+	for id := range r.unregistered(st) {
+		in.Suspected[id] = true
 	}
 	d, err := membership.Decide(ms.self.ID, in)
 	if err != nil {
 		g.log.Error("view change", "epoch", v.rec.Epoch, "err", err)
 		return
 	}
-	if d.Change && !r.wedged {
+	if d.Change && !r.phase.Ending() {
 		r.wedge("view change under way")
 	}
-	if !r.wedged && accused(&st.Current, st.Suspects) {
+	if !r.phase.Ending() && accused(&st.Current, st.Suspects) {
 		// A recorded suspicion counts only once a majority has reported
 		// (membership.Suspected), and members report once wedged: a
 		// suspicion is reason enough to wedge, even when no connection
@@ -180,6 +177,39 @@ func (r *runner) decide(st *membership.State) {
 	}
 }
 
+// unregistered returns the members of the current view that the etcd
+// registrations give up for dead, a second, coarse signal beside the
+// failure detector: a member whose registration names a newer
+// incarnation, or whose registration has been missing for a whole lease
+// period as this member saw it. A registration goes missing for a moment
+// whenever a live member's lease lapses (etcd was out of reach, or slow
+// to answer a renewal) and the member registers again: counting that as
+// a suspicion would end a view each time.
+func (r *runner) unregistered(st *membership.State) map[uint64]bool {
+	ms, now := &r.ms, r.g.cfg.Clock()
+	out := make(map[uint64]bool)
+	missing := make(map[membership.Member]int64)
+	for _, m := range st.Current.Members {
+		reg, ok := st.Registered[m.ID]
+		switch {
+		case ok && reg.Incarnation != m.Incarnation:
+			out[m.ID] = true
+		case !ok:
+			key := membership.Member{ID: m.ID, Incarnation: m.Incarnation}
+			since, seen := ms.missing[key]
+			if !seen {
+				since = now
+			}
+			missing[key] = since
+			if now-since >= int64(r.g.cfg.Etcd.LeaseTTL) {
+				out[m.ID] = true
+			}
+		}
+	}
+	ms.missing = missing
+	return out
+}
+
 // accused reports whether a member of v suspects another.
 func accused(v *membership.View, suspects map[uint64]map[uint64]string) bool {
 	for suspect, by := range suspects {
@@ -212,11 +242,12 @@ func allCaughtUp(v *membership.View, caughtUp map[uint64]bool) bool {
 // wedge ends this member's part in the current view and reports what it
 // holds (DESIGN rule 5).
 func (r *runner) wedge(reason string) {
-	if r.wedged || r.v == nil {
+	if r.phase != vsync.Active {
 		return
 	}
 	g, v := r.g, r.v
-	r.wedged, r.wedgedAt = true, g.cfg.Clock()
+	r.to(vsync.Wedged, reason)
+	r.wedgedAt = g.cfg.Clock()
 	v.core.Wedge()
 	v.det.Wedge()
 	// The report goes out after a few heartbeats to everyone, so that it
@@ -254,6 +285,7 @@ func (r *runner) report() {
 		r.change.AddEvent("final report", trace.WithAttributes(attribute.Int("convoy.hears", len(rep.Hears))))
 	}
 	r.async("final report", func(ctx context.Context, s *membership.Store) error { return s.PutReport(ctx, rep) })
+	r.to(vsync.Reported, "final report sent")
 }
 
 // suspect records a confirmed suspicion of member id in etcd.
@@ -270,10 +302,10 @@ func (r *runner) install(rec membership.View) bool {
 	g, old := r.g, r.v
 	rank := rec.Rank(r.ms.self.ID)
 	in := rank >= 0 && rec.Members[rank].Incarnation == r.ms.self.Incarnation
-	if !r.wedged {
-		// Possible only when this member's report was not needed: it is
-		// not in rec.
-		r.wedged = true
+	if !r.phase.Ending() {
+		// Its report was not needed (it is not in rec), or a later view
+		// is committed and rec is one of those in between.
+		r.to(vsync.Wedged, fmt.Sprintf("view %d is committed", rec.Epoch))
 		old.core.Wedge()
 	}
 	// In durable delivery the view record is on disk before any message
@@ -283,15 +315,10 @@ func (r *runner) install(rec membership.View) bool {
 			g.log.Error("durable log: view record", "epoch", rec.Epoch, "err", err)
 		}
 	}
-	// Snapshots of the ending view for joiners must finish before its
-	// held deliveries are handed out; then the deliveries the core made
-	// before it wedged come first.
-	if r.snapshots > 0 {
-		r.waitSnapshots()
-		if !r.restoring {
-			r.release()
-		}
-	}
+	// A snapshot for the ending view's joiners is of no use any more: it
+	// stops after the part in progress, and until then the deliveries
+	// (and views) stay held, behind those held already.
+	r.stopSnapshot()
 	r.deliver(old.core.Ready().Deliveries)
 	cut, err := cutFor(&old.rec, &rec)
 	if err != nil {
@@ -313,11 +340,12 @@ func (r *runner) install(rec membership.View) bool {
 	now := g.cfg.Clock()
 	v, err := g.openView(g.ctx, rec, rank, now)
 	if err != nil {
-		g.fail(fmt.Errorf("open view %d: %w", rec.Epoch, err))
+		r.fail(fmt.Errorf("open view %d: %w", rec.Epoch, err))
 		r.v = nil
 		return false
 	}
-	r.v, r.wedged, r.pendingDonate = v, false, nil
+	r.v, r.pendingDonate = v, nil
+	r.to(vsync.Active, fmt.Sprintf("installed view %d", rec.Epoch))
 	if g.disk != nil {
 		r.announcePersisted() // to the new view's members
 	}
@@ -357,7 +385,7 @@ func (r *runner) install(rec membership.View) bool {
 	}
 	g.spaceFreedLocked()
 	g.mu.Unlock()
-	if r.wedged {
+	if r.phase.Ending() {
 		return true
 	}
 	for _, p := range resend {
@@ -390,10 +418,11 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 	g := r.g
 	v, err := g.openView(g.ctx, *rec, rank, g.cfg.Clock())
 	if err != nil {
-		g.fail(fmt.Errorf("open view %d: %w", rec.Epoch, err))
+		r.fail(fmt.Errorf("open view %d: %w", rec.Epoch, err))
 		return false
 	}
-	r.v, r.wedged = v, false
+	r.v = v
+	r.to(vsync.Active, fmt.Sprintf("entered view %d", rec.Epoch))
 	g.mu.Lock()
 	g.mu.epoch, g.mu.out = rec.Epoch, nil
 	g.mu.Unlock()
@@ -459,8 +488,18 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 }
 
 // onView hands a view to the application, behind the deliveries still
-// waiting to be durable.
+// held or waiting to be durable.
 func (r *runner) onView(v View) {
+	if r.holding() && !r.restoring {
+		r.held = append(r.held, durItem{v: &v})
+		return
+	}
+	r.passView(v)
+}
+
+// passView hands a view to the application, behind the deliveries still
+// waiting to be durable.
+func (r *runner) passView(v View) {
 	if len(r.durq) > 0 {
 		r.durq = append(r.durq, durItem{v: &v})
 		return
@@ -497,7 +536,7 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	r.endChange(attribute.Bool("convoy.excluded", true))
 	r.waitSnapshots()
 	r.v.close()
-	r.v, r.wedged, r.pending, r.restoring, r.held, r.pendingDonate = nil, false, nil, false, nil, nil
+	r.v, r.pending, r.restoring, r.held, r.pendingDonate = nil, nil, false, nil, nil
 	// Deliveries still waiting to be durable everywhere are not handed
 	// out: this incarnation ends here.
 	r.durq = nil
@@ -521,15 +560,18 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	g.mu.Unlock()
 	g.m.epoch.Record(g.ctx, 0)
 	if leaving {
+		r.to(vsync.Left, reason)
 		m.leftOnce.Do(func() { close(m.left) })
 		return
 	}
 	if g.disk != nil && g.disk.Err() != nil {
 		// A member that cannot persist does not come back: the
-		// application sees the group fail and restarts it.
+		// application sees the group fail and restarts it (the loop ends
+		// on diskErr).
 		r.diskErr = g.disk.Err()
 		return
 	}
+	r.to(vsync.Joining, reason)
 	// Rejoin as a new incarnation: registering it tells the others that
 	// the old one is gone. A member excluded again and again (it is cut
 	// off from the others, and each view that admits it breaks at once)

@@ -3,6 +3,7 @@ package convoy
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"runtime/pprof"
@@ -104,8 +105,9 @@ func (c *vsCluster) open(id NodeID, initial int, opts ...func(*Config)) (*vsNode
 		o(&cfg)
 	}
 	g, err := Open(context.Background(), cfg, func(d Delivery) {
-		n.state.Apply(d.Payload)
+		// The state and the history change together (settled reads both).
 		n.mu.Lock()
+		n.state.Apply(d.Payload)
 		if d.Replayed {
 			n.replayed = append(n.replayed, d)
 		} else {
@@ -469,36 +471,53 @@ func TestViewsJoinWithStateTransfer(t *testing.T) {
 	sameState(t, all...)
 }
 
-// waitSameIndex waits until the members delivered up to the same index
-// (the senders must have stopped).
+// waitSameIndex waits until every node takes part in a view and has
+// delivered up to the same index.
 func (c *vsCluster) waitSameIndex(nodes ...*vsNode) {
 	c.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var idx []uint64
+		in := true
 		for _, n := range nodes {
-			idx = append(idx, n.lastIndex())
+			i, ok := n.settled()
+			idx = append(idx, i)
+			in = in && ok
 		}
-		if slices.Min(idx) == slices.Max(idx) {
+		if in && slices.Min(idx) == slices.Max(idx) {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("members stopped at different indexes: %v", idx)
+			c.t.Fatalf("members stopped at different indexes (or out of the views): %v", idx)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 }
 
+// lastIndex returns the index of the last message the node delivered, or
+// the start of the view it saw last.
 func (n *vsNode) lastIndex() uint64 {
+	i, _ := n.settled()
+	return i
+}
+
+// settled returns what lastIndex does, and whether the node's state is
+// that index's: not if the last view it saw excluded it (an excluded
+// member stops short of the view's start and waits for a transfer).
+func (n *vsNode) settled() (uint64, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.settledLocked()
+}
+
+func (n *vsNode) settledLocked() (uint64, bool) {
 	if len(n.events) == 0 {
-		return 0
+		return 0, false
 	}
 	if e := n.events[len(n.events)-1]; e.view != nil {
-		return e.view.Start
+		return e.view.Start, !e.view.Excluded
 	} else {
-		return e.d.Index
+		return e.d.Index, true
 	}
 }
 
@@ -514,16 +533,45 @@ func (c *vsCluster) waitCount(n *vsNode, k int) {
 	}
 }
 
+// sameState checks that the nodes' states are equal once they have
+// delivered up to the same index in a view. The group may still be
+// changing views (a member excluded meanwhile stops short of the others
+// until its state is transferred again): it waits until the nodes are
+// settled at one index, and fails if they are there with different
+// states, or never get there.
 func sameState(t *testing.T, nodes ...*vsNode) {
 	t.Helper()
-	ref, keys := nodes[0].state.Checksum()
-	if keys == 0 {
-		t.Fatal("empty state")
-	}
-	for _, n := range nodes[1:] {
-		if got, _ := n.state.Checksum(); got != ref {
-			t.Fatalf("member %d's state differs from member %d's", n.id, nodes[0].id)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var (
+			idx     []uint64
+			sums    []string
+			settled = true
+			keys    int
+		)
+		for _, n := range nodes {
+			n.mu.Lock()
+			i, ok := n.settledLocked()
+			sum, k := n.state.Checksum()
+			n.mu.Unlock()
+			idx, sums, settled = append(idx, i), append(sums, sum), settled && ok
+			keys = max(keys, k)
 		}
+		if settled && slices.Min(idx) == slices.Max(idx) {
+			if keys == 0 {
+				t.Fatal("empty state")
+			}
+			for i, n := range nodes[1:] {
+				if sums[i+1] != sums[0] {
+					t.Fatalf("member %d's state differs from member %d's at index %d", n.id, nodes[0].id, idx[0])
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("members never settled at one index to compare their states: %v", idx)
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -791,17 +839,13 @@ func TestViewsLeave(t *testing.T) {
 // all its members in one view and traffic going on, with every guarantee
 // intact — with and without durable delivery.
 //
-// Known bug: on a loaded machine this scenario sometimes ends with the
-// group stalled, or with a joiner's state different from its donors',
-// after a chain of exclusions and rejoins caused by the mass lease loss
-// (seen in about 1 of 12 runs with four race-built copies at once). It
-// runs only with CONVOY_KNOWN_BUGS=1 until that is fixed:
-//
-//	CONVOY_KNOWN_BUGS=1 CONVOY_TEST_LOG=info go test -race -run TestViewsEtcdOutageLeasesLost -count=5 .
+// On a loaded machine the lease loss goes on after etcd is back (renewals
+// miss the short TTL), so views keep changing while a joiner's state is
+// transferred: donors must stop snapshotting for a view that ended
+// rather than block until the snapshot is done (the stall this test once
+// found), and the states are compared only once every member is back in
+// a view at one index (an excluded member stops short of the others).
 func TestViewsEtcdOutageLeasesLost(t *testing.T) {
-	if os.Getenv("CONVOY_KNOWN_BUGS") == "" {
-		t.Skip("known bug (see the comment): set CONVOY_KNOWN_BUGS=1 to run")
-	}
 	for _, durable := range []bool{false, true} {
 		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) {
 			dir := t.TempDir()
@@ -837,4 +881,99 @@ func TestViewsEtcdOutageLeasesLost(t *testing.T) {
 			sameState(t, nodes...)
 		})
 	}
+}
+
+// TestViewsDonorSnapshotOutlivesItsView: the donors of a joiner are
+// still snapshotting their state (the application's Snapshot is slow)
+// when the next view comes. A donor's snapshot for a view that ended is
+// of no use: it must not hold the donor back from installing the next
+// view and taking part in the group (it once did, until the snapshot was
+// done, so that under load the joiner gave up on its silent donors, was
+// excluded, rejoined and the donors started over, view after view). The
+// deliveries stay held until the snapshot's part in progress ends; then
+// both joiners get their state as of the next view's start.
+func TestViewsDonorSnapshotOutlivesItsView(t *testing.T) {
+	c := newVSCluster(t)
+	release := make(chan struct{})
+	var once sync.Once
+	openGate := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(openGate) // a failed check must not leave the donors waiting
+	entered := make(chan NodeID, 64)
+	gated := func(cfg *Config) {
+		cfg.State = &gatedState{StateMachine: cfg.State, id: cfg.Self, entered: entered, release: release}
+		cfg.TransferStall = time.Minute // the joiners wait for the gate, not for a stall
+	}
+	nodes := c.openAll(3, gated)
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes...)
+	c.waitCount(nodes[0], 200)
+
+	joined := make(chan *vsNode, 2)
+	join := func(id NodeID) {
+		go func() {
+			n, err := c.open(id, 1, gated)
+			if err != nil {
+				t.Error(err)
+			}
+			joined <- n
+		}()
+	}
+	join(4)
+	// Every donor of view 2 is inside Snapshot, waiting at the gate.
+	donors := map[NodeID]bool{}
+	for len(donors) < len(nodes) {
+		donors[<-entered] = true
+	}
+	join(5)
+	for _, n := range nodes {
+		c.waitEpoch(n, 3)
+	}
+	openGate()
+	all := append(nodes, <-joined, <-joined)
+	c.waitView(3, 5, all...)
+	close(stop)
+	wg.Wait()
+	c.waitDelivered(nodes, nodes...)
+	c.waitSameIndex(all...)
+	c.check()
+	sameState(t, all...)
+}
+
+// waitEpoch waits until n's loop has installed a view of at least epoch
+// (the application may not have seen it yet: views wait behind held
+// deliveries).
+func (c *vsCluster) waitEpoch(n *vsNode, epoch uint64) {
+	c.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		n.g.mu.Lock()
+		e := n.g.mu.epoch
+		n.g.mu.Unlock()
+		if e >= epoch {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("member %d: in view %d, want %d", n.id, e, epoch)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// gatedState is a state machine whose Snapshot waits until release is
+// closed, after saying on entered that it was called.
+type gatedState struct {
+	StateMachine
+	id      NodeID
+	entered chan<- NodeID
+	release <-chan struct{}
+}
+
+func (s *gatedState) Snapshot(w io.Writer, part, of int) error {
+	select {
+	case <-s.release:
+	default:
+		s.entered <- s.id
+		<-s.release
+	}
+	return s.StateMachine.Snapshot(w, part, of)
 }

@@ -1,0 +1,5 @@
+//go:build race
+
+package invariants
+
+const raceEnabled = true
