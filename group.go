@@ -233,14 +233,6 @@ func staticResolver(members []Member) func(NodeID) (string, error) {
 
 func (g *Group) listen(resolve func(NodeID) (string, error)) (rdma.Endpoint, error) {
 	listen := g.cfg.ListenAddr
-	if listen == "" {
-		listen = g.cfg.Addr
-	}
-	if listen == "" {
-		if a, err := resolve(g.cfg.Self); err == nil {
-			listen = a
-		}
-	}
 	ep, err := rdma.ListenTCP(rdma.TCPConfig{
 		ID:            g.cfg.Self,
 		ListenAddr:    listen,
