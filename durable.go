@@ -161,10 +161,11 @@ func (r *runner) durableBefore(index uint64) bool {
 // delivery.
 var ErrNotDurable = errors.New("convoy: delivery is not durable")
 
-// WaitDurable waits until every message up to global index index is on
-// the disk of every member of the view (DESIGN rule 3): it then survives
-// the crash of every member. It returns ErrNotDurable without
-// Config.Durable, and the group's error if it ends first.
+// WaitDurable waits until every message up to global index index is on the
+// disk of every member of the view (every member has announced a synced
+// index at least that high): it then survives the crash of every member.
+// It returns ErrNotDurable without Config.Durable, and the group's error
+// if it ends first.
 func (g *Group) WaitDurable(ctx context.Context, index uint64) error {
 	if g.disk == nil {
 		return ErrNotDurable

@@ -43,7 +43,10 @@ type Delivery struct {
 
 // Handler receives deliveries, one at a time, in order. It runs on the
 // group's own goroutine: while it runs, delivery waits. It must not call
-// Close; it may call Send with a WaitAccepted level only.
+// Close; it may call Send only without WaitDelivered or WaitStable (Send
+// then returns once the message is Accepted), and even so, with the
+// window full, Send waits until its context ends (or, with
+// Config.NoWait, returns ErrBackpressure).
 type Handler func(Delivery)
 
 // Group is one member's handle on a group. Its methods are safe for
@@ -369,7 +372,8 @@ func (g *Group) fail(err error) {
 	}
 }
 
-// errDone is the error Send reports once the group ended, or nil.
+// errDoneLocked is the error Send reports once the group ended, or
+// while this member takes part in no view; nil otherwise.
 func (g *Group) errDoneLocked() error {
 	switch {
 	case g.mu.closed:
