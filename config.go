@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
@@ -45,7 +46,7 @@ type Member struct {
 	Addr string
 }
 
-// Defaults for Config fields left zero.
+// Defaults for Config fields left zero (see withDefaults).
 const (
 	// DefaultWindowMessages bounds a member's own messages sent but not yet
 	// delivered locally.
@@ -57,6 +58,13 @@ const (
 	DefaultBeaconGap = 20 * time.Microsecond
 	// DefaultMaxMessageBytes bounds one message.
 	DefaultMaxMessageBytes = 64 << 20
+
+	// The failure detector and state transfer of a view-managed group.
+	DefaultHeartbeatInterval = 50 * time.Millisecond
+	DefaultSuspectTimeout    = 250 * time.Millisecond
+	DefaultStallTimeout      = 2 * time.Second
+	DefaultMaxDonors         = 4
+	DefaultTransferStall     = 10 * time.Second
 )
 
 // StateMachine is implemented by applications whose state a joining
@@ -67,8 +75,9 @@ type StateMachine = membership.StateMachine
 type EtcdConfig struct {
 	// Endpoints of an etcd cluster (production: a fixed etcd quorum, not
 	// embedded in members that come and go). Empty: Open starts an
-	// embedded single-node etcd in this process, the development default
-	// (see Group.EtcdEndpoints to let other processes use it).
+	// embedded single-node etcd in this process, the development default,
+	// on a free loopback port that no other process learns of: it serves
+	// this member alone, so a group of several processes needs Endpoints.
 	Endpoints []string
 	// Prefix namespaces the group's keys (default "/convoy/").
 	Prefix string
@@ -82,6 +91,36 @@ type EtcdConfig struct {
 	// Dir is the embedded etcd's data directory ("" = a temporary one).
 	Dir string
 }
+
+// DurableConfig makes delivery durable: every member writes the messages
+// it delivers, in the agreed order, to a log on disk, and a message is
+// handed to the application (and Send with WaitDelivered returns) only
+// once every member of the view has it on disk.
+type DurableConfig struct {
+	// Dir is the log's directory.
+	Dir string
+	// FS, if set, replaces the operating system's file system (tests).
+	FS vfs.FS
+	// MaxLag bounds how far a member's persisted index may trail the
+	// highest announced in its view (default DefaultMaxLag, 1<<18
+	// deliveries): a member further behind is suspected, and excluded by
+	// the next view change, rather than allowed to stall durable delivery,
+	// which waits for every member's disk. Only view-managed groups
+	// exclude.
+	MaxLag uint64
+	// RestartWait is how long a restart after a failure of most of the
+	// last view waits, once a majority of that view's caught-up members
+	// is back, for the others before going on without them (they then
+	// join and receive the state); default DefaultRestartWait, 3s. A
+	// restart never goes on without a majority.
+	RestartWait time.Duration
+}
+
+// DefaultRestartWait is DurableConfig.RestartWait's default.
+const DefaultRestartWait = 3 * time.Second
+
+// DefaultMaxLag is DurableConfig.MaxLag's default.
+const DefaultMaxLag = 1 << 18
 
 // Config configures one member of a group.
 //
@@ -100,27 +139,31 @@ type Config struct {
 	// Etcd enables views kept in etcd.
 	Etcd *EtcdConfig
 	// Addr is this member's transport address in a view-managed group,
-	// as other members reach it (default: ListenAddr, or the address the
-	// tcp transport listens on).
+	// as registered in etcd for the others to reach it. When Open listens
+	// itself (Endpoint nil), it registers the address the tcp transport
+	// listens on instead, and Addr is only where to listen (ListenAddr's
+	// default); with Endpoint set, Addr is registered as given.
 	Addr string
 	// InitialMembers is how many members must have registered before the
 	// one with the lowest id founds the group with all of them (default
 	// 1). Later members join through view changes.
 	InitialMembers int
-	// HeartbeatInterval, SuspectTimeout and StallTimeout tune the failure
-	// detector (package membership): a neighbour silent for SuspectTimeout
-	// (default 250ms), or whose receive frontier stays behind for
-	// StallTimeout (default 2s) while it keeps beating, is suspected, and
-	// excluded once other paths confirm.
+	// HeartbeatInterval (default DefaultHeartbeatInterval, 50ms),
+	// SuspectTimeout and StallTimeout tune the failure detector (package
+	// membership): a neighbour silent for SuspectTimeout (default
+	// DefaultSuspectTimeout, 250ms), or whose receive frontier stays behind
+	// for StallTimeout (default DefaultStallTimeout, 2s) while it keeps
+	// beating, is suspected, and excluded once other paths confirm.
 	HeartbeatInterval, SuspectTimeout, StallTimeout time.Duration
 	// State, if set, is the application state that joiners receive
 	// (snapshot at the end of the view before the one that admits them,
-	// streamed in parts from up to MaxDonors members, default 4).
+	// streamed in parts from up to MaxDonors members, default
+	// DefaultMaxDonors, 4).
 	State     StateMachine
 	MaxDonors int
 	// TransferStall is how long a donor may make no progress — taking
 	// its snapshot included — before a joiner asks another for its part
-	// (default 10s).
+	// (default DefaultTransferStall, 10s).
 	TransferStall time.Duration
 	// Durable, if set, makes delivery durable (Atomic mode only): see
 	// DurableConfig.
@@ -131,11 +174,12 @@ type Config struct {
 
 	// Mode is the delivery guarantee (default Atomic).
 	Mode Mode
-	// Epoch labels this group's deliveries (default 1).
+	// Epoch labels the deliveries of a group with fixed membership
+	// (default 1); a view-managed group takes its epochs from its views.
 	Epoch uint64
 	// Endpoint is the transport endpoint to use. If nil, Open listens on
-	// ListenAddr (default: this member's Addr) with the tcp transport and
-	// closes the endpoint on Close.
+	// ListenAddr (default: Addr, or else this member's address in Members)
+	// with the tcp transport and closes the endpoint on Close.
 	Endpoint   rdma.Endpoint
 	ListenAddr string
 	// TLS, if set, authenticates members to each other (mutual TLS) on
@@ -146,23 +190,27 @@ type Config struct {
 	BeaconInterval time.Duration
 	FanOut         int
 	// BeaconGap is the shortest time between a member's records when it
-	// beacons in reaction to traffic (default DefaultBeaconGap). The group
-	// reacts after each batch of incoming records, so a short gap costs
-	// little under load and saves waiting for a timer when idle.
+	// beacons in reaction to traffic (default DefaultBeaconGap, 20µs). The
+	// group reacts after each batch of incoming records, so a short gap
+	// costs little under load and saves waiting for a timer when idle.
 	BeaconGap time.Duration
 	// WindowMessages and WindowBytes bound this member's own messages sent
-	// but not yet delivered locally; Send waits for space (or returns
-	// ErrBackpressure with NoWait).
+	// but not yet delivered locally (defaults DefaultWindowMessages, 64Ki
+	// messages, and DefaultWindowBytes, 64MiB); Send waits for space (or
+	// returns ErrBackpressure with NoWait).
 	WindowMessages int
 	WindowBytes    int
 	NoWait         bool
-	// MaxMessageBytes bounds one message.
+	// MaxMessageBytes bounds one message (default DefaultMaxMessageBytes,
+	// 64MiB).
 	MaxMessageBytes int
 	// Algorithm and BlockBytes tune large messages (package multicast).
 	Algorithm  multicast.Algorithm
 	BlockBytes int
-	// Clock returns this member's monotonic time in nanoseconds (default:
-	// time since Open). Tests inject skewed clocks here.
+	// Clock returns this member's time in nanoseconds, which must never go
+	// backwards (default: wall-clock time since the Unix epoch, read once
+	// at Open and advanced by the monotonic clock). Tests inject skewed
+	// clocks here.
 	Clock func() int64
 	// Logger, MeterProvider and TracerProvider receive logs, metrics and
 	// spans (view changes and state transfers); nil discards them.
@@ -207,110 +255,45 @@ var (
 	ErrLeft = errors.New("convoy: left the group")
 )
 
-// Defaults for the view-managed group.
-const (
-	DefaultHeartbeatInterval = 50 * time.Millisecond
-	DefaultSuspectTimeout    = 250 * time.Millisecond
-	DefaultStallTimeout      = 2 * time.Second
-	DefaultMaxDonors         = 4
-	DefaultTransferStall     = 10 * time.Second
-)
-
+// withDefaults checks c and returns it with every field left zero set to
+// the default its documentation states. It is the one place where
+// defaults are applied.
 func (c Config) withDefaults() (Config, error) {
-	if c.Etcd != nil {
-		return c.dynamicDefaults()
+	if err := c.checkMembers(); err != nil {
+		return c, err
 	}
-	self := -1
-	seen := make(map[NodeID]bool)
-	for i, m := range c.Members {
-		if seen[m.ID] {
-			return c, fmt.Errorf("convoy: member %d listed twice", m.ID)
-		}
-		seen[m.ID] = true
-		if m.ID == c.Self {
-			self = i
-		}
-	}
-	if self < 0 {
-		return c, fmt.Errorf("convoy: self %d is not in Members", c.Self)
-	}
-	if len(c.Members) > 1<<14 {
-		return c, fmt.Errorf("convoy: %d members, at most %d", len(c.Members), 1<<14)
-	}
-	if c.Epoch == 0 {
-		c.Epoch = 1
-	}
-	if c.Epoch >= 1<<40 {
-		return c, fmt.Errorf("convoy: epoch %d out of range", c.Epoch)
-	}
-	return c.commonDefaults()
-}
-
-// dynamicDefaults checks and completes the configuration of a
-// view-managed group.
-func (c Config) dynamicDefaults() (Config, error) {
-	if len(c.Members) > 0 {
-		return c, errors.New("convoy: a view-managed group (Etcd set) takes its members from etcd, not Members")
-	}
-	if c.Mode != Atomic {
-		return c, fmt.Errorf("convoy: views need atomic mode, not %v (DESIGN rule 4)", c.Mode)
-	}
-	if c.Self == 0 {
-		return c, errors.New("convoy: Self must be a non-zero id")
-	}
-	e := *c.Etcd
-	if e.Prefix == "" {
-		e.Prefix = "/convoy/"
-	}
-	if e.DialTimeout == 0 {
-		e.DialTimeout = 5 * time.Second
-	}
-	if e.LeaseTTL == 0 {
-		e.LeaseTTL = 5 * time.Second
-	}
-	c.Etcd = &e
-	if c.InitialMembers == 0 {
-		c.InitialMembers = 1
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = DefaultHeartbeatInterval
-	}
-	if c.SuspectTimeout == 0 {
-		c.SuspectTimeout = DefaultSuspectTimeout
-	}
-	if c.StallTimeout == 0 {
-		c.StallTimeout = DefaultStallTimeout
-	}
-	if c.MaxDonors == 0 {
-		c.MaxDonors = DefaultMaxDonors
-	}
-	if c.TransferStall == 0 {
-		c.TransferStall = DefaultTransferStall
-	}
-	if c.InitialMembers < 1 || c.MaxDonors < 1 || c.TransferStall < 0 || c.HeartbeatInterval < 0 || c.SuspectTimeout <= c.HeartbeatInterval || c.StallTimeout < 0 {
-		return c, errors.New("convoy: InitialMembers and MaxDonors must be positive, SuspectTimeout above HeartbeatInterval")
-	}
-	return c.commonDefaults()
-}
-
-func (c Config) commonDefaults() (Config, error) {
 	if c.Durable != nil && (c.Mode != Atomic || c.Durable.Dir == "" && c.Durable.FS == nil) {
 		return c, errors.New("convoy: durable delivery needs atomic mode and a directory")
 	}
-	if c.BeaconGap == 0 {
-		c.BeaconGap = DefaultBeaconGap
+	def(&c.Epoch, 1)
+	def(&c.ListenAddr, c.Addr)
+	for _, m := range c.Members {
+		if m.ID == c.Self {
+			def(&c.ListenAddr, m.Addr)
+		}
 	}
-	if c.WindowMessages == 0 {
-		c.WindowMessages = DefaultWindowMessages
+	def(&c.InitialMembers, 1)
+	def(&c.HeartbeatInterval, DefaultHeartbeatInterval)
+	def(&c.SuspectTimeout, DefaultSuspectTimeout)
+	def(&c.StallTimeout, DefaultStallTimeout)
+	def(&c.MaxDonors, DefaultMaxDonors)
+	def(&c.TransferStall, DefaultTransferStall)
+	def(&c.BeaconGap, DefaultBeaconGap)
+	def(&c.WindowMessages, DefaultWindowMessages)
+	def(&c.WindowBytes, DefaultWindowBytes)
+	def(&c.MaxMessageBytes, DefaultMaxMessageBytes)
+	if c.Etcd != nil {
+		e := *c.Etcd
+		def(&e.Prefix, "/convoy/")
+		def(&e.DialTimeout, 5*time.Second)
+		def(&e.LeaseTTL, 5*time.Second)
+		c.Etcd = &e
 	}
-	if c.WindowBytes == 0 {
-		c.WindowBytes = DefaultWindowBytes
-	}
-	if c.MaxMessageBytes == 0 {
-		c.MaxMessageBytes = DefaultMaxMessageBytes
-	}
-	if c.WindowMessages < 1 || c.WindowBytes < 1 || c.MaxMessageBytes < 1 {
-		return c, errors.New("convoy: window and message limits must be positive")
+	if c.Durable != nil {
+		d := *c.Durable
+		def(&d.MaxLag, DefaultMaxLag)
+		def(&d.RestartWait, DefaultRestartWait)
+		c.Durable = &d
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -329,5 +312,59 @@ func (c Config) commonDefaults() (Config, error) {
 		base := start.UnixNano()
 		c.Clock = func() int64 { return base + int64(time.Since(start)) }
 	}
+	if c.WindowMessages < 1 || c.WindowBytes < 1 || c.MaxMessageBytes < 1 {
+		return c, errors.New("convoy: window and message limits must be positive")
+	}
+	if c.Etcd != nil && (c.InitialMembers < 1 || c.MaxDonors < 1 || c.TransferStall < 0 || c.HeartbeatInterval < 0 || c.SuspectTimeout <= c.HeartbeatInterval || c.StallTimeout < 0) {
+		return c, errors.New("convoy: InitialMembers and MaxDonors must be positive, SuspectTimeout above HeartbeatInterval")
+	}
 	return c, nil
+}
+
+// def sets *p to v if it is zero.
+func def[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
+
+// checkMembers checks the group's membership: a fixed list (Members) or
+// views kept in etcd (Etcd).
+func (c Config) checkMembers() error {
+	if c.Etcd != nil {
+		if len(c.Members) > 0 {
+			return errors.New("convoy: a view-managed group (Etcd set) takes its members from etcd, not Members")
+		}
+		if c.Mode != Atomic {
+			// At a failure, best-effort total order lets members deliver
+			// different subsets: no cut could end a view the same on all.
+			return fmt.Errorf("convoy: views need atomic mode, not %v", c.Mode)
+		}
+		if c.Self == 0 {
+			return errors.New("convoy: Self must be a non-zero id")
+		}
+		return nil
+	}
+	self := -1
+	seen := make(map[NodeID]bool)
+	for i, m := range c.Members {
+		if seen[m.ID] {
+			return fmt.Errorf("convoy: member %d listed twice", m.ID)
+		}
+		seen[m.ID] = true
+		if m.ID == c.Self {
+			self = i
+		}
+	}
+	if self < 0 {
+		return fmt.Errorf("convoy: self %d is not in Members", c.Self)
+	}
+	if len(c.Members) > 1<<14 {
+		return fmt.Errorf("convoy: %d members, at most %d", len(c.Members), 1<<14)
+	}
+	if c.Epoch >= 1<<40 {
+		return fmt.Errorf("convoy: epoch %d out of range", c.Epoch)
+	}
+	return nil
 }

@@ -4,41 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
-
-	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/convoy-gcs/convoy/persistence"
 )
-
-// DurableConfig makes delivery durable: every member writes the messages
-// it delivers, in the agreed order, to a log on disk, and a message is
-// handed to the application (and Send with WaitDelivered returns) only
-// once every member of the view has it on disk (DESIGN rule 3).
-type DurableConfig struct {
-	// Dir is the log's directory.
-	Dir string
-	// FS, if set, replaces the operating system's file system (tests).
-	FS vfs.FS
-	// MaxLag bounds how far a member's persisted index may trail the
-	// highest announced in its view (default DefaultMaxLag deliveries): a
-	// member further behind is suspected, and excluded by the next view
-	// change, rather than allowed to stall durable delivery (DESIGN rule
-	// 3). Only view-managed groups exclude.
-	MaxLag uint64
-	// RestartWait is how long a restart after a failure of most of the
-	// last view (DESIGN rule 12) waits, once a majority of that view's
-	// caught-up members is back, for the others before going on without
-	// them (they then join and receive the state); default
-	// DefaultRestartWait. A restart never goes on without a majority.
-	RestartWait time.Duration
-}
-
-// DefaultRestartWait is DurableConfig.RestartWait's default.
-const DefaultRestartWait = 3 * time.Second
-
-// DefaultMaxLag is DurableConfig.MaxLag's default.
-const DefaultMaxLag = 1 << 18
 
 // persistedSignal is the kind, in a control signal's top three bits, of a
 // member's persisted index (the detector's kinds are 1 to 3): the other
@@ -125,9 +93,6 @@ func (r *runner) checkLag() {
 		return
 	}
 	bound := g.cfg.Durable.MaxLag
-	if bound == 0 {
-		bound = DefaultMaxLag
-	}
 	for _, rank := range v.dur.Lagging(bound) {
 		if rank == v.self || v.lagging[rank] || !v.announced[rank] {
 			continue // (a member not heard from yet in this view is not behind)
@@ -196,10 +161,11 @@ func (r *runner) durableBefore(index uint64) bool {
 // delivery.
 var ErrNotDurable = errors.New("convoy: delivery is not durable")
 
-// WaitDurable waits until every message up to global index index is on
-// the disk of every member of the view (DESIGN rule 3): it then survives
-// the crash of every member. It returns ErrNotDurable without
-// Config.Durable, and the group's error if it ends first.
+// WaitDurable waits until every message up to global index index is on the
+// disk of every member of the view (every member has announced a synced
+// index at least that high): it then survives the crash of every member.
+// It returns ErrNotDurable without Config.Durable, and the group's error
+// if it ends first.
 func (g *Group) WaitDurable(ctx context.Context, index uint64) error {
 	if g.disk == nil {
 		return ErrNotDurable

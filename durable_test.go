@@ -262,13 +262,12 @@ func TestViewsDurableRestartWiped(t *testing.T) {
 	}
 }
 
-// TestViewsDurableTotalFailure: every member of a durable group crashes
-// at once in the middle of traffic — each disk keeping what it synced and
-// a random part of the rest — three times in a row, and every member
-// starts again on its disk. The group restarts from the members' logs
-// (DESIGN rule 12): every message a sender saw reported durable survives
-// on every member, at the index it had, no index ever holds two
-// messages, and the group goes on.
+// TestViewsDurableTotalFailure: every member of a durable group crashes at
+// once in the middle of traffic — each disk keeping what it synced and a
+// random part of the rest — three times in a row, and every member starts
+// again on its disk. The group restarts from the members' logs: every
+// message a sender saw reported durable survives on every member, at the
+// index it had, no index ever holds two messages, and the group goes on.
 func TestViewsDurableTotalFailure(t *testing.T) {
 	c := newVSCluster(t)
 	rng := rand.New(rand.NewPCG(7, 11))
@@ -512,7 +511,7 @@ func TestDurableSnapshot(t *testing.T) {
 // TestViewsDurableMajorityCrash: two of three members crash; the one left
 // cannot go on without a majority. When the two come back on their disks,
 // the survivor gives up its incarnation and the three restart the group
-// from their logs together (DESIGN rule 12).
+// from their logs together.
 func TestViewsDurableMajorityCrash(t *testing.T) {
 	c := newVSCluster(t)
 	dirs := map[NodeID]string{1: t.TempDir(), 2: t.TempDir(), 3: t.TempDir()}

@@ -44,7 +44,10 @@ type Delivery struct {
 
 // Handler receives deliveries, one at a time, in order. It runs on the
 // group's own goroutine: while it runs, delivery waits. It must not call
-// Close; it may call Send with a WaitAccepted level only.
+// Close; it may call Send only without WaitDelivered or WaitStable (Send
+// then returns once the message is Accepted), and even so, with the
+// window full, Send waits until its context ends (or, with
+// Config.NoWait, returns ErrBackpressure).
 type Handler func(Delivery)
 
 // Group is one member's handle on a group. Its methods are safe for
@@ -234,14 +237,6 @@ func staticResolver(members []Member) func(NodeID) (string, error) {
 
 func (g *Group) listen(resolve func(NodeID) (string, error)) (rdma.Endpoint, error) {
 	listen := g.cfg.ListenAddr
-	if listen == "" {
-		listen = g.cfg.Addr
-	}
-	if listen == "" {
-		if a, err := resolve(g.cfg.Self); err == nil {
-			listen = a
-		}
-	}
 	ep, err := rdma.ListenTCP(rdma.TCPConfig{
 		ID:            g.cfg.Self,
 		ListenAddr:    listen,
@@ -378,7 +373,8 @@ func (g *Group) fail(err error) {
 	}
 }
 
-// errDone is the error Send reports once the group ended, or nil.
+// errDoneLocked is the error Send reports once the group ended, or
+// while this member takes part in no view; nil otherwise.
 func (g *Group) errDoneLocked() error {
 	switch {
 	case g.mu.closed:

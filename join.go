@@ -37,13 +37,13 @@ func donorsOf(rec *membership.View, max int) []NodeID {
 	return out
 }
 
-// donate serves this member's snapshot parts to the joiners of the view
-// it just opened, if it is one of their donors. The parts are taken
-// exactly at the end of the previous view (DESIGN rule 11): the view's
-// deliveries are held back until the snapshots are done. They are taken
-// on another goroutine, slice by slice and its own share first, so that
-// the loop goes on heartbeating meanwhile and the donor sends each slice
-// while it takes the next.
+// donate serves this member's snapshot parts to the joiners of the view it
+// just opened, if it is one of their donors. The parts are taken exactly
+// at the end of the previous view, where the joiners' first view starts:
+// the view's deliveries are held back until the snapshots are done. They
+// are taken on another goroutine, slice by slice and its own share first,
+// so that the loop goes on heartbeating meanwhile and the donor sends each
+// slice while it takes the next.
 func (r *runner) donate(v *view) {
 	g, rec := r.g, &v.rec
 	donors := donorsOf(rec, g.cfg.MaxDonors)

@@ -17,21 +17,30 @@ import (
 
 // A durable member restarts from its log. At Open it replays the log to
 // the application: the state of the log's snapshot (StateMachine.Restore),
-// then every entry after it (Delivery.Replayed). It then takes part in the
-// group again:
+// then the entries after it up to the log's durable mark, the entries
+// known to be on every member's disk (Delivery.Replayed). The entries
+// beyond the mark are held back. It then takes part in the group again:
 //
 //   - If the group lives on (a majority of its last view is alive), it
-//     joins as a new incarnation and receives the state by transfer.
+//     asks to join as a new incarnation, with the position of its log's
+//     last entry. If the leader's log holds that entry, the view that
+//     admits the member has the leader send it only the messages after it
+//     (suffix.go): the member hands its held-back entries, then those,
+//     and keeps the state its replay built. Otherwise it receives the
+//     state by transfer, and its log starts again at the view's start
+//     (the held-back entries are dropped).
 //   - If most of the last view failed, no view change can follow it: the
-//     members restart the group from their logs (DESIGN rule 12). Each
-//     restarted member claims its log in etcd (membership.Recovery); a live
-//     member of that view that sees the claims gives up its incarnation
-//     and claims too; once no member of the view lives on and a majority
-//     of its caught-up members have claimed (waiting DurableConfig.
-//     RestartWait for the rest), the claimant with the lowest ID commits a
-//     recovered view (membership.DecideRecovery): it starts at the end of
-//     the highest log, its holders go on from their own state and serve it
-//     to the other claimants, who join.
+//     members restart the group from their logs, and no message reported
+//     durable is lost. Each restarted member claims its log in etcd
+//     (membership.Recovery) once the restart has looked needed for half a
+//     lease period; a live member of that view that sees the claims gives
+//     up its incarnation and claims too; once no member of the view lives
+//     on and a majority of its caught-up members have claimed (waiting
+//     DurableConfig.RestartWait for the rest), the claimant with the
+//     lowest ID commits a recovered view (membership.DecideRecovery): it
+//     starts at the end of the highest log, whose holders hand their
+//     held-back entries up to there and go on from their own state, and
+//     serve it to the other claimants, who join.
 
 // snapshotVersion is the first byte of a snapshot kept in the durable log.
 const snapshotVersion = 1
@@ -128,7 +137,8 @@ func (g *Group) replayLog(ctx context.Context) (uint64, error) {
 		applied, from = idx, idx+1
 	}
 	// Only what the log knows to be durable: an entry beyond may not stand
-	// if the group restarts without this member's log (DESIGN rule 12).
+	// if the group restarts from another member's log, which need not
+	// hold it.
 	// The rest waits until the group says it does (enterRecovered,
 	// suffixed) or is dropped (a transfer replaces the state).
 	to := min(l.Last(), max(l.Durable(), applied))

@@ -26,8 +26,10 @@ type View struct {
 	// Excluded says that the group went on to view Epoch without this
 	// member (it was suspected, or left): it delivers nothing more in
 	// this incarnation. Unless it left, it rejoins as a new incarnation,
-	// and its state is replaced by transfer (StateMachine.Restore) before
-	// the next view it takes part in.
+	// and before the next view it takes part in, its state is replaced by
+	// transfer (StateMachine.Restore) or, in durable delivery when the
+	// leader's log holds the entry its own log ends with, completed with
+	// the messages it missed.
 	Excluded bool
 }
 

@@ -240,7 +240,9 @@ func allCaughtUp(v *membership.View, caughtUp map[uint64]bool) bool {
 }
 
 // wedge ends this member's part in the current view and reports what it
-// holds (DESIGN rule 5).
+// holds: its ordering core sends, announces and delivers nothing more in
+// it, so that the report (the messages it holds per sender, its last
+// delivered index) is final.
 func (r *runner) wedge(reason string) {
 	if r.phase != vsync.Active {
 		return
@@ -296,8 +298,10 @@ func (r *runner) suspect(id NodeID, reason string) {
 	})
 }
 
-// install moves from the current view to its successor rec (DESIGN rules
-// 7–8). It returns false if this member left the views.
+// install moves from the current view to its successor rec: it delivers
+// the rest of the old view's cut, discards the old view's messages beyond
+// it, and sends its own messages beyond the cut again in rec. It returns
+// false if this member left the views.
 func (r *runner) install(rec membership.View) bool {
 	g, old := r.g, r.v
 	rank := rec.Rank(r.ms.self.ID)
@@ -309,7 +313,8 @@ func (r *runner) install(rec membership.View) bool {
 		old.core.Wedge()
 	}
 	// In durable delivery the view record is on disk before any message
-	// of its cut is delivered (DESIGN rule 7).
+	// of its cut is delivered: a log that holds a message delivered at the
+	// cut also holds the cut, with the view it starts.
 	if g.disk != nil && in {
 		if err := g.disk.PutView(g.ctx, rec); err != nil {
 			g.log.Error("durable log: view record", "epoch", rec.Epoch, "err", err)

@@ -2,12 +2,12 @@ package barrier
 
 import "fmt"
 
-// Durable computes the durable barrier (DESIGN rule 3): every member
-// announces the highest delivery index it has written to its log and
-// synced, and a message is durable once every member of the view has it,
-// that is, when its index is at or below the minimum announced. It is the
-// hook the persistence layer drives; the ordering core's atomic delivery
-// produces the indexes.
+// Durable computes the durable barrier: every member announces the
+// highest delivery index it has written to its log and synced, and a
+// message is durable once every member of the view has it, that is, when
+// its index is at or below the minimum announced. The group's durable
+// delivery drives it with the indexes its log syncs; the ordering core's
+// atomic delivery produces the indexes.
 type Durable struct {
 	persisted []uint64
 }

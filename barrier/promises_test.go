@@ -320,7 +320,8 @@ func TestPromises(t *testing.T) {
 // after it — and checks, after every step, the meaning of the promises
 // against what was actually sent: every message stamped below the frontier
 // is held, and every message not yet held is stamped at or above its
-// sender's promise in force (DESIGN rules 1 and 2). At the end every
+// sender's promise in force (a beacon counts only once its sender's
+// messages up to the one it follows are held). At the end every
 // message is held and every sender's last promise is in force.
 func TestPromisesRandom(t *testing.T) {
 	for seed := uint64(1); seed <= 300; seed++ {
@@ -435,9 +436,9 @@ func runRandomPromises(seed uint64) error {
 }
 
 // TestPromisesLargeMessageAheadOfBeacon: large and small messages travel
-// separately (DESIGN rule 1), so a large message may also complete before
-// a beacon its sender sent ahead of it on the small path. The beacon is
-// then stale — the message's own beacon (seq, ts+1) already promises more —
+// separately (multicast's block and batched paths), so a large message
+// may also complete before a beacon its sender sent ahead of it on the
+// small path. The beacon is then stale — the message's own beacon (seq, ts+1) already promises more —
 // but it is honest and bound to an earlier n; it is rejected as going
 // backwards all the same.
 func TestPromisesLargeMessageAheadOfBeacon(t *testing.T) {

@@ -14,7 +14,7 @@ type ChangeInput struct {
 	// Current is the committed current view (epoch e).
 	Current View
 	// CaughtUp holds the joiners (of any view) that completed their state
-	// transfer (DESIGN rule 10).
+	// transfer: only they count towards a majority.
 	CaughtUp map[ID]bool
 	// Suspected holds the members of Current with a recorded (confirmed)
 	// suspicion, or whose registration lease is gone. Other IDs are
@@ -38,8 +38,8 @@ type ChangeInput struct {
 // is false only Leader and HasLeader are set.
 type Decision struct {
 	// Change says a view change is under way or needed, so members must
-	// wedge (DESIGN rule 5): a suspicion, join or leave is pending, or a
-	// report is present.
+	// wedge: a suspicion, join or leave is pending, or a report is
+	// present.
 	Change bool
 	// Leader is the lowest-ranked member of Current not suspected (a
 	// leaving member may lead); HasLeader is false, and Leader 0, if every
@@ -61,9 +61,10 @@ type Decision struct {
 	// replaced by a new incarnation, or leaving).
 	Excluded bool
 	// Propose is the record to commit, set iff self is the Leader, Change
-	// holds, Minority does not and Waiting is empty (DESIGN rule 6). The
-	// caller commits it conditioned on Current being current; the store
-	// checks the majority rule again against its own state.
+	// holds, Minority does not and Waiting is empty (every proposed
+	// member's final report is in). The caller commits it conditioned on
+	// Current being current; the store checks the majority rule again
+	// against its own state.
 	Propose *View
 }
 
@@ -72,10 +73,10 @@ type Decision struct {
 var ErrBadView = errors.New("membership: malformed view record")
 
 // Decide computes, from one consistent snapshot of the store, what member
-// self must do about the change of view in.Current (DESIGN rules 5, 6 and
-// 10). It is a pure function: no I/O, no clock, no randomness. Members
-// that read the same snapshot agree on everything but Excluded and
-// Propose, which only the leader gets.
+// self must do about the change of view in.Current. It is a pure function:
+// no I/O, no clock, no randomness. Members that read the same snapshot
+// agree on everything but Excluded and Propose, which only the leader
+// gets.
 //
 // The cut ends view e where every member of view e+1 can end it: for each
 // sender of e, the lowest sequence that a continuing member of e+1

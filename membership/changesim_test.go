@@ -331,7 +331,7 @@ func (s *changeSim) announce() {
 
 // deliver delivers at a process every message below the commit barrier:
 // the longest prefix of the view's order that every member of the view
-// announced holding (DESIGN rule 2, atomic mode).
+// announced holding (atomic mode).
 func (s *changeSim) deliver() {
 	p := s.pick(s.active)
 	if p == nil {

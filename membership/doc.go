@@ -14,16 +14,15 @@
 // snapshot at one revision and [Store.Watch] says when to read it again.
 // The key layout is documented in keys.go.
 //
-// [Decide] is the view-change decision (DESIGN rules 5–10) as a pure
-// function of such a snapshot: whether a change is under way, the leader
-// (the lowest-ranked member not suspected), the proposed members, whose
-// final [Report] is still missing, and, for the leader once every report
-// is in, the next view with its cut. [Suspected] says which members a
-// change leaves out: the reporters that still hear each other form
-// groups, only a group holding a majority of the view counts, and only
-// its members' suspicions exclude anyone — so the minority side of a
-// partition, which suspects the majority just as firmly, cannot exclude
-// it.
+// [Decide] is the view-change decision as a pure function of such a
+// snapshot: whether a change is under way, the leader (the lowest-ranked
+// member not suspected), the proposed members, whose final [Report] is
+// still missing, and, for the leader once every report is in, the next
+// view with its cut. [Suspected] says which members a change leaves out:
+// the reporters that still hear each other form groups, only a group
+// holding a majority of the view counts, and only its members' suspicions
+// exclude anyone — so the minority side of a partition, which suspects the
+// majority just as firmly, cannot exclude it.
 //
 // Failure detection follows CubicRing (§3–4): members are placed on a
 // generalized hypercube ([Neighbours]) and each watches only its direct

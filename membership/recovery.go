@@ -8,8 +8,8 @@ import (
 )
 
 // Recovery is a restarted member's claim to take part in restarting the
-// group after a failure of most of view Epoch (DESIGN rule 12): what its
-// durable log holds of the group's sequence.
+// group after a failure of most of view Epoch: what its durable log holds
+// of the group's sequence.
 type Recovery struct {
 	// Epoch is the view being recovered, the last committed one.
 	Epoch uint64 `json:"epoch"`
@@ -74,12 +74,12 @@ type RecoveryDecision struct {
 var ErrBadRecovery = errors.New("membership: inconsistent recovery claim")
 
 // DecideRecovery decides whether and how to restart the group from its
-// members' logs after most of the current view failed (DESIGN rule 12).
-// The recovered view keeps every message any claimant's log holds up to
-// the highest (epoch, index) log among the claims of Current's caught-up
-// members: a message is durable only once every member of its view has
-// it on disk, so a majority of Current's caught-up members includes one
-// that holds all durable messages, in place.
+// members' logs after most of the current view failed. The recovered view
+// keeps every message any claimant's log holds up to the highest (epoch,
+// index) log among the claims of Current's caught-up members: a message is
+// durable only once every member of its view has it on disk, so a majority
+// of Current's caught-up members includes one that holds all durable
+// messages, in place.
 func DecideRecovery(in RecoveryInput) (RecoveryDecision, error) {
 	cur := &in.Current
 	var d RecoveryDecision

@@ -6,7 +6,7 @@ import (
 )
 
 // TestDecideRecovery: when the group restarts from its members' logs
-// after most of its last view failed (DESIGN rule 12), and from which log.
+// after most of its last view failed, and from which log.
 func TestDecideRecovery(t *testing.T) {
 	old := func(id ID) Member { return Member{ID: id, Incarnation: 1} }
 	fresh := func(id ID) Member { return Member{ID: id, Incarnation: 2} }

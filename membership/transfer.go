@@ -1,11 +1,12 @@
 package membership
 
-// State transfer to joiners (DESIGN rule 11), streamed in parallel from
-// several members as in CubicRing's recovery (§4.2): the state is cut into
-// k parts, member i of the k donors sends part i, and each donor also holds
+// State transfer to joiners (a snapshot taken at the end of the view
+// before the one that admits them), streamed in parallel from several
+// members as in CubicRing's recovery (§4.2): the state is cut into k
+// parts, member i of the k donors sends part i, and each donor also holds
 // the next part, (i+1) mod k, as the backup of donor i+1. A joiner fetches
-// all k parts at once, one from each donor, and re-requests a part from the
-// previous donor on the ring when its donor fails or stalls.
+// all k parts at once, one from each donor, and re-requests a part from
+// the previous donor on the ring when its donor fails or stalls.
 //
 // # Wire protocol
 //

@@ -42,8 +42,8 @@ type View struct {
 	// first view.
 	Cut []SenderCut `json:"cut,omitempty"`
 	// Start is the global delivery index of the previous view's last
-	// message (L_{e-1} in DESIGN's notation): this view's first message
-	// gets index Start+1. Zero for the first view.
+	// message: this view's first message gets index Start+1. Zero for the
+	// first view.
 	Start uint64 `json:"start"`
 	// Sent gives, for every member of this view in rank order, how many of
 	// its messages were delivered in earlier views. A member's messages
@@ -51,10 +51,11 @@ type View struct {
 	// message Sent[rank]+s overall (per incarnation; zero for joiners).
 	Sent []uint64 `json:"sent"`
 	// Joining lists the members admitted by this view that must receive
-	// state before they count towards a majority (DESIGN rule 10).
+	// state before they count towards a majority (until then they hold
+	// none of the group's state).
 	Joining []ID `json:"joining,omitempty"`
-	// Recovered marks a view that restarts the group after every member
-	// of the previous view failed (DESIGN rule 12, see DecideRecovery):
+	// Recovered marks a view that restarts the group from its members'
+	// logs after most of the previous view failed (see DecideRecovery):
 	// its members are new incarnations, Start is the end of the log
 	// chosen to go on from, and Cut counts that log's messages of the
 	// previous view per sender. Its members not in Joining hold that
@@ -114,8 +115,9 @@ func End(v *View, cut []SenderCut) uint64 {
 	return end
 }
 
-// Report is a member's final report for a view it has wedged (DESIGN rule
-// 5): it sends, announces and delivers nothing more in that view.
+// Report is a member's final report for a view it has wedged: it sends,
+// announces and delivers nothing more in that view, so the report cannot
+// change.
 type Report struct {
 	Epoch  uint64 `json:"epoch"`
 	Member Member `json:"member"`

@@ -17,7 +17,7 @@
 // Receivers announce each posted buffer with a ready-for-block signal, so no
 // block is ever sent before its buffer exists.
 //
-// Messages no larger than Config.SmallThreshold take a separate low-latency
+// Messages no larger than GroupConfig.SmallThreshold take a separate low-latency
 // path: the root batches them into frames sent to every receiver directly,
 // so a stream of 64-byte messages costs one transfer per batch, not per
 // message. Both paths merge into the one send order.
@@ -30,7 +30,7 @@
 //
 // Usage:
 //
-//	g, err := multicast.NewGroup(ep, multicast.GroupConfig{
+//	g, err := multicast.NewGroup(ctx, ep, multicast.GroupConfig{
 //		ID: 7, Members: []rdma.NodeID{1, 2, 3}, Root: 1,
 //	}, multicast.Callbacks{Complete: func(m []byte) { ... }})
 //	...

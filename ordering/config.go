@@ -14,7 +14,8 @@ const (
 	// is delivered only once every member holds it.
 	Atomic Mode = iota
 	// TotalOrder delivers in total order below the member's own receive
-	// frontier (best effort, DESIGN rule 4).
+	// frontier (best effort: at a failure, members may deliver different
+	// subsets).
 	TotalOrder
 	// Unordered delivers each sender's messages in its order, at once.
 	Unordered

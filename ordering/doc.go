@@ -12,7 +12,7 @@
 // this member's own group, control records for the aggregation tree, and
 // deliveries in order.
 //
-// Delivery modes (DESIGN rules 1–4):
+// Delivery modes:
 //
 //   - Unordered: each sender's messages in its order, as they arrive.
 //   - TotalOrder: best effort; delivered below this member's own receive

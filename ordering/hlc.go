@@ -7,7 +7,7 @@ type Timestamp = barrier.Timestamp
 
 // hlc is a hybrid logical clock: a stamp is the maximum of the physical
 // clock and every stamp or promise seen, plus one, so stamps increase
-// strictly and never run behind a peer's (DESIGN: ordering).
+// strictly and never run behind a peer's.
 type hlc struct {
 	last Timestamp // highest stamp issued or seen
 }

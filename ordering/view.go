@@ -8,9 +8,9 @@ import (
 // ErrCut is returned by Finish for a cut this member cannot deliver.
 var ErrCut = errors.New("ordering: bad cut")
 
-// Wedge ends this member's part in the view (DESIGN rule 5): from now on
-// the core sends, announces and delivers nothing, and drops the records it
-// is given, so that what Held reports is final.
+// Wedge ends this member's part in the view: from now on the core sends,
+// announces and delivers nothing, and drops the records it is given, so
+// that what Held reports is final.
 func (c *Core) Wedge() {
 	c.wedged = true
 	c.ready.Records = c.ready.Records[:0]
@@ -35,11 +35,11 @@ func (c *Core) Held() []uint64 {
 // Index returns the global index of the last message delivered.
 func (c *Core) Index() uint64 { return c.cfg.Start + c.delivered }
 
-// Finish ends a wedged view at cut (DESIGN rule 7): cut[r] is how many of
-// member r's messages the view delivers. Finish returns the deliveries up
-// to the cut that this member has not made yet, in the agreed order, and
-// this member's own messages beyond the cut, in its send order, which it
-// must send again in the next view. Every other message is discarded.
+// Finish ends a wedged view at cut: cut[r] is how many of member r's
+// messages the view delivers. Finish returns the deliveries up to the cut
+// that this member has not made yet, in the agreed order, and this
+// member's own messages beyond the cut, in its send order, which it must
+// send again in the next view. Every other message is discarded.
 //
 // Every member that delivered messages of the view delivers the rest of
 // the cut in the same (stamp, rank, sequence) order, so all of them end
@@ -52,7 +52,7 @@ func (c *Core) Finish(cut []uint64) ([]Delivery, [][]byte, error) {
 	}
 	if c.cfg.Mode != Atomic {
 		// Other modes deliver before every member holds a message, so no
-		// cut can make their members agree (DESIGN rule 4).
+		// cut can make their members agree.
 		return nil, nil, fmt.Errorf("%w: views end only in atomic mode, not %v", ErrCut, c.cfg.Mode)
 	}
 	if len(cut) != c.cfg.Members {

@@ -11,8 +11,8 @@ import (
 
 // TestViewEndProperties ends random atomic views abruptly — some members
 // crash with records still in flight, the survivors wedge wherever they
-// are — and checks DESIGN rules 5–8 on the survivors: with the cut taken
-// as the minimum of their final reports, every survivor ends the view with
+// are — and checks how a view ends on the survivors: with the cut taken as
+// the minimum of their final reports, every survivor ends the view with
 // the same sequence of deliveries, nothing delivered before the wedge is
 // outside the cut, every own message beyond the cut comes back for
 // re-sending in order, and every message a survivor sent is either

@@ -3,13 +3,12 @@
 // together with the view records (with their cuts) and member metadata
 // such as the last snapshot index.
 //
-// It is the storage half of durable mode (DESIGN "Protocol rules" 3, 7
-// and 12): messages are appended only in final order, each member
-// announces the highest index it has fsynced (Synced), and a message is
-// reported durable once every member of the view has fsynced it. View
-// records are fsynced before any message of their cut is delivered, and
-// after a total failure the group restarts from the log holding the
-// highest (epoch, index).
+// It is the storage half of durable mode: messages are appended only in
+// final order, each member announces the highest index it has fsynced
+// (Synced), and a message is reported durable once every member of the
+// view has fsynced it. View records are fsynced before any message of
+// their cut is delivered, and after a total failure the group restarts
+// from the log holding the highest (epoch, index).
 //
 // # Usage
 //

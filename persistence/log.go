@@ -41,7 +41,7 @@ var (
 	// ErrClosed: the log was closed.
 	ErrClosed = errors.New("persistence: log closed")
 	// ErrViewConflict: PutView of an epoch that already holds a different
-	// view record (DESIGN guarantee 5: one view per epoch).
+	// view record (there is one view per epoch).
 	ErrViewConflict = errors.New("persistence: different view for the same epoch")
 )
 
@@ -583,10 +583,11 @@ func (l *Log) missing(index uint64) error {
 }
 
 // PutView records view record v (with its cut) and returns once it is
-// fsynced: DESIGN rule 7 requires the record to be durable before any
-// message of its cut is delivered. Putting the same record again is a
-// no-op. Errors: ErrViewConflict (a different record for v.Epoch exists),
-// ErrCorrupt, ErrClosed, ctx's, or an error wrapping ErrFailed.
+// fsynced: the group puts the record before it delivers any message of its
+// cut, so a log that holds such a message holds the cut. Putting the same
+// record again is a no-op. Errors: ErrViewConflict (a different record for
+// v.Epoch exists), ErrCorrupt, ErrClosed, ctx's, or an error wrapping
+// ErrFailed.
 func (l *Log) PutView(ctx context.Context, v membership.View) error {
 	k, val, err := encodeView(&v)
 	if err != nil {

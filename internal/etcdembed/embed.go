@@ -1,7 +1,8 @@
 // Package etcdembed runs a single-node etcd inside the current process:
 // Convoy's zero-setup default for the view store, for development, demos
 // and tests. Production deployments point the store at a real etcd
-// cluster, which is its own fixed quorum (DESIGN rule 10).
+// cluster, which is its own fixed quorum rather than one embedded in
+// members that come and go.
 package etcdembed
 
 import (

@@ -1,6 +1,6 @@
 // Package vscheck checks histories of a view-managed Convoy group against
-// the guarantees of DESIGN.md: one total order of messages and views
-// shared by every member, per-sender FIFO, and virtual synchrony.
+// its guarantees: one total order of messages and views shared by every
+// member, per-sender FIFO, and virtual synchrony.
 //
 // A history is what one incarnation of a member saw, in order: the views
 // it installed and the messages it delivered. Histories may be prefixes —

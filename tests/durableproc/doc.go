@@ -31,13 +31,15 @@
 //     others after they went on without it — and restarted together on
 //     their directories; every third round they are killed once more
 //     while the group restarts. The group must restart from the members'
-//     logs (DESIGN rule 12) and go on.
+//     logs and go on.
 //   - TestWipedDisk: one member is killed, its data directory deleted,
 //     and it is started again: it must rejoin through state transfer while
 //     the others keep going.
 //
 // After every restart and at the end, the records of every run are
-// checked against DESIGN guarantees 4 and 5:
+// checked against the guarantees of durable delivery (a message reported
+// durable survives, at its index) and of views (one sequence for all
+// members):
 //
 //   - no index ever holds two different payloads, and no payload ever
 //     appears at two indexes, over every delivery of every run, replayed

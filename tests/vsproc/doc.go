@@ -20,9 +20,9 @@
 //     the others exclude it, then continued with SIGCONT; it must stop
 //     delivering in its old incarnation and rejoin as a new one, with
 //     state transfer.
-//   - PauseBeyondLease: the same, with the member stopped for longer than
-//     the etcd lease TTL. Skipped unless VSPROC_KNOWN_BUGS is set: the
-//     member currently never rejoins.
+//   - PauseBeyondLease: the same, with the member kept stopped for a
+//     lease TTL and a second more after its exclusion, so that its etcd
+//     registration lapses too; it must rejoin all the same.
 //   - KillTwoOfFive: two of five members are killed at once; the three
 //     survivors, a majority, go on.
 //   - JoinUnderLoad: a fourth member joins three that are sending.
