@@ -52,10 +52,13 @@ type Event struct {
 type Kind int
 
 const (
-	// Malformed: a history is out of shape (no view first, a gap in the
-	// indexes, a view misplaced among the deliveries, an epoch skipped,
-	// an event that is neither a view nor a delivery).
+	// Malformed: a history is out of shape (a delivery before any view,
+	// an event that is neither a view nor a delivery, or both).
 	Malformed Kind = iota
+	// Sequence: a history's own sequence is broken (a gap in the indexes,
+	// a view misplaced among the deliveries, an epoch skipped, a delivery
+	// in an epoch other than the view installed).
+	Sequence
 	// TotalOrder: two histories deliver different messages at one index,
 	// or install different views with one epoch.
 	TotalOrder
@@ -78,6 +81,8 @@ func (k Kind) String() string {
 	switch k {
 	case Malformed:
 		return "malformed"
+	case Sequence:
+		return "sequence"
 	case TotalOrder:
 		return "total order"
 	case Duplicate:
@@ -212,10 +217,10 @@ func check(histories map[string][]Event) *errs {
 				}
 				if cur != nil {
 					if v.Epoch != cur.Epoch+1 {
-						e.add(Malformed, "%s, event %d: view %d installed after view %d", name, i, v.Epoch, cur.Epoch)
+						e.add(Sequence, "%s, event %d: view %d installed after view %d", name, i, v.Epoch, cur.Epoch)
 					}
 					if v.Start != last {
-						e.add(Malformed, "%s, event %d: view %d (start %d) installed after index %d", name, i, v.Epoch, v.Start, last)
+						e.add(Sequence, "%s, event %d: view %d (start %d) installed after index %d", name, i, v.Epoch, v.Start, last)
 					}
 					if v.Epoch == cur.Epoch+1 {
 						if inView[cur.Epoch] == nil {
@@ -241,13 +246,13 @@ func check(histories map[string][]Event) *errs {
 					continue
 				}
 				if d.Epoch != cur.Epoch {
-					e.add(Malformed, "%s, event %d: delivery of index %d in epoch %d, but view %d is installed", name, i, d.Index, d.Epoch, cur.Epoch)
+					e.add(Sequence, "%s, event %d: delivery of index %d in epoch %d, but view %d is installed", name, i, d.Index, d.Epoch, cur.Epoch)
 				}
 				if !slices.Contains(cur.Members, d.Sender) {
 					e.add(NotMember, "%s, event %d: index %d sent by %d, but sender %d is not a member of view %d", name, i, d.Index, d.Sender, d.Sender, cur.Epoch)
 				}
 				if d.Index != last+1 {
-					e.add(Malformed, "%s, event %d: index %d delivered after index %d", name, i, d.Index, last)
+					e.add(Sequence, "%s, event %d: index %d delivered after index %d", name, i, d.Index, last)
 				}
 				last = d.Index
 				msg := fmt.Sprintf("epoch %d sender %d seq %d payload %q", d.Epoch, d.Sender, d.Seq, d.Payload)

@@ -67,7 +67,7 @@ func TestCheck(t *testing.T) {
 		kind   Kind   // the kind of a violation with that substring
 	}{
 		{name: "correct", change: func(map[string][]Event) {}},
-		{name: "gap", kind: Malformed, want: "index 4 delivered after index 2", change: func(h map[string][]Event) {
+		{name: "gap", kind: Sequence, want: "index 4 delivered after index 2", change: func(h map[string][]Event) {
 			h["m1"] = slices.Delete(slices.Clone(h["m1"]), 3, 4)
 		}},
 		{name: "different message at one index", kind: TotalOrder, want: "index 5:", change: func(h map[string][]Event) {
@@ -136,16 +136,16 @@ func TestCheck(t *testing.T) {
 			h["m2"] = slices.Clone(h["m2"])
 			h["m2"][5] = view(2, 4, 2, 1)
 		}},
-		{name: "view misplaced", kind: Malformed, want: "view 2 (start 4) installed after index 3", change: func(h map[string][]Event) {
+		{name: "view misplaced", kind: Sequence, want: "view 2 (start 4) installed after index 3", change: func(h map[string][]Event) {
 			h["m3"] = append(slices.Clone(h["m3"]), view(2, 4, 1, 2))
 		}},
-		{name: "epoch skipped", kind: Malformed, want: "view 3 installed after view 1", change: func(h map[string][]Event) {
+		{name: "epoch skipped", kind: Sequence, want: "view 3 installed after view 1", change: func(h map[string][]Event) {
 			h["m2"] = append(slices.Clone(h["m2"][:5]), view(3, 4, 1, 2, 4))
 			// and m1 agrees on view 3's start, to isolate the skip.
 			delete(h, "m1")
 			delete(h, "m4")
 		}},
-		{name: "delivery in another epoch", kind: Malformed, want: "in epoch 2, but view 1 is installed", change: func(h map[string][]Event) {
+		{name: "delivery in another epoch", kind: Sequence, want: "in epoch 2, but view 1 is installed", change: func(h map[string][]Event) {
 			h["m3"] = append(slices.Clone(h["m3"]), del(2, 4, 1, 2))
 		}},
 		{name: "delivery before any view", kind: Malformed, want: "before any view", change: func(h map[string][]Event) {
