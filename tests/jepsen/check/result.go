@@ -156,6 +156,9 @@ func (c *collector) add(p Property, where, format string, args ...any) {
 	c.r.Violations = append(c.r.Violations, Violation{Property: p, Where: where, What: fmt.Sprintf(format, args...)})
 }
 
+// omit counts n violations found and left out.
+func (c *collector) omit(n int) { c.r.Omitted += n }
+
 func (c *collector) result() Result {
 	c.r.OK = len(c.r.Violations) == 0
 	return c.r
