@@ -51,7 +51,8 @@ const (
 	TrimRespected Property = "trim"
 
 	// TotalOrder: two histories deliver different messages at one index,
-	// or install different views with one epoch.
+	// or install different views with one epoch, or one history breaks
+	// its own sequence (a gap in the indexes, a view out of place).
 	TotalOrder Property = "total order"
 	// VirtualSynchrony: members that install view e+1 delivered
 	// different sets of messages in view e, or a message of view e is
@@ -61,14 +62,15 @@ const (
 	FIFO Property = "FIFO"
 	// NoDuplicate: a message is delivered twice.
 	NoDuplicate Property = "no duplicate"
-	// NoCreation: a message is delivered that was never sent, or whose
-	// send certainly failed, or by a sender that is not a member.
+	// NoCreation: a message is delivered that was never sent, whose send
+	// certainly failed, or that names another sender than its send.
 	NoCreation Property = "no creation"
-	// Fencing: a message of an incarnation is delivered after the view
-	// that excluded it.
+	// Fencing: a message is delivered in a view without its sender, or a
+	// message of an incarnation after the view that excluded it.
 	Fencing Property = "fencing"
-	// Delivery: a message whose sender was told it was delivered or
-	// stable is missing from a history that lasted to the end.
+	// Delivery: a history that lasted to the end misses a message whose
+	// sender was told it was delivered or stable, or one that its own
+	// incarnation sent and the group accepted.
 	Delivery Property = "delivery"
 	// Durability: a message reported durable is missing, or at another
 	// position, in a history after recovery.
