@@ -15,6 +15,12 @@ func del(epoch, index, sender, seq uint64) Event {
 	return Event{Delivery: &Delivery{Epoch: epoch, Index: index, Sender: sender, Seq: seq, Payload: fmt.Sprintf("m%d-%d", sender, seq)}}
 }
 
+func inc(ev Event, incarnation uint64) Event {
+	d := *ev.Delivery
+	d.Incarnation = incarnation
+	return Event{Delivery: &d}
+}
+
 func withPayload(ev Event, p string) Event {
 	d := *ev.Delivery
 	d.Payload = p
@@ -58,34 +64,35 @@ func TestCheck(t *testing.T) {
 		// change plants a violation in a correct run.
 		change func(h map[string][]Event)
 		want   string // a substring of the error; "" for none
+		kind   Kind   // the kind of a violation with that substring
 	}{
 		{name: "correct", change: func(map[string][]Event) {}},
-		{name: "gap", want: "index 4 delivered after index 2", change: func(h map[string][]Event) {
+		{name: "gap", kind: Sequence, want: "index 4 delivered after index 2", change: func(h map[string][]Event) {
 			h["m1"] = slices.Delete(slices.Clone(h["m1"]), 3, 4)
 		}},
-		{name: "different message at one index", want: "index 5:", change: func(h map[string][]Event) {
+		{name: "different message at one index", kind: TotalOrder, want: "index 5:", change: func(h map[string][]Event) {
 			h["m2"][6] = withPayload(h["m2"][6], "other")
 		}},
-		{name: "different sender at one index", want: "index 2:", change: func(h map[string][]Event) {
+		{name: "different sender at one index", kind: TotalOrder, want: "index 2:", change: func(h map[string][]Event) {
 			h["m3"][2] = del(1, 2, 3, 7)
 		}},
-		{name: "virtual synchrony: one member misses a message of the view", want: "virtual synchrony broken in view 1", change: func(h map[string][]Event) {
+		{name: "virtual synchrony: one member misses a message of the view", kind: VirtualSynchrony, want: "virtual synchrony broken in view 1", change: func(h map[string][]Event) {
 			// m2 installs view 2 right after index 3: it delivered fewer
 			// messages in view 1 than m1 (and sees view 2 start elsewhere).
 			m2 := slices.Delete(slices.Clone(h["m2"]), 4, 5)
 			m2 = slices.Delete(m2, 4, len(m2))
 			h["m2"] = append(m2, view(2, 3, 1, 2))
 		}},
-		{name: "virtual synchrony: excluded member delivers beyond the cut", want: "beyond the cut of view 2", change: func(h map[string][]Event) {
+		{name: "virtual synchrony: excluded member delivers beyond the cut", kind: VirtualSynchrony, want: "beyond the cut of view 2", change: func(h map[string][]Event) {
 			h["m3"] = append(h["m3"], del(1, 4, 1, 2), del(1, 5, 3, 2))
 		}},
-		{name: "duplicate in one history", want: "delivered twice", change: func(h map[string][]Event) {
+		{name: "duplicate in one history", kind: Duplicate, want: "delivered twice", change: func(h map[string][]Event) {
 			h["m1"] = append(h["m1"], withPayload(del(3, 9, 2, 3), "m1-1"))
 		}},
-		{name: "same payload at two indexes", want: `payload "m2-2" delivered at index 5`, change: func(h map[string][]Event) {
+		{name: "same payload at two indexes", kind: Duplicate, want: `payload "m2-2" delivered at index 5`, change: func(h map[string][]Event) {
 			h["m4"] = append(h["m4"], withPayload(del(3, 9, 1, 5), "m2-2"))
 		}},
-		{name: "fifo", want: "FIFO", change: func(h map[string][]Event) {
+		{name: "fifo", kind: FIFO, want: "FIFO", change: func(h map[string][]Event) {
 			for _, name := range []string{"m1", "m2"} {
 				h[name] = slices.Clone(h[name])
 				h[name][1], h[name][4] = del(1, 1, 1, 2), del(1, 4, 1, 1)
@@ -102,32 +109,46 @@ func TestCheck(t *testing.T) {
 				view(3, 3, 1, 3), withPayload(del(3, 4, 3, 1), "m3-1 again"),
 			}})
 		}},
-		{name: "fifo does not restart while the sender stays", want: "sender 3's seq 1 delivered after its seq 2", change: func(h map[string][]Event) {
+		{name: "fifo does not restart while the sender stays", kind: FIFO, want: "sender 3's seq 1 delivered after its seq 2", change: func(h map[string][]Event) {
 			replace(h, map[string][]Event{"a": {
 				view(1, 0, 1, 3), del(1, 1, 3, 1), del(1, 2, 3, 2),
 				view(2, 2, 1, 3), del(2, 3, 1, 1), withPayload(del(2, 4, 3, 1), "m3-1 again"),
 			}})
 		}},
-		{name: "sender not a member", want: "sender 4 is not a member of view 1", change: func(h map[string][]Event) {
+		{name: "fifo restarts with a new incarnation", change: func(h map[string][]Event) {
+			// Member 3 restarts (a new incarnation) and rejoins without a
+			// view in between that leaves it out.
+			replace(h, map[string][]Event{"a": {
+				view(1, 0, 1, 3), inc(del(1, 1, 3, 1), 1), inc(del(1, 2, 3, 2), 1),
+				view(2, 2, 1, 3), inc(withPayload(del(2, 3, 3, 1), "m3-1 again"), 2),
+			}})
+		}},
+		{name: "fifo within an incarnation", kind: FIFO, want: "sender 3's seq 1 delivered after its seq 2", change: func(h map[string][]Event) {
+			replace(h, map[string][]Event{"a": {
+				view(1, 0, 1, 3), inc(del(1, 1, 3, 1), 2), inc(del(1, 2, 3, 2), 2),
+				view(2, 2, 1, 3), inc(withPayload(del(2, 3, 3, 1), "m3-1 again"), 2),
+			}})
+		}},
+		{name: "sender not a member", kind: NotMember, want: "sender 4 is not a member of view 1", change: func(h map[string][]Event) {
 			h["m3"] = append(slices.Clone(h["m3"]), withPayload(del(1, 4, 4, 1), "m1-2"))
 		}},
-		{name: "views differ", want: "view 2 differs", change: func(h map[string][]Event) {
+		{name: "views differ", kind: TotalOrder, want: "view 2 differs", change: func(h map[string][]Event) {
 			h["m2"] = slices.Clone(h["m2"])
 			h["m2"][5] = view(2, 4, 2, 1)
 		}},
-		{name: "view misplaced", want: "view 2 (start 4) installed after index 3", change: func(h map[string][]Event) {
+		{name: "view misplaced", kind: Sequence, want: "view 2 (start 4) installed after index 3", change: func(h map[string][]Event) {
 			h["m3"] = append(slices.Clone(h["m3"]), view(2, 4, 1, 2))
 		}},
-		{name: "epoch skipped", want: "view 3 installed after view 1", change: func(h map[string][]Event) {
+		{name: "epoch skipped", kind: Sequence, want: "view 3 installed after view 1", change: func(h map[string][]Event) {
 			h["m2"] = append(slices.Clone(h["m2"][:5]), view(3, 4, 1, 2, 4))
 			// and m1 agrees on view 3's start, to isolate the skip.
 			delete(h, "m1")
 			delete(h, "m4")
 		}},
-		{name: "delivery in another epoch", want: "in epoch 2, but view 1 is installed", change: func(h map[string][]Event) {
+		{name: "delivery in another epoch", kind: Sequence, want: "in epoch 2, but view 1 is installed", change: func(h map[string][]Event) {
 			h["m3"] = append(slices.Clone(h["m3"]), del(2, 4, 1, 2))
 		}},
-		{name: "delivery before any view", want: "before any view", change: func(h map[string][]Event) {
+		{name: "delivery before any view", kind: Malformed, want: "before any view", change: func(h map[string][]Event) {
 			h["m5"] = []Event{del(1, 1, 1, 1)}
 		}},
 	} {
@@ -142,6 +163,15 @@ func TestCheck(t *testing.T) {
 				t.Fatalf("Check found nothing, want %q", tc.want)
 			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
 				t.Fatalf("Check: %v\nwant an error containing %q", err, tc.want)
+			}
+			list, _ := Violations(h)
+			if (len(list) == 0) != (err == nil) {
+				t.Fatalf("Violations returned %d violations, Check %v", len(list), err)
+			}
+			if tc.want != "" && !slices.ContainsFunc(list, func(v Violation) bool {
+				return v.Kind == tc.kind && strings.Contains(v.Msg, tc.want)
+			}) {
+				t.Fatalf("Violations: %v\nwant a violation of kind %v containing %q", list, tc.kind, tc.want)
 			}
 		})
 	}
