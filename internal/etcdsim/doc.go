@@ -30,9 +30,11 @@
 // (a restart, or a lost quorum): while down, every call fails with
 // ErrUnavailable and no lease expires; Up then gives every lease its full
 // TTL plus an election timeout from that moment, as etcd's new leader
-// does (lessor.Promote). A client cut off from an etcd that stays up is
-// the simulation's to model, for instance by wrapping the Server in a
-// KVClient that fails.
+// does (lessor.Promote). A ClientLease is a client's side of a lease, as
+// clientv3's keepalive sees it: it gives the lease up when etcd says it
+// is gone, or stays down a full TTL, though etcd may extend it later. A
+// client cut off from an etcd that stays up is the simulation's to model,
+// for instance by wrapping the Server in a KVClient that fails.
 //
 // Instead of watch streams, Revision and ChangedSince tell a simulation
 // whose watch would fire, so that it wakes members deterministically.
