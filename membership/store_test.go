@@ -685,8 +685,9 @@ func TestLease(t *testing.T) {
 		if err := s.Register(ctx, member(1)); err != nil {
 			t.Fatal(err)
 		}
-		s.stopKeepAlive()
-		<-s.keepAliveDone
+		kl := s.lease.(*keptLease)
+		kl.stop()
+		<-kl.kaDone
 		for {
 			st, err := watcher.State(ctx)
 			if err != nil {
@@ -706,7 +707,7 @@ func TestLease(t *testing.T) {
 		_, cli := testEtcd(t)
 		s := newTestStore(t, cli, time.Second)
 		ctx := testCtx(t)
-		if _, err := cli.Revoke(ctx, s.lease); err != nil {
+		if _, err := cli.Revoke(ctx, s.lease.ID()); err != nil {
 			t.Fatal(err)
 		}
 		select {
