@@ -12,6 +12,9 @@
 // exist. Registrations and join requests hang on the store's lease, a
 // liveness hint and never membership. [Store.State] reads a consistent
 // snapshot at one revision and [Store.Watch] says when to read it again.
+// [NewStoreOn] builds the same store on any clientv3.KV with a [Lease]
+// its caller manages, so that a deterministic simulation runs it on a
+// simulated etcd and a virtual clock.
 // The key layout is documented in keys.go.
 //
 // [Decide] is the view-change decision as a pure function of such a

@@ -39,7 +39,8 @@ const (
 
 // StoreConfig configures a Store.
 type StoreConfig struct {
-	// Client is the etcd client. The store does not close it.
+	// Client is the etcd client. The store does not close it. NewStoreOn
+	// takes none.
 	Client *clientv3.Client
 	// Prefix is put before every key; it must end in "/". Empty means
 	// DefaultPrefix.
@@ -47,6 +48,7 @@ type StoreConfig struct {
 	// LeaseTTL is the TTL of the store's lease, which carries its
 	// registration and join request. Zero means DefaultLeaseTTL; etcd
 	// counts whole seconds, so it is rounded up, to at least one second.
+	// NewStoreOn, whose lease is its caller's, takes none.
 	LeaseTTL time.Duration
 	// Logger receives the store's messages. Nil means slog.Default().
 	Logger *slog.Logger
@@ -54,21 +56,20 @@ type StoreConfig struct {
 
 // Store is the view store: the authoritative view sequence in etcd and
 // the requests, reports, suspicions and marks a view change works from.
-// The key layout is described in keys.go. A Store holds one etcd lease,
-// kept alive while it is open; its methods are safe for concurrent use.
+// The key layout is described in keys.go. A Store holds one etcd lease
+// (see Lease) while it is open; its methods are safe for concurrent use.
 type Store struct {
-	cli   *clientv3.Client
+	kv    clientv3.KV
+	cli   *clientv3.Client // for Watch; nil in a store from NewStoreOn
 	k     keys
-	lease clientv3.LeaseID
+	lease Lease
 	log   *slog.Logger
 
-	stopKeepAlive context.CancelFunc
-	keepAliveDone chan struct{}
-
-	done      chan struct{} // closed when the lease is lost or on Close
 	closeOnce sync.Once
 	mu        sync.Mutex
-	err       error
+	// closed is why the store was closed: ErrStoreClosed, or the lease's
+	// error if it was lost before. Nil while open.
+	closed error
 }
 
 // NewStore grants the store's lease and keeps it alive. If the lease is
@@ -78,12 +79,9 @@ func NewStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("membership: StoreConfig.Client is nil")
 	}
-	prefix := cfg.Prefix
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	if !strings.HasSuffix(prefix, "/") {
-		return nil, fmt.Errorf("membership: store prefix %q does not end in /", prefix)
+	prefix, lg, err := cfg.common()
+	if err != nil {
+		return nil, err
 	}
 	ttl := cfg.LeaseTTL
 	if ttl == 0 {
@@ -93,73 +91,73 @@ func NewStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 		return nil, fmt.Errorf("membership: negative lease TTL %v", ttl)
 	}
 	secs := int64((ttl + time.Second - 1) / time.Second)
-	lg := cfg.Logger
-	if lg == nil {
-		lg = slog.Default()
-	}
-
-	grant, err := cfg.Client.Grant(ctx, secs)
+	lease, err := keepLease(ctx, cfg.Client, secs, lg)
 	if err != nil {
-		return nil, fmt.Errorf("membership: grant lease: %w", err)
+		return nil, err
 	}
-	kaCtx, stop := context.WithCancel(context.Background())
-	ch, err := cfg.Client.KeepAlive(kaCtx, grant.ID)
-	if err != nil {
-		stop()
-		rctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
-		cfg.Client.Revoke(rctx, grant.ID)
-		cancel()
-		return nil, fmt.Errorf("membership: keep lease alive: %w", err)
-	}
-	s := &Store{
-		cli:           cfg.Client,
-		k:             keys{prefix},
-		lease:         grant.ID,
-		log:           lg.With("lease", fmt.Sprintf("%x", int64(grant.ID))),
-		stopKeepAlive: stop,
-		keepAliveDone: make(chan struct{}),
-		done:          make(chan struct{}),
-	}
-	go s.keepAlive(kaCtx, ch)
+	s := newStore(cfg.Client, lease, prefix, lg)
+	s.cli = cfg.Client
 	return s, nil
 }
 
-// keepAlive drains the keepalive responses; the channel closes when the
-// lease is gone, the client is closed, or Close stopped it.
-func (s *Store) keepAlive(ctx context.Context, ch <-chan *clientv3.LeaseKeepAliveResponse) {
-	defer close(s.keepAliveDone)
-	for range ch {
+// NewStoreOn returns a store that reads and writes through kv and puts
+// its leased keys on lease, which its caller has granted and keeps alive
+// (or lets expire): the store starts no goroutine and makes no lease
+// call but lease.Revoke, from Close. It is meant for a deterministic
+// simulation, whose kv is a simulated etcd and whose lease lives on its
+// virtual clock. cfg.Client and cfg.LeaseTTL must be zero. Watch is not
+// available on such a store (the simulation knows when etcd changed).
+func NewStoreOn(kv clientv3.KV, lease Lease, cfg StoreConfig) (*Store, error) {
+	switch {
+	case kv == nil || lease == nil:
+		return nil, errors.New("membership: NewStoreOn needs a KV and a lease")
+	case cfg.Client != nil || cfg.LeaseTTL != 0:
+		return nil, errors.New("membership: NewStoreOn takes no client and no lease TTL")
 	}
-	if ctx.Err() != nil {
-		return // Close
+	prefix, lg, err := cfg.common()
+	if err != nil {
+		return nil, err
 	}
-	err := fmt.Errorf("membership: store lease %x lost", int64(s.lease))
-	if cerr := s.cli.Ctx().Err(); cerr != nil {
-		err = fmt.Errorf("membership: etcd client closed: %w", cerr)
-	}
-	s.log.Warn("view store lost its lease", "err", err)
-	s.finish(err)
+	return newStore(kv, lease, prefix, lg), nil
 }
 
-// finish records why the store stopped and closes Done, once.
-func (s *Store) finish(err error) {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.err = err
-		s.mu.Unlock()
-		close(s.done)
-	})
+// common checks and fills in what both constructors use.
+func (cfg StoreConfig) common() (prefix string, lg *slog.Logger, err error) {
+	prefix = cfg.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		return "", nil, fmt.Errorf("membership: store prefix %q does not end in /", prefix)
+	}
+	lg = cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	return prefix, lg, nil
+}
+
+func newStore(kv clientv3.KV, lease Lease, prefix string, lg *slog.Logger) *Store {
+	return &Store{
+		kv:    kv,
+		k:     keys{prefix},
+		lease: lease,
+		log:   lg.With("lease", fmt.Sprintf("%x", int64(lease.ID()))),
+	}
 }
 
 // Done is closed when the store's lease is lost or the store is closed.
-func (s *Store) Done() <-chan struct{} { return s.done }
+func (s *Store) Done() <-chan struct{} { return s.lease.Done() }
 
 // Err returns nil while Done is open, then why it closed (ErrStoreClosed
 // after Close).
 func (s *Store) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.err
+	if s.closed != nil {
+		return s.closed
+	}
+	return s.lease.Err()
 }
 
 // Close stops keeping the lease alive and revokes it (best effort, with a
@@ -167,30 +165,20 @@ func (s *Store) Err() error {
 // request. It does not close the client. Calling it again, or after the
 // lease was lost, only makes sure the keepalive has stopped.
 func (s *Store) Close() error {
-	lost := s.live() != nil
-	s.finish(ErrStoreClosed)
-	s.stopKeepAlive()
-	<-s.keepAliveDone
-	if lost || s.cli.Ctx().Err() != nil {
-		return nil // the lease is gone or going, or there is no client
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
-	defer cancel()
-	_, err := s.cli.Revoke(ctx, s.lease)
-	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return fmt.Errorf("membership: revoke lease: %w", err)
-	}
-	return nil
-}
-
-// live returns an error if the store's lease is gone.
-func (s *Store) live() error {
-	select {
-	case <-s.done:
-		return s.Err()
-	default:
-		return nil
-	}
+	var err error
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		if s.closed = s.lease.Err(); s.closed == nil {
+			s.closed = ErrStoreClosed
+		}
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+		defer cancel()
+		if rerr := s.lease.Revoke(ctx); rerr != nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
+			err = fmt.Errorf("membership: revoke lease: %w", rerr)
+		}
+	})
+	return err
 }
 
 // Register records m as a live process, on the store's lease: the
@@ -252,17 +240,17 @@ func (s *Store) Suspect(ctx context.Context, epoch uint64, by, suspect ID, reaso
 	if len(reason) > maxReason {
 		reason = strings.ToValidUTF8(reason[:maxReason], "")
 	}
-	if _, err := s.cli.Put(ctx, s.k.suspect(epoch, suspect, by), reason); err != nil {
+	if _, err := s.kv.Put(ctx, s.k.suspect(epoch, suspect, by), reason); err != nil {
 		return fmt.Errorf("membership: suspect %d: %w", suspect, err)
 	}
 	return nil
 }
 
 func (s *Store) putLeased(ctx context.Context, what, key string, v any) error {
-	if err := s.live(); err != nil {
+	if err := s.Err(); err != nil {
 		return fmt.Errorf("membership: %s: %w", what, err)
 	}
-	return s.putJSON(ctx, what, key, v, clientv3.WithLease(s.lease))
+	return s.putJSON(ctx, what, key, v, clientv3.WithLease(s.lease.ID()))
 }
 
 func (s *Store) putJSON(ctx context.Context, what, key string, v any, opts ...clientv3.OpOption) error {
@@ -270,7 +258,7 @@ func (s *Store) putJSON(ctx context.Context, what, key string, v any, opts ...cl
 	if err != nil {
 		return fmt.Errorf("membership: %s: %w", what, err)
 	}
-	if _, err := s.cli.Put(ctx, key, string(b), opts...); err != nil {
+	if _, err := s.kv.Put(ctx, key, string(b), opts...); err != nil {
 		return fmt.Errorf("membership: %s: %w", what, err)
 	}
 	return nil
@@ -289,7 +277,7 @@ func (s *Store) Bootstrap(ctx context.Context, v View) error {
 	if err != nil {
 		return fmt.Errorf("membership: bootstrap: %w", err)
 	}
-	resp, err := s.cli.Txn(ctx).
+	resp, err := s.kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(s.k.view()), "=", 0)).
 		Then(clientv3.OpPut(s.k.view(), string(b)), clientv3.OpPut(s.k.viewAt(1), string(b))).
 		Commit()
@@ -304,7 +292,7 @@ func (s *Store) Bootstrap(ctx context.Context, v View) error {
 
 // Current returns the current view, or ErrNoView.
 func (s *Store) Current(ctx context.Context) (View, error) {
-	resp, err := s.cli.Get(ctx, s.k.view())
+	resp, err := s.kv.Get(ctx, s.k.view())
 	if err != nil {
 		return View{}, fmt.Errorf("membership: read current view: %w", err)
 	}
@@ -317,7 +305,7 @@ func (s *Store) Current(ctx context.Context) (View, error) {
 // View returns the committed view of epoch, or ErrNoView if there is none
 // (not yet, or trimmed).
 func (s *Store) View(ctx context.Context, epoch uint64) (View, error) {
-	resp, err := s.cli.Get(ctx, s.k.viewAt(epoch))
+	resp, err := s.kv.Get(ctx, s.k.viewAt(epoch))
 	if err != nil {
 		return View{}, fmt.Errorf("membership: read view %d: %w", epoch, err)
 	}
@@ -349,7 +337,7 @@ func (s *Store) Install(ctx context.Context, v View) error {
 		return fmt.Errorf("membership: install view %d: %w", v.Epoch, err)
 	}
 	for range maxAttempts {
-		resp, err := s.cli.Txn(ctx).Then(
+		resp, err := s.kv.Txn(ctx).Then(
 			clientv3.OpGet(s.k.view()),
 			clientv3.OpGet(s.k.caughtUps(), clientv3.WithPrefix()),
 		).Commit()
@@ -392,7 +380,7 @@ func (s *Store) Install(ctx context.Context, v View) error {
 				ops = append(ops, clientv3.OpDelete(s.k.leave(m.ID)))
 			}
 		}
-		commit, err := s.cli.Txn(ctx).If(
+		commit, err := s.kv.Txn(ctx).If(
 			clientv3.Compare(clientv3.ModRevision(s.k.view()), "=", viewKVs[0].ModRevision),
 			clientv3.Compare(clientv3.ModRevision(s.k.caughtUps()), "<", rev+1).WithPrefix(),
 		).Then(ops...).Commit()
@@ -426,7 +414,7 @@ func (s *Store) Recover(ctx context.Context, v View) error {
 		return fmt.Errorf("membership: recover view %d: %w", v.Epoch, err)
 	}
 	for range maxAttempts {
-		resp, err := s.cli.Txn(ctx).Then(
+		resp, err := s.kv.Txn(ctx).Then(
 			clientv3.OpGet(s.k.view()),
 			clientv3.OpGet(s.k.members(), clientv3.WithPrefix()),
 			clientv3.OpGet(s.k.caughtUps(), clientv3.WithPrefix()),
@@ -472,7 +460,7 @@ func (s *Store) Recover(ctx context.Context, v View) error {
 		for _, m := range v.Members {
 			ops = append(ops, clientv3.OpDelete(s.k.join(m.ID)))
 		}
-		commit, err := s.cli.Txn(ctx).If(
+		commit, err := s.kv.Txn(ctx).If(
 			clientv3.Compare(clientv3.ModRevision(s.k.view()), "=", r(0)[0].ModRevision),
 			clientv3.Compare(clientv3.ModRevision(s.k.members()), "<", rev+1).WithPrefix(),
 			clientv3.Compare(clientv3.ModRevision(s.k.caughtUps()), "<", rev+1).WithPrefix(),
@@ -500,7 +488,7 @@ func (s *Store) Trim(ctx context.Context, before uint64) error {
 	}
 	// The current epoch only grows, so clamping to a stale one is safe.
 	before = min(before, cur.Epoch)
-	_, err = s.cli.Txn(ctx).Then(
+	_, err = s.kv.Txn(ctx).Then(
 		clientv3.OpDelete(s.k.viewAt(0), clientv3.WithRange(s.k.viewAt(before))),
 		clientv3.OpDelete(s.k.reportsAt(0), clientv3.WithRange(s.k.reportsAt(before))),
 		clientv3.OpDelete(s.k.suspectsAt(0), clientv3.WithRange(s.k.suspectsAt(before))),
@@ -546,7 +534,7 @@ func (s *Store) State(ctx context.Context) (State, error) {
 	for range maxAttempts {
 		// Learn the current epoch, then read everything at once on the
 		// condition that the view has not moved since.
-		resp, err := s.cli.Get(ctx, s.k.view())
+		resp, err := s.kv.Get(ctx, s.k.view())
 		if err != nil {
 			return State{}, fmt.Errorf("membership: read state: %w", err)
 		}
@@ -559,7 +547,7 @@ func (s *Store) State(ctx context.Context) (State, error) {
 			}
 			epoch, mod = v.Epoch, resp.Kvs[0].ModRevision
 		}
-		txn, err := s.cli.Txn(ctx).
+		txn, err := s.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(s.k.view()), "=", mod)).
 			Then(
 				clientv3.OpGet(s.k.view()),
@@ -686,9 +674,14 @@ type Change struct{ Revision int64 }
 // the channel holds at most one Change, the latest. If the watch fails
 // (for instance because etcd compacted the revision it was at), Watch logs
 // it, watches again from the current revision and sends a Change so that
-// the receiver reads the state afresh.
+// the receiver reads the state afresh. On a store from NewStoreOn, which
+// has no client to watch with, the channel is closed at once.
 func (s *Store) Watch(ctx context.Context) <-chan Change {
 	out := make(chan Change, 1)
+	if s.cli == nil {
+		close(out)
+		return out
+	}
 	go s.watch(ctx, out)
 	return out
 }

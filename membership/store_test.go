@@ -15,7 +15,6 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -164,20 +163,6 @@ func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), nil))
 }
 
-var prefixes atomic.Int64
-
-// newPrefixStore returns a store under a prefix of its own, so that
-// subtests can share one etcd.
-func newPrefixStore(t *testing.T, cli *clientv3.Client) *Store {
-	t.Helper()
-	s, err := NewStore(testCtx(t), StoreConfig{Client: cli, Prefix: fmt.Sprintf("/test%d/", prefixes.Add(1)), Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 func member(id ID) Member { return Member{ID: id, Incarnation: 1, Addr: fmt.Sprintf("h%d:1", id)} }
 
 // firstView is view 1 with the given members.
@@ -242,8 +227,11 @@ func TestStoreConfig(t *testing.T) {
 }
 
 func TestBootstrap(t *testing.T) {
-	_, cli := testEtcd(t)
-	s := newTestStore(t, cli, 0)
+	eachBackend(t, testBootstrap)
+}
+
+func testBootstrap(t *testing.T, b *testBackend) {
+	s := b.store(t)
 	ctx := testCtx(t)
 
 	if _, err := s.Current(ctx); !errors.Is(err, ErrNoView) {
@@ -301,8 +289,11 @@ func checkErr(t *testing.T, name string, err, want error) {
 }
 
 func TestInstall(t *testing.T) {
-	_, cli := testEtcd(t)
-	s := newTestStore(t, cli, 0)
+	eachBackend(t, testInstall)
+}
+
+func testInstall(t *testing.T, b *testBackend) {
+	s := b.store(t)
 	ctx := testCtx(t)
 
 	if err := s.Install(ctx, nextView(firstView(1, 2, 3), 0, 1, 2)); !errors.Is(err, ErrNoView) {
@@ -364,19 +355,15 @@ func TestInstall(t *testing.T) {
 // install every epoch with different views: exactly one wins each round,
 // and the loser gets ErrConflict.
 func TestInstallRace(t *testing.T) {
-	srv, cli := testEtcd(t)
+	eachBackend(t, testInstallRace)
+}
+
+func testInstallRace(t *testing.T, b *testBackend) {
 	ctx := testCtx(t)
 	const racers, rounds = 3, 40
 	stores := make([]*Store, racers)
 	for i := range stores {
-		c := cli
-		if i > 0 {
-			var err error
-			if c, err = srv.Client(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		stores[i] = newTestStore(t, c, 0)
+		stores[i] = b.open(t, 0, "", i > 0)
 	}
 	cur := firstView(1, 2, 3, 4, 5)
 	if err := stores[0].Bootstrap(ctx, cur); err != nil {
@@ -422,12 +409,15 @@ func TestInstallRace(t *testing.T) {
 }
 
 func TestInstallMajority(t *testing.T) {
+	eachBackend(t, testInstallMajority)
+}
+
+func testInstallMajority(t *testing.T, b *testBackend) {
 	// View 1: members 1..5, of which 4 and 5 are joining.
 	base := firstView(1, 2, 3, 4, 5)
 	base.Joining = []ID{4, 5}
 	stale := member(4)
 	stale.Incarnation = 0
-	_, cli := testEtcd(t)
 	ctx := testCtx(t)
 	for _, tc := range []struct {
 		name   string
@@ -447,7 +437,7 @@ func TestInstallMajority(t *testing.T) {
 		{"marked after a refusal", []Member{member(4), member(5)}, []ID{1, 4, 5}, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newPrefixStore(t, cli)
+			s := b.prefixStore(t)
 			if err := s.Bootstrap(ctx, base); err != nil {
 				t.Fatal(err)
 			}
@@ -473,15 +463,14 @@ func TestInstallMajority(t *testing.T) {
 // 1) only while neither joiner is caught up (1 of 2 is not). Install
 // must decide on the marks present when it commits, never on older ones.
 func TestInstallMarksRace(t *testing.T) {
-	_, cli := testEtcd(t)
+	eachBackend(t, testInstallMarksRace)
+}
+
+func testInstallMarksRace(t *testing.T, b *testBackend) {
 	ctx := testCtx(t)
 	var won, refused int
 	for round := range 30 {
-		s, err := NewStore(ctx, StoreConfig{Client: cli, Prefix: fmt.Sprintf("/round%d/", round), Logger: testLogger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s := b.open(t, 0, fmt.Sprintf("/round%d/", round), false)
 		v1 := firstView(1, 2, 3)
 		v1.Joining = []ID{2, 3}
 		if err := s.Bootstrap(ctx, v1); err != nil {
@@ -496,12 +485,12 @@ func TestInstallMarksRace(t *testing.T) {
 				markErrs[i] = s.MarkCaughtUp(ctx, 1, m)
 			})
 		}
-		err = s.Install(ctx, v2)
+		err := s.Install(ctx, v2)
 		wg.Wait()
 		if err := errors.Join(markErrs...); err != nil {
 			t.Fatal(err)
 		}
-		resp, gerr := cli.Txn(ctx).Then(
+		resp, gerr := b.kv.Txn(ctx).Then(
 			clientv3.OpGet(s.k.view()),
 			clientv3.OpGet(s.k.caughtUps(), clientv3.WithPrefix()),
 		).Commit()
@@ -531,14 +520,13 @@ func TestInstallMarksRace(t *testing.T) {
 }
 
 func TestState(t *testing.T) {
-	srv, cli := testEtcd(t)
-	s := newTestStore(t, cli, 0)
+	eachBackend(t, testState)
+}
+
+func testState(t *testing.T, b *testBackend) {
+	s := b.store(t)
 	ctx := testCtx(t)
-	cli2, err := srv.Client(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := newTestStore(t, cli2, 0)
+	other := b.open(t, 0, "", true)
 
 	v1 := firstView(1, 2, 3)
 	if err := s.Bootstrap(ctx, v1); err != nil {
@@ -621,8 +609,11 @@ func TestState(t *testing.T) {
 // and a report for every member of the previous view once the view moved.
 func TestStateConsistent(t *testing.T) {
 	t.Parallel()
-	_, cli := testEtcd(t)
-	s := newTestStore(t, cli, 0)
+	eachBackend(t, testStateConsistent)
+}
+
+func testStateConsistent(t *testing.T, b *testBackend) {
+	s := b.store(t)
 	ctx := testCtx(t)
 	cur := firstView(1, 2, 3)
 	if err := s.Bootstrap(ctx, cur); err != nil {
@@ -685,8 +676,9 @@ func TestLease(t *testing.T) {
 		if err := s.Register(ctx, member(1)); err != nil {
 			t.Fatal(err)
 		}
-		s.stopKeepAlive()
-		<-s.keepAliveDone
+		kl := s.lease.(*keptLease)
+		kl.stop()
+		<-kl.kaDone
 		for {
 			st, err := watcher.State(ctx)
 			if err != nil {
@@ -706,7 +698,7 @@ func TestLease(t *testing.T) {
 		_, cli := testEtcd(t)
 		s := newTestStore(t, cli, time.Second)
 		ctx := testCtx(t)
-		if _, err := cli.Revoke(ctx, s.lease); err != nil {
+		if _, err := cli.Revoke(ctx, s.lease.ID()); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -814,8 +806,11 @@ func TestWatchClientClosed(t *testing.T) {
 }
 
 func TestTrim(t *testing.T) {
-	_, cli := testEtcd(t)
-	s := newTestStore(t, cli, 0)
+	eachBackend(t, testTrim)
+}
+
+func testTrim(t *testing.T, b *testBackend) {
+	s := b.store(t)
 	ctx := testCtx(t)
 	if err := s.Trim(ctx, 5); err != nil {
 		t.Fatalf("Trim with no view: %v", err)
@@ -843,7 +838,7 @@ func TestTrim(t *testing.T) {
 		t.Fatal(err)
 	}
 	count := func(prefix string) int64 {
-		resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := b.kv.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -883,7 +878,10 @@ func TestTrim(t *testing.T) {
 // TestCorrupt puts garbage under each kind of key: reads fail with an
 // error naming the key, and nothing panics.
 func TestCorrupt(t *testing.T) {
-	_, cli := testEtcd(t)
+	eachBackend(t, testCorrupt)
+}
+
+func testCorrupt(t *testing.T, b *testBackend) {
 	ctx := testCtx(t)
 	k := keys{} // keys relative to the prefix
 	good := `{"epoch":1,"members":[{"id":1,"incarnation":1,"addr":"a"}],"sent":[0]}`
@@ -908,14 +906,14 @@ func TestCorrupt(t *testing.T) {
 		{"caught-up mark not JSON", k.caughtUp(1, 1), `{"id":`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newPrefixStore(t, cli)
+			s := b.prefixStore(t)
 			key := s.k.p + tc.key
 			if tc.key != k.view() {
-				if _, err := cli.Put(ctx, s.k.view(), good); err != nil {
+				if _, err := b.kv.Put(ctx, s.k.view(), good); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if _, err := cli.Put(ctx, key, tc.value); err != nil {
+			if _, err := b.kv.Put(ctx, key, tc.value); err != nil {
 				t.Fatal(err)
 			}
 			_, err := s.State(ctx)
@@ -928,14 +926,14 @@ func TestCorrupt(t *testing.T) {
 		})
 	}
 	t.Run("view record", func(t *testing.T) {
-		s := newPrefixStore(t, cli)
-		if _, err := cli.Put(ctx, s.k.viewAt(3), good); err != nil { // epoch 1 under 3
+		s := b.prefixStore(t)
+		if _, err := b.kv.Put(ctx, s.k.viewAt(3), good); err != nil { // epoch 1 under 3
 			t.Fatal(err)
 		}
 		if _, err := s.View(ctx, 3); err == nil {
 			t.Error("View(3) returned view 1")
 		}
-		if _, err := cli.Put(ctx, s.k.view(), "]"); err != nil {
+		if _, err := b.kv.Put(ctx, s.k.view(), "]"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.Current(ctx); err == nil || errors.Is(err, ErrNoView) {
@@ -1013,8 +1011,11 @@ func TestSeparateProcess(t *testing.T) {
 // members claimed, and only as DecideRecovery proposes it on the store's
 // state at commit time.
 func TestRecover(t *testing.T) {
-	_, cli := testEtcd(t)
-	s := newTestStore(t, cli, 0)
+	eachBackend(t, testRecover)
+}
+
+func testRecover(t *testing.T, b *testBackend) {
+	s := b.store(t)
 	ctx := testCtx(t)
 	v1 := firstView(1, 2, 3)
 	if err := s.Bootstrap(ctx, v1); err != nil {
