@@ -217,14 +217,15 @@ func (s *Store) RequestLeave(ctx context.Context, m Member) error {
 }
 
 // MarkCaughtUp records that m, admitted by view epoch, has completed its
-// state transfer: from now on it counts towards majorities (DESIGN rule
-// 10).
+// state transfer: from now on it counts towards majorities (a joiner
+// counts only once it holds the group's state).
 func (s *Store) MarkCaughtUp(ctx context.Context, epoch uint64, m Member) error {
 	return s.putJSON(ctx, "mark caught up", s.k.caughtUp(epoch, m.ID), m)
 }
 
 // PutRecovery records r, a restarted member's claim to restart view
-// r.Epoch (DESIGN rule 12), on the store's lease.
+// r.Epoch after most of that view failed (see DecideRecovery), on the
+// store's lease.
 func (s *Store) PutRecovery(ctx context.Context, r Recovery) error {
 	return s.putLeased(ctx, "put recovery claim", s.k.recovery(r.Epoch, r.Member.ID), r)
 }
@@ -396,7 +397,7 @@ func (s *Store) Install(ctx context.Context, v View) error {
 }
 
 // Recover commits v, a view that restarts the group after most of the
-// current view failed (DESIGN rule 12), in one transaction that requires
+// current view failed, in one transaction that requires
 // that DecideRecovery, on the store's state read in it, proposes exactly
 // v: the current view is v.Epoch-1, none of its members lives on in its
 // incarnation there, and a majority of its caught-up members claimed
