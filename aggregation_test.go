@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -17,8 +18,22 @@ import (
 // controlCounts runs n members on the in-memory transport under a light
 // load for a while and returns, per kind, the largest number of control
 // messages a member sent per beacon interval.
+//
+// The group runs in a synctest bubble, on a clock that moves only once
+// every member has done all it can: an interval is an interval of the
+// protocol's time, whatever else the machine is doing, so the counts do
+// not depend on how fast the machine runs the members.
 func controlCounts(t *testing.T, n, fanOut int) map[string]float64 {
 	t.Helper()
+	var out map[string]float64
+	synctest.Test(t, func(t *testing.T) {
+		out = bubbleControlCounts(t, n, fanOut)
+	})
+	return out
+}
+
+// bubbleControlCounts is controlCounts inside the bubble.
+func bubbleControlCounts(t *testing.T, n, fanOut int) map[string]float64 {
 	const interval = 5 * time.Millisecond
 	const run = 40 * interval
 	fab := rdma.NewMemFabric(rdma.MemOptions{Seed: 1})
@@ -44,7 +59,10 @@ func controlCounts(t *testing.T, n, fanOut int) map[string]float64 {
 	}
 	groups, closeAll := openAll(t, cfgs, func(int) Handler { return nil })
 	defer closeAll()
-	// Light load: one member sends a message per interval.
+	// Light load: one member sends a message per interval. A message is
+	// delivered within a few beacon gaps; the bound (on the bubble's
+	// clock, like every time here) turns a stall into a failure instead
+	// of a test that never ends.
 	for deadline := time.Now().Add(run); time.Now().Before(deadline); time.Sleep(interval) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := groups[0].Send(ctx, []byte("tick"), WaitDelivered())
@@ -101,9 +119,11 @@ func TestAggregationControlMessages(t *testing.T) {
 		agg := tree["up"] + tree["down"]
 		fmt.Fprintf(&b, "%8d %22.1f %22.1f\n", n, direct["beacon"], agg)
 		// A member sends at most one up and one down round per reaction;
-		// the light load causes a few reactions per interval whatever n.
-		if agg > float64(3*(fanOut+1)) {
-			t.Errorf("n=%d: %.1f aggregation messages per member per interval, want at most %d", n, agg, 3*(fanOut+1))
+		// the light load causes a few reactions per interval whatever n
+		// (about three, a little more or fewer from run to run as records
+		// fall differently into a member's batches).
+		if want := 4 * (fanOut + 1); agg > float64(want) {
+			t.Errorf("n=%d: %.1f aggregation messages per member per interval, want at most %d", n, agg, want)
 		}
 		if direct["beacon"] < float64(n-1)/2 {
 			t.Errorf("n=%d: direct scheme sent %.1f frontier-carrying messages per member per interval, want about %d or more", n, direct["beacon"], n-1)

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -437,20 +438,26 @@ func TestTransferStalledDonor(t *testing.T) {
 		},
 	}
 	for name, onRequest := range behaviours {
+		// In a synctest bubble, time passes only while every goroutine
+		// waits: the donors that serve never look stalled, however
+		// slowly the machine runs them, and the one that does not is
+		// given up after exactly StallTimeout.
 		t.Run(name, func(t *testing.T) {
-			s := randomParts(11, 300<<10, 300<<10, 300<<10)
-			n := newMemNet(t, 11)
-			startDonors(t, n.endpoint, s, []rdma.NodeID{testJoiner}, 1)
-			startFakeDonor(t, n.endpoint(2), onRequest)
-			ep := &countingEndpoint{Endpoint: n.endpoint(testJoiner)}
-			cfg := fetchConfig(ep, k)
-			cfg.StallTimeout = 50 * time.Millisecond
-			got, err := Fetch(context.Background(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			restore(t, s, got)
-			checkServed(t, ep, map[rdma.NodeID]int64{1: 600 << 10, 3: 300 << 10})
+			synctest.Test(t, func(t *testing.T) {
+				s := randomParts(11, 300<<10, 300<<10, 300<<10)
+				n := newMemNet(t, 11)
+				startDonors(t, n.endpoint, s, []rdma.NodeID{testJoiner}, 1)
+				startFakeDonor(t, n.endpoint(2), onRequest)
+				ep := &countingEndpoint{Endpoint: n.endpoint(testJoiner)}
+				cfg := fetchConfig(ep, k)
+				cfg.StallTimeout = 50 * time.Millisecond
+				got, err := Fetch(context.Background(), cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				restore(t, s, got)
+				checkServed(t, ep, map[rdma.NodeID]int64{1: 600 << 10, 3: 300 << 10})
+			})
 		})
 	}
 }

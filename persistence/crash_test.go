@@ -11,7 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
+	"testing/synctest"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -442,7 +442,15 @@ func (g *gate) MaybeError(op errorfs.Op) error {
 // TestBackpressure: with the disk stalled, Append blocks once the queue
 // is full, resumes when the disk does, and a blocked Append returns
 // ErrClosed when the log is closed.
+//
+// It runs in a synctest bubble, where synctest.Wait returns once every
+// goroutine is blocked: the appender has gone as far as it can, however
+// slowly the machine runs it.
 func TestBackpressure(t *testing.T) {
+	synctest.Test(t, testBackpressure)
+}
+
+func testBackpressure(t *testing.T) {
 	g := &gate{}
 	l, err := Open(context.Background(), Options{Dir: "db", FS: errorfs.Wrap(vfs.NewMem(), g)})
 	if err != nil {
@@ -468,19 +476,10 @@ func TestBackpressure(t *testing.T) {
 		}
 	}()
 	// The appender must get stuck well before 400 (each entry is ~130 B).
+	synctest.Wait()
 	var last uint64
-	timeout := time.After(200 * time.Millisecond)
-wait:
-	for {
-		select {
-		case i, ok := <-appended:
-			if !ok {
-				t.Fatal("all appends returned while the disk was stalled")
-			}
-			last = i
-		case <-timeout:
-			break wait
-		}
+	for len(appended) > 0 {
+		last = <-appended
 	}
 	if last == 0 || last >= 300 {
 		t.Fatalf("appender reached %d with the disk stalled", last)
@@ -506,7 +505,7 @@ wait:
 		}
 		errc <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	synctest.Wait() // the appender is blocked
 	closed := make(chan error, 1)
 	go func() { closed <- l.Close() }()
 	if err := <-errc; !errors.Is(err, ErrClosed) {
