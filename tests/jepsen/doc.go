@@ -95,6 +95,12 @@
 //	go test ./tests/jepsen -v -jepsen.campaign 42                   # the campaign of seed 42
 //	go test ./tests/jepsen -v -jepsen.seed S -jepsen.include K1,K2  # one schedule again, as a failure printed it
 //
+// On two cores a schedule takes about 15s (the setup, the faults, the
+// quiet period and the checks), so the short campaign runs about 15
+// schedules. Building the two programs comes on top: seconds with a warm
+// build cache, over a minute on a cache that holds no build without the
+// race detector.
+//
 // The short campaign's first five schedules cover every fault kind it
 // draws from; the test fails if a campaign bounded by time did not cover
 // them all. It prints the campaign's seed, each schedule, and at the end
