@@ -337,10 +337,11 @@ func TestCluster(t *testing.T) {
 	errs := make([]error, len(names))
 	done := make(chan int)
 	for i, n := range names {
+		c := cfg(n)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			servers[i], errs[i] = Start(ctx, cfg(n))
+			servers[i], errs[i] = Start(ctx, c)
 			done <- i
 		}()
 	}
