@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,11 +41,23 @@ type Config struct {
 	// Logger receives etcd's warnings and errors (etcd's informational
 	// chatter is dropped). Nil discards everything.
 	Logger *slog.Logger
+
+	// Name is this etcd member's name; it must stay the same across
+	// restarts on one data directory. Empty means DefaultName.
+	Name string
+	// Cluster lists every member of the etcd cluster, this one included,
+	// by name: their peer URLs ("http://host:port"). Empty means a
+	// single-node cluster of this member. A multi-member cluster needs
+	// explicit ports (PeerAddr must be the URL Cluster gives for Name),
+	// fixed across restarts. Start returns once this member serves
+	// clients, which takes a quorum of the cluster: start the members
+	// concurrently. On a data directory that holds a member already,
+	// etcd ignores Cluster and rejoins the cluster it belongs to.
+	Cluster map[string]string
 }
 
-// name is the etcd member name; it must stay the same across restarts on
-// one data directory.
-const name = "convoy"
+// DefaultName is the etcd member name when Config.Name is empty.
+const DefaultName = "convoy"
 
 // lockFile is created inside the data directory and locked while a server
 // uses it, so that a second server on the same directory fails at once
@@ -126,6 +140,10 @@ func (s *Server) start(ctx context.Context, cfg Config, dir string) (e *embed.Et
 		picked = append(picked, peerURL.Host)
 	}
 
+	name := cfg.Name
+	if name == "" {
+		name = DefaultName
+	}
 	ec := embed.NewConfig()
 	ec.Name = name
 	ec.Dir = dir
@@ -134,6 +152,16 @@ func (s *Server) start(ctx context.Context, cfg Config, dir string) (e *embed.Et
 	ec.ListenPeerUrls = []url.URL{*peerURL}
 	ec.AdvertisePeerUrls = []url.URL{*peerURL}
 	ec.InitialCluster = ec.InitialClusterFromName(name)
+	if len(cfg.Cluster) > 0 {
+		if cfg.Cluster[name] != peerURL.String() {
+			return nil, picked, fmt.Errorf("etcdembed: the cluster gives %s the peer URL %q, not %q", name, cfg.Cluster[name], peerURL)
+		}
+		var members []string
+		for _, n := range slices.Sorted(maps.Keys(cfg.Cluster)) {
+			members = append(members, n+"="+cfg.Cluster[n])
+		}
+		ec.InitialCluster = strings.Join(members, ",")
+	}
 	ec.TickMs = 10
 	ec.ElectionMs = 100
 	ec.EnableGRPCGateway = false

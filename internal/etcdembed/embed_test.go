@@ -32,9 +32,16 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, leakOptions()...)
 }
 
-// leakOptions lists goroutines that outlive a closed embedded etcd.
+// leakOptions lists goroutines that outlive a closed embedded etcd: the
+// HTTP connections between the members of a cluster (TestCluster), which
+// etcd's peer transport leaves open when a member stops.
 func leakOptions() []goleak.Option {
-	return nil
+	return []goleak.Option{
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*connReader).abortPendingRead"),
+		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"),
+	}
 }
 
 // runChild serves etcd on the data directory named by the environment,
@@ -298,4 +305,77 @@ func TestProcess(t *testing.T) {
 		t.Fatalf("after crash: get = %q, want durable", got)
 	}
 	p.stop(t)
+}
+
+// TestCluster starts a three-member cluster, writes through one member
+// and reads through another, then restarts a member on its directory.
+func TestCluster(t *testing.T) {
+	names := []string{"e1", "e2", "e3"}
+	peers := make(map[string]string)
+	clients := make(map[string]string)
+	for _, n := range names {
+		for _, m := range []map[string]string{peers, clients} {
+			p, err := freePort("127.0.0.1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			m[n] = fmt.Sprintf("127.0.0.1:%d", p)
+		}
+	}
+	cluster := make(map[string]string)
+	for _, n := range names {
+		cluster[n] = "http://" + peers[n]
+	}
+	dirs := make(map[string]string)
+	cfg := func(n string) Config {
+		if dirs[n] == "" {
+			dirs[n] = t.TempDir()
+		}
+		return Config{Name: n, Dir: dirs[n], ClientAddr: clients[n], PeerAddr: peers[n], Cluster: cluster}
+	}
+	servers := make([]*Server, len(names))
+	errs := make([]error, len(names))
+	done := make(chan int)
+	for i, n := range names {
+		c := cfg(n)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			servers[i], errs[i] = Start(ctx, c)
+			done <- i
+		}()
+	}
+	for range names {
+		<-done
+	}
+	defer func() {
+		for _, s := range servers {
+			if s != nil {
+				s.Close()
+			}
+		}
+	}()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(t, client(t, servers[0]), "k", "v")
+	if got := get(t, client(t, servers[2]), "k"); got != "v" {
+		t.Fatalf("get through e3 = %q, want v", got)
+	}
+	if err := servers[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	servers[1] = start(t, cfg("e2"))
+	if got := get(t, client(t, servers[1]), "k"); got != "v" {
+		t.Fatalf("get through e2 after its restart = %q, want v", got)
+	}
+
+	bad := cfg("e1")
+	bad.Cluster = map[string]string{"e1": "http://127.0.0.1:1"}
+	if s, err := Start(context.Background(), bad); err == nil {
+		s.Close()
+		t.Fatal("Start with a cluster that gives another peer URL succeeded")
+	}
 }

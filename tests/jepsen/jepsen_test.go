@@ -1,0 +1,197 @@
+package jepsen
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/convoy-gcs/convoy/tests/jepsen/schedule"
+)
+
+var (
+	flagSeed     = flag.Int64("jepsen.seed", 0, "run the schedule of this `seed` alone (with -jepsen.include, as a campaign printed it)")
+	flagInclude  = flag.String("jepsen.include", "", "fault `kinds` the schedule of -jepsen.seed includes, comma-separated (as a campaign printed them)")
+	flagSeeds    = flag.Int("jepsen.seeds", 0, "run a campaign of `N` schedules (default: as many as fit in -jepsen.budget, at least 8)")
+	flagCampaign = flag.Int64("jepsen.campaign", 0, "the campaign's `seed` (default: drawn from the clock, and printed)")
+	flagBudget   = flag.Duration("jepsen.budget", 4*time.Minute, "time after which the default campaign starts no new schedule once it has run 8")
+	flagMembers  = flag.Int("jepsen.members", 5, "Convoy members")
+	flagClients  = flag.Int("jepsen.clients", 4, "concurrent key-value clients")
+	flagReport   = flag.String("jepsen.report", "", "`directory` that receives the report of each failed schedule (default: the system's temporary directory)")
+	flagKeep     = flag.Bool("jepsen.keep", false, "write the report of every schedule, passed or failed")
+)
+
+// Campaign settings.
+const (
+	// minSchedules is the least number of schedules the default campaign
+	// runs: with the 9 fault kinds it draws from, the first 5 cover them
+	// all.
+	minSchedules = 8
+	// etcdMembers is the size of the etcd cluster.
+	etcdMembers = 3
+	// leaseTTL is the members' etcd lease TTL: shorter than the library's
+	// default, so that faults past a lease fit a short campaign.
+	leaseTTL = 2 * time.Second
+	// faultWindow is when fault episodes start; quiet is the time
+	// without faults after the final heal, before the liveness check.
+	faultWindow = 10 * time.Second
+	quiet       = 3 * time.Second
+)
+
+// envKnownBugs, set to 1, adds the fault kinds that expose known,
+// unfixed problems to the campaign (see knownBugKinds).
+const envKnownBugs = "CONVOY_KNOWN_BUGS"
+
+// binaries are the programs a run starts.
+type binaries struct {
+	convoy string // cmd/convoy
+	etcd   string // internal/etcdmember
+}
+
+// build builds the programs into a temporary directory, without the race
+// detector whatever this test's build: the members of a cluster share
+// two cores.
+func build(t *testing.T) binaries {
+	t.Helper()
+	dir := t.TempDir()
+	start := time.Now()
+	cmd := exec.Command("go", "build", "-race=false", "-o", dir+string(filepath.Separator),
+		"github.com/convoy-gcs/convoy/cmd/convoy",
+		"github.com/convoy-gcs/convoy/tests/jepsen/internal/etcdmember")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	t.Logf("built the member and etcd programs in %v", time.Since(start).Round(time.Millisecond))
+	return binaries{convoy: filepath.Join(dir, "convoy"), etcd: filepath.Join(dir, "etcdmember")}
+}
+
+// scheduleConfig is the configuration of every schedule of a campaign.
+func scheduleConfig() schedule.Config {
+	return schedule.Config{
+		Members:  *flagMembers,
+		Etcd:     etcdMembers,
+		Faults:   2,
+		Kinds:    campaignKinds(os.Getenv(envKnownBugs) == "1"),
+		Duration: faultWindow,
+		Quiet:    quiet,
+		LeaseTTL: leaseTTL,
+	}
+}
+
+// schedules returns the schedules the flags ask for, and whether the
+// campaign is bounded by time rather than by their number.
+func schedules(t *testing.T) ([]schedule.Schedule, bool) {
+	cfg := scheduleConfig()
+	if *flagSeed != 0 {
+		for _, name := range strings.Split(*flagInclude, ",") {
+			if name == "" {
+				continue
+			}
+			var k schedule.Kind
+			if err := k.UnmarshalText([]byte(name)); err != nil {
+				t.Fatalf("-jepsen.include: %v", err)
+			}
+			cfg.Include = append(cfg.Include, k)
+		}
+		return []schedule.Schedule{schedule.Generate(*flagSeed, cfg)}, false
+	}
+	seed := *flagCampaign
+	if seed == 0 {
+		seed = time.Now().UnixNano()
+	}
+	fmt.Printf("campaign seed %d (replay the campaign with -jepsen.campaign %d)\n", seed, seed)
+	if *flagSeeds > 0 {
+		return schedule.Campaign(seed, *flagSeeds, cfg), false
+	}
+	return schedule.Campaign(seed, 1000, cfg), true
+}
+
+// replay is the command line that runs s again.
+func replay(s schedule.Schedule) string {
+	var inc []string
+	for _, k := range s.Config.Include {
+		inc = append(inc, k.String())
+	}
+	cmd := fmt.Sprintf("go test ./tests/jepsen -run 'TestKV$' -v -jepsen.seed %d", s.Seed)
+	if len(inc) > 0 {
+		cmd += " -jepsen.include " + strings.Join(inc, ",")
+	}
+	if s.Config.Members != 5 {
+		cmd += fmt.Sprintf(" -jepsen.members %d", s.Config.Members)
+	}
+	if slices.Contains(s.Config.Kinds, schedule.EtcdQuorumLoss) {
+		cmd = envKnownBugs + "=1 " + cmd
+	}
+	return cmd
+}
+
+// TestKV is the campaign against the replicated key-value store: for
+// each schedule, a fresh etcd cluster and group of members, the workload
+// under the schedule's faults, liveness once they are over, and the
+// linearizability check of the history.
+func TestKV(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a campaign of real processes: skipped with -short")
+	}
+	scheds, timed := schedules(t)
+	bins := build(t)
+	parent := *flagReport
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	rc := runConfig{bins: bins, clients: *flagClients, reportParent: parent, keep: *flagKeep, ports: newPorts()}
+
+	start := time.Now()
+	var passed, failed int
+	var covered []schedule.Kind
+	var slowest time.Duration
+	for i, s := range scheds {
+		if timed && i >= minSchedules {
+			// Start another schedule only if one as long as the average
+			// so far still fits the budget.
+			if avg := time.Since(start) / time.Duration(i); time.Since(start)+avg > *flagBudget {
+				break
+			}
+		}
+		t.Run(fmt.Sprintf("seed=%d", s.Seed), func(t *testing.T) {
+			fmt.Printf("=== schedule %d: %v\n", i+1, s)
+			began := time.Now()
+			res := run(t.Context(), rc, s, t.TempDir())
+			took := time.Since(began)
+			if res.err != nil {
+				failed++
+				fmt.Printf("--- schedule %d (seed %d) FAILED after %v\n", i+1, s.Seed, took.Round(time.Millisecond))
+				t.Errorf("seed %d: %v\nreport: %s\nreplay: %s", s.Seed, res.err, res.report, replay(s))
+				return
+			}
+			passed++
+			if res.report != "" {
+				fmt.Printf("report: %s\n", res.report)
+			}
+			slowest = max(slowest, res.liveness)
+			fmt.Printf("--- schedule %d (seed %d) passed in %v: %d operations (%d unknown), every member served %v after the quiet period\n",
+				i+1, s.Seed, took.Round(time.Millisecond), res.ops, res.unknown, res.liveness.Round(time.Millisecond))
+		})
+		for _, k := range s.Kinds() {
+			if !slices.Contains(covered, k) {
+				covered = append(covered, k)
+			}
+		}
+	}
+	var missing []schedule.Kind
+	for _, k := range scheduleConfig().Kinds {
+		if !slices.Contains(covered, k) {
+			missing = append(missing, k)
+		}
+	}
+	if timed && len(missing) > 0 {
+		t.Errorf("the campaign did not cover %v", missing)
+	}
+	fmt.Printf("campaign: %v, slowest liveness %v\n", time.Since(start).Round(time.Second), slowest.Round(time.Millisecond))
+	fmt.Printf("%d passed, %d failed\n", passed, failed)
+}

@@ -1,0 +1,167 @@
+package jepsen
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// exitTimeout bounds the wait for a process killed with SIGKILL to be
+// reaped.
+const exitTimeout = 10 * time.Second
+
+// proc is one run of a process: a member or an etcd member, in its own
+// process group, its standard output and error appended to a log file
+// shared by all runs of that member.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	// exited is closed once the process has exited; err is then its
+	// wait status.
+	exited chan struct{}
+	err    error
+	// killed is set when the harness killed it (or is stopping it), so
+	// that its exit is no finding.
+	mu     sync.Mutex
+	killed bool
+}
+
+// startProc starts path with args. The process leads a process group of
+// its own (so that signals reach it alone, and all of it) and is killed
+// by the kernel if the test process dies.
+func startProc(name, logPath, path string, args ...string) (*proc, error) {
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close() // the child holds its own descriptor
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	fmt.Fprintf(log, "=== %s: %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), path, strings.Join(args, " "))
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+func (p *proc) String() string { return fmt.Sprintf("%s (pid %d)", p.name, p.cmd.Process.Pid) }
+
+// signal sends sig to the process's group.
+func (p *proc) signal(sig syscall.Signal) error {
+	err := syscall.Kill(-p.cmd.Process.Pid, sig)
+	if errors.Is(err, syscall.ESRCH) && p.done() {
+		return nil // it has exited: nothing to signal
+	}
+	return err
+}
+
+// kill kills the process with SIGKILL and waits until it is reaped.
+func (p *proc) kill() error {
+	p.mu.Lock()
+	p.killed = true
+	p.mu.Unlock()
+	if err := p.signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill %v: %w", p, err)
+	}
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(exitTimeout):
+		return fmt.Errorf("%v not reaped %v after SIGKILL", p, exitTimeout)
+	}
+}
+
+// done says whether the process has exited.
+func (p *proc) done() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// unexpectedExit says why the process exited, if it exited without the
+// harness killing it.
+func (p *proc) unexpectedExit() error {
+	if !p.done() {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.killed {
+		return nil
+	}
+	if p.err == nil {
+		return fmt.Errorf("%v exited on its own", p)
+	}
+	return fmt.Errorf("%v exited on its own: %w", p, p.err)
+}
+
+// ports hands out loopback ports below the kernel's ephemeral range, so
+// that no outgoing connection takes one while the process that listens
+// on it is down: a member restarts on the port it had.
+type ports struct {
+	mu   sync.Mutex
+	used map[int]bool
+	r    *rand.Rand
+	hi   int // first port of the ephemeral range
+}
+
+// lowestPort is the lowest port handed out.
+const lowestPort = 20000
+
+func newPorts() *ports {
+	hi := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > lowestPort+1000 {
+				hi = n
+			}
+		}
+	}
+	return &ports{used: make(map[int]bool), r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))), hi: hi}
+}
+
+// take returns a port that is free now and was not handed out before.
+func (ps *ports) take() (int, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for range 1000 {
+		p := lowestPort + ps.r.IntN(ps.hi-lowestPort)
+		if ps.used[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		ps.used[p] = true
+		return p, nil
+	}
+	return 0, errors.New("no free port found below the ephemeral range")
+}
+
+// addr returns a free loopback address.
+func (ps *ports) addr() (string, error) {
+	p, err := ps.take()
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), nil
+}

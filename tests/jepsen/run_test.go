@@ -1,0 +1,244 @@
+package jepsen
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/convoy-gcs/convoy/examples/paxos/client"
+	"github.com/convoy-gcs/convoy/tests/jepsen/check"
+	"github.com/convoy-gcs/convoy/tests/jepsen/schedule"
+)
+
+// Bounds of a run's end.
+const (
+	// livenessBound is how long, after the quiet period, every member not
+	// lost has to serve a linearizable read and a write.
+	livenessBound = 60 * time.Second
+	// checkTimeout bounds the linearizability check of one key.
+	checkTimeout = 60 * time.Second
+)
+
+// runConfig is what every run of a campaign shares.
+type runConfig struct {
+	bins    binaries
+	clients int
+	// reportParent is where failure reports go.
+	reportParent string
+	// keep: write the report of a run that passed too.
+	keep  bool
+	ports *ports
+}
+
+// result is what one run found.
+type result struct {
+	seed     int64
+	ops      int
+	unknown  int
+	liveness time.Duration // until every member served, after the quiet period
+	// err is the run's failure: a harness error, a process that exited on
+	// its own, a member that did not serve, or a check that failed.
+	err    error
+	report string // the report directory, on failure
+}
+
+// run runs schedule s against a fresh cluster under dir: the etcd
+// cluster and the members, the workload with the faults, then liveness
+// and the linearizability check.
+func run(ctx context.Context, rc runConfig, s schedule.Schedule, dir string) (res result) {
+	res.seed = s.Seed
+	tl := newTimeline()
+	w := newWorkload(s.Seed)
+	tl.add("workload: %v, %d clients", w, rc.clients)
+	c, err := newCluster(rc.bins, dir, tl, rc.ports, s.Config.Members, s.Config.Etcd, s.Config.LeaseTTL)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	defer c.close()
+	rec := &recorder{}
+	defer func() {
+		if res.err != nil || rc.keep {
+			res.report = writeReport(rc.reportParent, s, tl, c, rec.history(), res)
+		}
+	}()
+	hc := newHTTPClient()
+	defer hc.CloseIdleConnections()
+
+	if err := c.startEtcdCluster(ctx); err != nil {
+		res.err = fmt.Errorf("setup: %w", err)
+		return res
+	}
+	if err := c.startMembers(ctx, hc); err != nil {
+		res.err = fmt.Errorf("setup: %w", err)
+		return res
+	}
+
+	// The workload, from the start of the schedule to its end.
+	rec.zero = tl.restart()
+	var urls []string
+	for _, m := range c.members {
+		urls = append(urls, m.url())
+	}
+	stop, stopClients := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		stopClients()
+		wg.Wait()
+	}()
+	for i := range rc.clients {
+		// Each client starts at a member of its own.
+		k := i % len(urls)
+		cl := client.New(slices.Concat(urls[k:], urls[:k]), client.WithHTTPClient(hc), client.WithAttemptTimeout(attemptTimeout))
+		wg.Go(func() { w.runClient(stop, i, s.Seed, cl, rec) })
+	}
+
+	// The faults.
+	for _, st := range s.Steps {
+		if !sleepUntil(ctx, rec.zero.Add(st.At)) {
+			res.err = ctx.Err()
+			return res
+		}
+		if err := c.apply(st); err != nil {
+			res.err = fmt.Errorf("nemesis: %w", err)
+			return res
+		}
+	}
+	if !sleepUntil(ctx, rec.zero.Add(s.End)) {
+		res.err = ctx.Err()
+		return res
+	}
+	tl.add("quiet period over: clients stop")
+	stopClients()
+	wg.Wait()
+
+	// Liveness: every member not lost serves a linearizable read and a
+	// write, through itself alone.
+	res.liveness, err = c.liveness(rec, rc.clients)
+	if err != nil {
+		res.err = err
+	}
+	if err := c.unexpectedExits(); err != nil {
+		res.err = errors.Join(res.err, err)
+	}
+	ops := rec.history()
+	res.ops = len(ops)
+	for _, op := range ops {
+		if op.Outcome == check.Unknown {
+			res.unknown++
+		}
+	}
+	tl.add("%d operations, %d with an unknown outcome; checking", res.ops, res.unknown)
+	if r := check.CheckKV(ops, check.KVOptions{Timeout: checkTimeout}); !r.OK {
+		res.err = errors.Join(res.err, errors.New(r.String()))
+	}
+	return res
+}
+
+// liveness waits until every member not lost has served a linearizable
+// read and a write, each through that member alone, and returns how long
+// that took. The operations join the history, as clients numbered from
+// firstClient.
+func (c *cluster) liveness(rec *recorder, firstClient int) (time.Duration, error) {
+	hc := newHTTPClient()
+	defer hc.CloseIdleConnections()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, len(c.members))
+	took := make([]time.Duration, len(c.members))
+	for i, m := range c.members {
+		if m.lost {
+			continue
+		}
+		cl := client.New([]string{m.url()}, client.WithHTTPClient(hc), client.WithAttemptTimeout(attemptTimeout))
+		wg.Go(func() {
+			deadline := start.Add(livenessBound)
+			get := do(cl, check.KVOp{Client: firstClient + 2*i, Kind: check.Get, Key: "k1"}, rec, time.Until(deadline))
+			put := do(cl, check.KVOp{Client: firstClient + 2*i + 1, Kind: check.Put, Key: "k1", Value: fmt.Sprintf("live-%d", m.id)}, rec, time.Until(deadline))
+			took[i] = time.Since(start)
+			if get.Outcome != check.OK || put.Outcome != check.OK {
+				errs[i] = fmt.Errorf("liveness: member %d did not serve a read and a write within %v (read: %s, write: %s)", m.id, livenessBound, get.Outcome, put.Outcome)
+			}
+		})
+	}
+	wg.Wait()
+	c.tl.add("liveness: every member not lost served a read and a write after %v", slices.Max(took).Round(time.Millisecond))
+	return slices.Max(took), errors.Join(errs...)
+}
+
+// sleepUntil waits until t or the end of ctx; it reports whether t came.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
+
+// writeReport writes what a failed run leaves for its reader to a new
+// directory under parent and returns its path: the schedule, the
+// timeline, the history (with porcupine's visualisation of the keys that
+// failed), the failure and every process's log.
+func writeReport(parent string, s schedule.Schedule, tl *timeline, c *cluster, ops []check.KVOp, res result) string {
+	dir, err := os.MkdirTemp(parent, fmt.Sprintf("convoy-jepsen-seed-%d-", s.Seed))
+	if err != nil {
+		return fmt.Sprintf("(no report: %v)", err)
+	}
+	var errs []error
+	write := func(name, content string) {
+		errs = append(errs, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+	}
+	sj, err := json.MarshalIndent(s, "", "  ")
+	errs = append(errs, err)
+	write("schedule.json", string(sj)+"\n")
+	write("schedule.txt", s.String()+"\n")
+	write("timeline.txt", tl.String())
+	if res.err != nil {
+		write("failure.txt", res.err.Error()+"\n")
+	}
+	// The checker writes the history and the visualisation if the history
+	// is not linearizable; the history is written in any case.
+	if r := check.CheckKV(ops, check.KVOptions{Timeout: checkTimeout, ReportDir: dir}); len(r.Report) == 0 {
+		f, err := os.Create(filepath.Join(dir, check.KVHistory))
+		if err == nil {
+			err = errors.Join(check.WriteLines(f, ops), f.Close())
+		}
+		errs = append(errs, err)
+	}
+	logs := filepath.Join(dir, "logs")
+	errs = append(errs, os.MkdirAll(logs, 0o755))
+	entries, err := os.ReadDir(filepath.Join(c.dir, "logs"))
+	errs = append(errs, err)
+	for _, e := range entries {
+		errs = append(errs, copyFile(filepath.Join(c.dir, "logs", e.Name()), filepath.Join(logs, e.Name())))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return dir + " (incomplete: " + strings.ReplaceAll(err.Error(), "\n", "; ") + ")"
+	}
+	return dir
+}
+
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(to)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	return errors.Join(err, out.Close())
+}
