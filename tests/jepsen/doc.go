@@ -53,10 +53,8 @@
 //     then SIGCONT;
 //   - etcd-kill: SIGKILL to one etcd member, then a restart on its data
 //     directory; etcd-pause: SIGSTOP to one, then SIGCONT;
-//   - etcd-quorum-loss (SIGKILL to a majority of etcd for longer than
-//     every lease, then a restart) is carried out too, but drawn only
-//     with CONVOY_KNOWN_BUGS=1: the group's recovery from an etcd outage
-//     that outlasts every lease has a known, unfixed problem.
+//   - etcd-quorum-loss: SIGKILL to a majority of etcd for longer than
+//     every lease, then a restart.
 //
 // The members run with a 2s etcd lease and the library's other defaults
 // (a 250ms suspect timeout). Fault episodes start within the first 10s

@@ -43,10 +43,6 @@ const (
 	quiet       = 3 * time.Second
 )
 
-// envKnownBugs, set to 1, adds the fault kinds that expose known,
-// unfixed problems to the campaign (see knownBugKinds).
-const envKnownBugs = "CONVOY_KNOWN_BUGS"
-
 // binaries are the programs a run starts.
 type binaries struct {
 	convoy string // cmd/convoy
@@ -76,7 +72,7 @@ func scheduleConfig() schedule.Config {
 		Members:  *flagMembers,
 		Etcd:     etcdMembers,
 		Faults:   2,
-		Kinds:    campaignKinds(os.Getenv(envKnownBugs) == "1"),
+		Kinds:    campaignKinds(),
 		Duration: faultWindow,
 		Quiet:    quiet,
 		LeaseTTL: leaseTTL,
@@ -123,9 +119,6 @@ func replay(s schedule.Schedule) string {
 	}
 	if s.Config.Members != 5 {
 		cmd += fmt.Sprintf(" -jepsen.members %d", s.Config.Members)
-	}
-	if slices.Contains(s.Config.Kinds, schedule.EtcdQuorumLoss) {
-		cmd = envKnownBugs + "=1 " + cmd
 	}
 	return cmd
 }

@@ -9,18 +9,12 @@ import (
 )
 
 // implemented are the fault kinds this harness carries out, in the order
-// of schedule.Faults. EtcdQuorumLoss is carried out too, but drawn only
-// with CONVOY_KNOWN_BUGS=1 (see knownBugKinds).
+// of schedule.Faults.
 var implemented = []schedule.Kind{
 	schedule.KillOne, schedule.KillMinority, schedule.KillAll, schedule.RestartWiped, schedule.Lose,
 	schedule.PauseDetection, schedule.PauseLease,
-	schedule.EtcdKill, schedule.EtcdPause,
+	schedule.EtcdKill, schedule.EtcdPause, schedule.EtcdQuorumLoss,
 }
-
-// knownBugKinds are fault kinds implemented here that expose a known,
-// unfixed problem: an etcd outage that outlasts every lease can leave
-// the group stalled or diverged after a chain of rejoins.
-var knownBugKinds = []schedule.Kind{schedule.EtcdQuorumLoss}
 
 // apply carries out one step of a schedule.
 func (c *cluster) apply(st schedule.Step) error {
@@ -135,10 +129,4 @@ func (c *cluster) contEtcd(i int) error {
 }
 
 // campaignKinds are the fault kinds a campaign draws from.
-func campaignKinds(knownBugs bool) []schedule.Kind {
-	kinds := slices.Clone(implemented)
-	if knownBugs {
-		kinds = append(kinds, knownBugKinds...)
-	}
-	return kinds
-}
+func campaignKinds() []schedule.Kind { return slices.Clone(implemented) }
