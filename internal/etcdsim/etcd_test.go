@@ -21,9 +21,6 @@ import (
 // to revisions and versions. Lease IDs differ between the two and are
 // mapped; response headers are compared on their revision only.
 func TestAgainstEtcd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts an etcd")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for seed := range uint64(4) {

@@ -105,5 +105,5 @@
 // the line "N passed, M failed" (shown with -v, or on failure). Other
 // flags: -jepsen.budget (the time after which no schedule starts once 8
 // ran), -jepsen.members, -jepsen.clients, -jepsen.keep (write the report
-// of passing schedules too). The campaign is skipped with -short.
+// of passing schedules too).
 package jepsen

@@ -128,9 +128,6 @@ func replay(s schedule.Schedule) string {
 // under the schedule's faults, liveness once they are over, and the
 // linearizability check of the history.
 func TestKV(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a campaign of real processes: skipped with -short")
-	}
 	scheds, timed := schedules(t)
 	bins := build(t)
 	parent := *flagReport
