@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -613,7 +614,7 @@ func (s *Store) decodeState(rev int64, epoch uint64, view, members, joins, leave
 			st.JoinLogs[m.ID] = *req.Log
 		}
 	}
-	slices.SortFunc(st.Joins, func(a, b Member) int { return cmpID(a.ID, b.ID) })
+	slices.SortFunc(st.Joins, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
 	for _, kv := range leaves {
 		m, err := decodeMember(kv, s.k.leaves())
 		if err != nil {
@@ -653,16 +654,6 @@ func (s *Store) decodeState(rev int64, epoch uint64, view, members, joins, leave
 	}
 	st.CaughtUp = caughtUpSet(&st.Current, marks)
 	return st, nil
-}
-
-func cmpID(a, b ID) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Change says that something under the store's prefix changed at

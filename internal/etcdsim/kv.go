@@ -2,6 +2,7 @@ package etcdsim
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"sort"
 
@@ -354,13 +355,13 @@ func compareKV(c *pb.Compare, kv *mvccpb.KeyValue) bool {
 	case pb.Compare_VALUE:
 		result = bytes.Compare(kv.Value, c.GetValue())
 	case pb.Compare_CREATE:
-		result = cmpInt(kv.CreateRevision, c.GetCreateRevision())
+		result = cmp.Compare(kv.CreateRevision, c.GetCreateRevision())
 	case pb.Compare_MOD:
-		result = cmpInt(kv.ModRevision, c.GetModRevision())
+		result = cmp.Compare(kv.ModRevision, c.GetModRevision())
 	case pb.Compare_VERSION:
-		result = cmpInt(kv.Version, c.GetVersion())
+		result = cmp.Compare(kv.Version, c.GetVersion())
 	case pb.Compare_LEASE:
-		result = cmpInt(kv.Lease, c.GetLease())
+		result = cmp.Compare(kv.Lease, c.GetLease())
 	}
 	switch c.Result {
 	case pb.Compare_EQUAL:

@@ -2,6 +2,7 @@ package etcdsim
 
 import (
 	"bytes"
+	"cmp"
 	"slices"
 	"strings"
 
@@ -62,7 +63,7 @@ func (m *mvcc) endWrite() {
 // at returns the version of key live at revision rev, if any.
 func (m *mvcc) at(key string, rev int64) (version, bool) {
 	h := m.hist[key]
-	i, _ := slices.BinarySearchFunc(h, rev+1, func(v version, r int64) int { return cmpInt(v.rev, r) })
+	i, _ := slices.BinarySearchFunc(h, rev+1, func(v version, r int64) int { return cmp.Compare(v.rev, r) })
 	if i == 0 || h[i-1].create == 0 {
 		return version{}, false
 	}
@@ -155,7 +156,7 @@ func (m *mvcc) compact(rev int64) {
 	keys := m.keys[:0]
 	for _, k := range m.keys {
 		h := m.hist[k]
-		i, _ := slices.BinarySearchFunc(h, rev+1, func(v version, r int64) int { return cmpInt(v.rev, r) })
+		i, _ := slices.BinarySearchFunc(h, rev+1, func(v version, r int64) int { return cmp.Compare(v.rev, r) })
 		if i > 0 && h[i-1].create != 0 {
 			i-- // live at rev: keep it
 		}
@@ -198,14 +199,4 @@ func (m *mvcc) leased(lease int64) []string {
 		}
 	}
 	return keys
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
