@@ -545,17 +545,15 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	// Deliveries still waiting to be durable everywhere are not handed
 	// out: this incarnation ends here.
 	r.durq = nil
-	ex := View{Epoch: epoch, Excluded: true}
-	if rec != nil {
-		ex = publicView(rec, nil)
-		ex.Excluded = true
-	}
-	r.onView(ex)
 	r.sendTimes, r.sentBase = nil, 0
 	out := fmt.Errorf("%w: view %d: %s", ErrExcluded, epoch, reason)
 	if leaving {
 		out = ErrLeft
 	}
+	// Send refuses messages before the application hears of the
+	// exclusion: a message Send accepts after OnView reported it belongs
+	// to the next incarnation, never to this one, whose messages beyond
+	// the cut are dropped.
 	g.mu.Lock()
 	g.mu.epoch, g.mu.out = 0, out
 	g.wakeAllLocked(out)
@@ -563,6 +561,12 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	g.mu.inflight, g.mu.inflightBytes, g.mu.sending, g.mu.sendingBytes = 0, 0, 0, 0
 	g.mu.delivered, g.mu.stable = 0, 0
 	g.mu.Unlock()
+	ex := View{Epoch: epoch, Excluded: true}
+	if rec != nil {
+		ex = publicView(rec, nil)
+		ex.Excluded = true
+	}
+	r.onView(ex)
 	g.m.epoch.Record(g.ctx, 0)
 	if leaving {
 		r.to(vsync.Left, reason)
