@@ -154,6 +154,12 @@ type event struct {
 // founds the group, otherwise the view that admits it, with its state
 // transferred (Config.State).
 func Open(ctx context.Context, cfg Config, h Handler) (*Group, error) {
+	return open(ctx, cfg, h, nil)
+}
+
+// open is Open with the etcd of a view-managed group given by etcd (nil:
+// the one Config.Etcd names).
+func open(ctx context.Context, cfg Config, h Handler, etcd etcdBackend) (*Group, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -178,7 +184,7 @@ func Open(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 		return nil, err
 	}
 	if g.dynamic() {
-		return g.openDynamic(ctx)
+		return g.openDynamic(ctx, etcd)
 	}
 	if g.ep = c.Endpoint; g.ep == nil {
 		if g.ep, err = g.listen(staticResolver(c.Members)); err != nil {

@@ -19,9 +19,7 @@ import (
 // connection, this member's incarnation, and the goroutines that watch
 // etcd and write to it on the loop's behalf.
 type member struct {
-	server   *etcdembed.Server // when Open started an embedded etcd
-	client   *clientv3.Client
-	storeCfg membership.StoreConfig
+	etcd etcdBackend
 	// ready is closed once this member takes part in a view (with its
 	// state), left once it has left the group on purpose.
 	ready, left         chan struct{}
@@ -72,7 +70,7 @@ type memberState struct {
 }
 
 // openDynamic is Open for a view-managed group.
-func (g *Group) openDynamic(ctx context.Context) (_ *Group, err error) {
+func (g *Group) openDynamic(ctx context.Context, etcd etcdBackend) (_ *Group, err error) {
 	c := g.cfg
 	m := &member{ready: make(chan struct{}), left: make(chan struct{}), failed: make(chan struct{})}
 	m.mu.addrs = make(map[NodeID]string)
@@ -87,20 +85,13 @@ func (g *Group) openDynamic(ctx context.Context) (_ *Group, err error) {
 			g.closeLog()
 		}
 	}()
-	if len(c.Etcd.Endpoints) == 0 {
-		if m.server, err = etcdembed.Start(ctx, etcdembed.Config{Dir: c.Etcd.Dir, Logger: c.Logger}); err != nil {
-			return nil, fmt.Errorf("convoy: start embedded etcd: %w", err)
+	if etcd == nil {
+		if etcd, err = dialEtcd(ctx, g); err != nil {
+			return nil, err
 		}
-		if m.client, err = m.server.Client(ctx); err != nil {
-			return nil, fmt.Errorf("convoy: connect to embedded etcd: %w", err)
-		}
-	} else if m.client, err = clientv3.New(clientv3.Config{
-		Endpoints: c.Etcd.Endpoints, DialTimeout: c.Etcd.DialTimeout, TLS: c.Etcd.TLS, Logger: zap.NewNop(), Context: g.ctx,
-	}); err != nil {
-		return nil, fmt.Errorf("convoy: connect to etcd %v: %w", c.Etcd.Endpoints, err)
 	}
-	m.storeCfg = membership.StoreConfig{Client: m.client, Prefix: c.Etcd.Prefix, LeaseTTL: c.Etcd.LeaseTTL, Logger: c.Logger}
-	store, err := membership.NewStore(ctx, m.storeCfg)
+	m.etcd = etcd
+	store, err := etcd.newStore(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("convoy: %w", err)
 	}
@@ -145,6 +136,76 @@ func (g *Group) openDynamic(ctx context.Context) (_ *Group, err error) {
 	return nil, err
 }
 
+// etcdBackend is the etcd a member keeps its views in: it makes the
+// member's view stores and tells it when they changed. dialEtcd's is a
+// real etcd, the one Config.Etcd names; the package's simulation tests
+// run on a simulated one.
+type etcdBackend interface {
+	// newStore returns a view store on a lease of its own.
+	newStore(ctx context.Context) (*membership.Store, error)
+	// watch reports changes to the group's keys in etcd until ctx ends
+	// (as membership.Store.Watch does).
+	watch(ctx context.Context, s *membership.Store) <-chan membership.Change
+	// abandon, for tests, makes close leave the leases to expire, as
+	// when the process is killed: it is called before the store closes.
+	abandon()
+	// close releases the backend once its last store is closed.
+	close()
+}
+
+// clientEtcd is a real etcd, reached with an etcd client: the cluster
+// Config.Etcd names, or a server embedded in this process.
+type clientEtcd struct {
+	server *etcdembed.Server // when Open started an embedded etcd
+	client *clientv3.Client
+	cfg    membership.StoreConfig
+}
+
+// dialEtcd connects to the etcd g's configuration names, starting an
+// embedded one if it names no endpoint.
+func dialEtcd(ctx context.Context, g *Group) (_ *clientEtcd, err error) {
+	c := g.cfg
+	e := &clientEtcd{}
+	if len(c.Etcd.Endpoints) == 0 {
+		if e.server, err = etcdembed.Start(ctx, etcdembed.Config{Dir: c.Etcd.Dir, Logger: c.Logger}); err != nil {
+			return nil, fmt.Errorf("convoy: start embedded etcd: %w", err)
+		}
+		if e.client, err = e.server.Client(ctx); err != nil {
+			e.server.Close()
+			return nil, fmt.Errorf("convoy: connect to embedded etcd: %w", err)
+		}
+	} else if e.client, err = clientv3.New(clientv3.Config{
+		Endpoints: c.Etcd.Endpoints, DialTimeout: c.Etcd.DialTimeout, TLS: c.Etcd.TLS, Logger: zap.NewNop(), Context: g.ctx,
+	}); err != nil {
+		return nil, fmt.Errorf("convoy: connect to etcd %v: %w", c.Etcd.Endpoints, err)
+	}
+	e.cfg = membership.StoreConfig{Client: e.client, Prefix: c.Etcd.Prefix, LeaseTTL: c.Etcd.LeaseTTL, Logger: c.Logger}
+	return e, nil
+}
+
+func (e *clientEtcd) newStore(ctx context.Context) (*membership.Store, error) {
+	return membership.NewStore(ctx, e.cfg)
+}
+
+func (e *clientEtcd) watch(ctx context.Context, s *membership.Store) <-chan membership.Change {
+	return s.Watch(ctx)
+}
+
+func (e *clientEtcd) abandon() {
+	if e.server == nil {
+		// Without its client, the store cannot revoke its lease.
+		e.client.Close()
+	}
+}
+
+func (e *clientEtcd) close() {
+	if e.server != nil {
+		e.server.Close() // closes its clients too
+		return
+	}
+	e.client.Close()
+}
+
 // newIncarnation returns a number that grows from one incarnation of a
 // member to the next.
 func newIncarnation() uint64 { return uint64(time.Now().UnixNano()) }
@@ -182,7 +243,7 @@ func (m *member) watch(g *Group) {
 	for g.ctx.Err() == nil {
 		store := m.current()
 		ctx, cancel := context.WithCancel(g.ctx)
-		changes := store.Watch(ctx)
+		changes := m.etcd.watch(ctx, store)
 		m.follow(g, store, changes, resync)
 		cancel()
 		if g.ctx.Err() != nil {
@@ -227,7 +288,7 @@ func (m *member) follow(g *Group, store *membership.Store, changes <-chan member
 func (m *member) renew(g *Group) {
 	for backoff := 50 * time.Millisecond; g.ctx.Err() == nil; backoff = min(2*backoff, 2*time.Second) {
 		ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
-		store, err := membership.NewStore(ctx, m.storeCfg)
+		store, err := m.etcd.newStore(ctx)
 		if err == nil {
 			m.mu.Lock()
 			self := m.mu.self
@@ -303,18 +364,16 @@ func (m *member) markReady() { m.readyOnce.Do(func() { close(m.ready) }) }
 func (m *member) close() {
 	m.closeOnce.Do(func() {
 		m.wg.Wait()
-		if m.abandon && m.client != nil && m.server == nil {
-			m.client.Close()
+		if m.etcd == nil {
+			return // Open failed before it reached etcd
+		}
+		if m.abandon {
+			m.etcd.abandon()
 		}
 		if store := m.current(); store != nil {
 			store.Close()
 		}
-		if m.client != nil && m.server == nil {
-			m.client.Close()
-		}
-		if m.server != nil {
-			m.server.Close()
-		}
+		m.etcd.close()
 	})
 }
 

@@ -350,6 +350,10 @@ func (r *runner) install(rec membership.View) bool {
 		return false
 	}
 	r.v, r.pendingDonate = v, nil
+	// The old view's report (if it was not needed) and held-back decision
+	// are moot: left set, a deadline in the past would wake the loop
+	// again and again.
+	r.reportAt, r.retryAt, r.retryState = 0, 0, nil
 	r.to(vsync.Active, fmt.Sprintf("installed view %d", rec.Epoch))
 	if g.disk != nil {
 		r.announcePersisted() // to the new view's members
@@ -427,6 +431,7 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 		return false
 	}
 	r.v = v
+	r.reportAt, r.retryAt, r.retryState = 0, 0, nil
 	r.to(vsync.Active, fmt.Sprintf("entered view %d", rec.Epoch))
 	g.mu.Lock()
 	g.mu.epoch, g.mu.out = rec.Epoch, nil

@@ -35,6 +35,12 @@ type vsCluster struct {
 	// gone lists the incarnations that were crashed or closed; their
 	// histories still count in the checks.
 	gone []*vsNode
+	// sim, if set, is the simulated etcd the members use instead of etcd
+	// (groupsim_test.go).
+	sim *simEtcd
+	// openTimeout, if set, bounds how long open waits for a member to take
+	// part in a view.
+	openTimeout time.Duration
 }
 
 // vsNode is one incarnation of a member and what it saw.
@@ -44,9 +50,11 @@ type vsNode struct {
 	mu sync.Mutex
 	// events is the member's history: views and deliveries in order.
 	events []vsEvent
-	// accepted lists the payloads Send accepted.
-	accepted []string
-	state    *kvtest.Map
+	// accepted lists the payloads Send accepted; acceptedInc, if kept, the
+	// incarnation (exclusions before) each was accepted in.
+	accepted    []string
+	acceptedInc []int
+	state       *kvtest.Map
 	// replayed lists the deliveries replayed from the durable log at
 	// Open (not part of events).
 	replayed []Delivery
@@ -89,9 +97,16 @@ func (c *vsCluster) open(id NodeID, initial int, opts ...func(*Config)) (*vsNode
 		return nil, err
 	}
 	n := &vsNode{id: id, state: kvtest.New()}
+	var etcd etcdBackend
+	ecfg := &EtcdConfig{Prefix: c.prefix, LeaseTTL: c.leaseTTL}
+	if c.sim != nil {
+		etcd = c.sim.member(id)
+	} else {
+		ecfg.Endpoints = c.etcd.Endpoints()
+	}
 	cfg := Config{
 		Self: id, Endpoint: ep, InitialMembers: initial,
-		Etcd:           &EtcdConfig{Endpoints: c.etcd.Endpoints(), Prefix: c.prefix, LeaseTTL: c.leaseTTL},
+		Etcd:           ecfg,
 		BeaconInterval: time.Millisecond, WindowMessages: 1024,
 		// Several members, etcd and the load share two cores here: the
 		// timeout leaves room for scheduling delays.
@@ -106,7 +121,13 @@ func (c *vsCluster) open(id NodeID, initial int, opts ...func(*Config)) (*vsNode
 	for _, o := range opts {
 		o(&cfg)
 	}
-	g, err := Open(context.Background(), cfg, func(d Delivery) {
+	ctx := context.Background()
+	if c.openTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.openTimeout)
+		defer cancel()
+	}
+	g, err := open(ctx, cfg, func(d Delivery) {
 		// The state and the history change together (settled reads both).
 		n.mu.Lock()
 		n.state.Apply(d.Payload)
@@ -116,8 +137,9 @@ func (c *vsCluster) open(id NodeID, initial int, opts ...func(*Config)) (*vsNode
 			n.events = append(n.events, vsEvent{d: d})
 		}
 		n.mu.Unlock()
-	})
+	}, etcd)
 	if err != nil {
+		ep.Close()
 		return nil, err
 	}
 	n.g = g

@@ -324,6 +324,7 @@ func frontierOrder(r Record) uint64 {
 // wait on its promise or frontier.
 func (c *Core) Tick(now int64) {
 	if c.wedged {
+		c.now = max(c.now, now) // Deadline stays ahead of the caller's clock
 		return
 	}
 	c.advance(now)

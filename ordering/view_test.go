@@ -167,3 +167,20 @@ func TestFinishRejects(t *testing.T) {
 		t.Fatal("a wedged core produced output")
 	}
 }
+
+// TestWedgedDeadline: a wedged core has nothing to do, whatever the time
+// — its deadline stays ahead of the clock the runtime ticks it with, or
+// the runtime's timer would fire at once, again and again, once the core
+// had been wedged for longer than the deadline's horizon.
+func TestWedgedDeadline(t *testing.T) {
+	c := newCluster(t, 2, Config{Mode: Atomic, BeaconInterval: 100}, nil)
+	c.send(0, 10, "a")
+	core := c.cores[1]
+	core.Wedge()
+	for _, now := range []int64{20, int64(time.Hour), 5 * int64(time.Hour)} {
+		core.Tick(now)
+		if d := core.Deadline(); d <= now {
+			t.Errorf("wedged, ticked at %d: deadline %d", now, d)
+		}
+	}
+}
