@@ -40,21 +40,70 @@ func (v *view) openDetector(now int64) error {
 // view, for the detector's messages (probes may go to members that are not
 // neighbours) and the persisted indexes of durable delivery.
 func (v *view) openControl(ctx context.Context) {
-	g := v.g
 	n := len(v.ids)
 	v.ctrl = make([]rdma.QueuePair, n)
+	v.ctrlRetry = make([]int64, n)
 	for r := range n {
-		if r == v.self {
-			continue
+		if r != v.self {
+			v.openControlTo(ctx, r)
 		}
-		qp, err := g.ep.Open(ctx, v.ids[r], controlStream(v.rec.Epoch), &ctrlHandler{v: v, rank: r})
-		if err != nil {
-			// The peer stays silent, which the detector notices.
-			g.log.Info("control stream not opened", "peer", v.ids[r], "epoch", v.rec.Epoch, "err", err)
-			continue
-		}
-		v.ctrl[r] = qp
 	}
+}
+
+func (v *view) openControlTo(ctx context.Context, r int) {
+	g := v.g
+	qp, err := g.ep.Open(ctx, v.ids[r], controlStream(v.rec.Epoch), &ctrlHandler{v: v, rank: r})
+	if err != nil {
+		// The peer stays silent, which the detector notices.
+		g.log.Info("control stream not opened", "peer", v.ids[r], "epoch", v.rec.Epoch, "err", err)
+		return
+	}
+	v.ctrl[r] = qp
+}
+
+// reopenControl opens the control streams whose connection broke again,
+// once their time has come (see linkDown). A view lives on after its
+// connections break: wedged, its members report whom they hear, and a
+// partition that heals must show in those reports, or a view change that
+// waits for a majority of reporters who hear each other would wait for
+// good (membership.Suspected).
+func (v *view) reopenControl(ctx context.Context, now int64) {
+	for r, at := range v.ctrlRetry {
+		if at == 0 || now < at {
+			continue
+		}
+		v.ctrlRetry[r] = 0
+		if qp := v.ctrl[r]; qp != nil {
+			qp.Close()
+			v.ctrl[r] = nil
+		}
+		v.openControlTo(ctx, r)
+		if v.ctrl[r] == nil {
+			v.ctrlRetry[r] = now + int64(v.g.cfg.SuspectTimeout)
+		}
+	}
+}
+
+// linkDown records that the control stream to rank r broke at now: the
+// detector hears of it, and the stream is opened again a suspect timeout
+// later.
+func (v *view) linkDown(now int64, r int) {
+	v.det.Disconnected(r)
+	if v.ctrlRetry[r] == 0 {
+		v.ctrlRetry[r] = now + int64(v.g.cfg.SuspectTimeout)
+	}
+}
+
+// ctrlDeadline returns when reopenControl next has something to do (0:
+// nothing).
+func (v *view) ctrlDeadline() int64 {
+	d := int64(0)
+	for _, at := range v.ctrlRetry {
+		if at != 0 && (d == 0 || at < d) {
+			d = at
+		}
+	}
+	return d
 }
 
 // ctrlHandler receives one peer's detector signals.

@@ -123,8 +123,11 @@ type runner struct {
 	wedgedAt   int64
 	retryAt    int64
 	retryState *membership.State
-	// reportAt, if set, is when to write the final report.
-	reportAt int64
+	// reportAt, if set, is when to write the final report; reported is
+	// the report last written, at reportedAt (see refreshReport).
+	reportAt   int64
+	reported   membership.Report
+	reportedAt int64
 	// change spans a view change, from the wedge to the next view (or
 	// the exclusion).
 	change trace.Span
@@ -202,7 +205,7 @@ func (r *runner) handle(ev event) bool {
 		}
 	case evLinkDown:
 		if ev.v == r.v {
-			r.v.det.Disconnected(ev.from)
+			r.v.linkDown(now, ev.from)
 		}
 	case evState:
 		return r.onState(ev.state)
@@ -245,7 +248,11 @@ func (r *runner) tick() {
 	if r.reportAt != 0 && now >= r.reportAt && r.phase == vsync.Wedged {
 		r.report()
 	}
+	r.refreshReport()
 	r.v.core.Tick(now)
+	if r.v.ctrlRetry != nil {
+		r.v.reopenControl(r.g.ctx, now)
+	}
 	if r.v.det != nil {
 		r.v.det.SetFrontier(membership.FrontierUnits(uint64(r.v.core.Frontier())))
 		r.v.det.Tick(now)
@@ -260,6 +267,9 @@ func (r *runner) deadline() time.Duration {
 	d := r.v.core.Deadline()
 	if r.v.det != nil {
 		d = min(d, r.v.det.Deadline())
+	}
+	if at := r.v.ctrlDeadline(); at != 0 {
+		d = min(d, at)
 	}
 	for _, at := range []int64{r.retryAt, r.reportAt} {
 		if at != 0 {

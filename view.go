@@ -53,6 +53,9 @@ type view struct {
 	// group with fixed membership.
 	det  *membership.Detector
 	ctrl []rdma.QueuePair
+	// ctrlRetry[r], if set, is when to open the control stream to rank r
+	// again: its connection broke (see reopenControl).
+	ctrlRetry []int64
 	// donor serves this member's snapshot parts to the view's joiners.
 	donor *membership.Donor
 	// suffixDonors serve joiners the messages their logs miss.

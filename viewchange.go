@@ -275,19 +275,53 @@ func (r *runner) endChange(attrs ...attribute.KeyValue) {
 func (r *runner) report() {
 	g, v := r.g, r.v
 	r.reportAt = 0
-	rep := membership.Report{Epoch: v.rec.Epoch, Member: r.ms.self, Held: v.core.Held(), Delivered: v.core.Index()}
-	// Whom it hears now: heartbeats of the last two intervals, when every
-	// wedged member beats to all (older ones may predate a partition).
-	since := max(r.wedgedAt, g.cfg.Clock()-2*int64(g.cfg.HeartbeatInterval))
-	for _, rank := range v.det.Heard(since) {
-		rep.Hears = append(rep.Hears, v.rec.Members[rank].ID)
-	}
+	rep := membership.Report{Epoch: v.rec.Epoch, Member: r.ms.self, Held: v.core.Held(), Delivered: v.core.Index(), Hears: r.hears()}
 	g.log.Debug("final report", "epoch", v.rec.Epoch, "hears", rep.Hears)
 	if r.change != nil {
 		r.change.AddEvent("final report", trace.WithAttributes(attribute.Int("convoy.hears", len(rep.Hears))))
 	}
-	r.async("final report", func(ctx context.Context, s *membership.Store) error { return s.PutReport(ctx, rep) })
+	r.putReport(rep)
 	r.to(vsync.Reported, "final report sent")
+}
+
+// hears returns whom this wedged member hears now: the members whose
+// heartbeats came in the last two intervals, when every wedged member
+// beats to all (older ones may predate a partition).
+func (r *runner) hears() []uint64 {
+	g, v := r.g, r.v
+	since := max(r.wedgedAt, g.cfg.Clock()-2*int64(g.cfg.HeartbeatInterval))
+	var out []uint64
+	for _, rank := range v.det.Heard(since) {
+		out = append(out, v.rec.Members[rank].ID)
+	}
+	return out
+}
+
+func (r *runner) putReport(rep membership.Report) {
+	r.reported, r.reportedAt = rep, r.g.cfg.Clock()
+	r.async("final report", func(ctx context.Context, s *membership.Store) error { return s.PutReport(ctx, rep) })
+}
+
+// refreshReport writes the report again if whom this member hears has
+// changed since it last wrote it, at most once per suspect timeout. What
+// it holds and delivered is final from the wedge on; whom it hears is
+// not: a partition that healed after the reports were written would
+// otherwise stand in them for good, and a view change that waits for a
+// majority group of reporters (membership.Suspected) would wait forever
+// once the suspicions on both sides leave no side a majority.
+func (r *runner) refreshReport() {
+	now := r.g.cfg.Clock()
+	if r.phase != vsync.Reported || now-r.reportedAt < int64(r.g.cfg.SuspectTimeout) {
+		return
+	}
+	hears := r.hears()
+	if slices.Equal(hears, r.reported.Hears) {
+		return
+	}
+	rep := r.reported
+	rep.Hears = hears
+	r.g.log.Info("whom this member hears changed: reporting again", "epoch", rep.Epoch, "hears", hears)
+	r.putReport(rep)
 }
 
 // suspect records a confirmed suspicion of member id in etcd.

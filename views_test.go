@@ -18,6 +18,7 @@ import (
 
 	"github.com/convoy-gcs/convoy/internal/etcdembed"
 	"github.com/convoy-gcs/convoy/internal/kvtest"
+	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/rdma"
 )
 
@@ -785,6 +786,63 @@ func TestViewsSendRefusedOnceExcluded(t *testing.T) {
 	close(stop)
 	load.Wait()
 	c.waitDelivered(nodes, nodes[:2]...)
+	c.waitSameIndex(nodes...)
+	c.check()
+	sameState(t, nodes...)
+}
+
+// TestViewsSplitWithoutMajorityHeals: a partition splits the group in
+// two halves, so that neither side holds a majority and members on both
+// sides record suspicions of the other half. No view is installed while
+// it lasts; once it heals, the group comes back whole and delivers again.
+// (TestGroupSim's seed 40 covers the harder case, where the reporters on
+// one side are a majority of the view but not of its caught-up members.)
+func TestViewsSplitWithoutMajorityHeals(t *testing.T) {
+	c := newVSCluster(t)
+	nodes := c.openAll(4)
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes...)
+	c.waitCount(nodes[3], 200)
+	c.fabric.Partition([]NodeID{1, 2}, []NodeID{3, 4})
+	// Until every member has reported in view 1 and suspicions are
+	// recorded on both sides.
+	cli, err := c.etcd.Client(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	store, err := membership.NewStore(context.Background(), membership.StoreConfig{Client: cli, Prefix: c.prefix, LeaseTTL: c.leaseTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := store.State(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		accused := map[uint64]bool{}
+		for suspect := range st.Suspects {
+			accused[suspect] = true
+		}
+		if len(st.Reports) == 4 && st.Current.Epoch == 1 && (accused[1] || accused[2]) && (accused[3] || accused[4]) {
+			break
+		}
+		if st.Current.Epoch != 1 {
+			t.Fatalf("view %d installed during the partition: %v", st.Current.Epoch, st.Current.Members)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the members did not all report with suspicions on both sides: %d reports, accused %v", len(st.Reports), accused)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.fabric.Heal()
+	c.waitView(2, 4, nodes...)
+	c.waitCount(nodes[0], len(nodes[0].payloads())+100)
+	close(stop)
+	wg.Wait()
+	c.waitDelivered(nodes, nodes...)
 	c.waitSameIndex(nodes...)
 	c.check()
 	sameState(t, nodes...)
