@@ -71,10 +71,11 @@ func (s *Switch) Partition(ctx context.Context, sides ...[]int) error {
 	return s.replaceFilter(ctx, rules.String())
 }
 
-// Heal removes the partition or filter, if any: every host reaches every
-// other again. Connections that went silent resume once TCP retransmits.
+// Heal removes the partition or filter and the delays, if any: every host
+// reaches every other again, at once. Connections that went silent
+// resume once TCP retransmits.
 func (s *Switch) Heal(ctx context.Context) error {
-	return s.nft(ctx, fmt.Sprintf("table bridge %[1]s\ndelete table bridge %[1]s\n", partitionTable))
+	return errors.Join(s.stopDelays(ctx), s.nft(ctx, fmt.Sprintf("table bridge %[1]s\ndelete table bridge %[1]s\n", partitionTable)))
 }
 
 // nft runs an nft script in the switch's namespace.
