@@ -58,14 +58,18 @@
 //     one-way-cut: the frames some members send to the others are
 //     dropped, the other direction flows; etcd-partition: some members
 //     cut off from every etcd member; packet-loss: 5% to 40% of the
-//     frames between some members and the others dropped at random; heal
-//     ends each of them. These run on the namespaces only: nftables rules
-//     (a bridge-family table) on the bridge drop the frames, the loss
-//     with "numgen random mod 100". Packet delay (schedule.PacketDelay)
-//     is not carried out: the kernels this runs on have no netem qdisc,
-//     so delay needs a userspace delayer behind an NFQUEUE rule (of
-//     iptables-nft: nftables' own queue statement is not built into them
-//     either), which the harness does not have;
+//     frames between some members and the others dropped at random;
+//     packet-delay: the packets between some members and the others
+//     delayed by 5ms to 200ms, give or take up to half of that (so that
+//     they reorder); heal ends each of them. These run on the namespaces
+//     only. Partitions, cuts and loss are nftables rules (a
+//     bridge-family table) on the bridge, the loss with "numgen random
+//     mod 100". These kernels have no netem qdisc, so delay takes
+//     userspace: an NFQUEUE rule of iptables-nft (nftables' own queue
+//     statement is not built into them) in a delayed host's output hands
+//     the packets' ids to a goroutine of the test, which lets each packet
+//     go when it is due (internal/netns: Switch.Delay); without
+//     iptables-nft the campaign draws no packet delay, and says so;
 //   - kill-one, kill-minority: SIGKILL to one member or a minority, then
 //     a restart on the same data directory;
 //   - kill-all: SIGKILL to every member at once, then a restart of all
@@ -125,7 +129,7 @@
 //
 // # Running it
 //
-//	go test ./tests/jepsen                      # the short campaign: as many schedules as fit in -jepsen.budget, at least 9
+//	go test ./tests/jepsen                      # the short campaign: as many schedules as fit in -jepsen.budget, at least 10
 //	go test ./tests/jepsen -v                   # the same, printing each schedule and its result
 //	go test ./tests/jepsen -v -timeout 0 -jepsen.seeds 200          # a longer campaign: 200 schedules
 //	go test ./tests/jepsen -v -jepsen.campaign 42                   # the campaign of seed 42
@@ -137,8 +141,8 @@
 // on top: seconds with a warm build cache, over a minute on a cache that
 // holds no build without the race detector.
 //
-// The short campaign's first ⌈kinds/2⌉ schedules (9 on the namespaces, 6
-// on loopback) cover every fault kind it draws from, each paired with one
+// The short campaign's first ⌈kinds/2⌉ schedules (10 on the namespaces, 6
+// on loopback) cover every fault kind it draws from, most paired with one
 // of another class; the test fails if a campaign bounded by time did not
 // cover them all. It prints where its processes run, the campaign's
 // seed, each schedule, and at the end the line "N passed, M failed"

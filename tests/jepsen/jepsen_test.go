@@ -154,6 +154,9 @@ func TestKV(t *testing.T) {
 		fmt.Println(msg)
 	} else {
 		msg := fmt.Sprintf("every process runs on a host of its own: %v", nw)
+		if nw.noDelay != "" {
+			msg += fmt.Sprintf("; no packet delay (%s)", nw.noDelay)
+		}
 		t.Log(msg)
 		fmt.Println(msg)
 	}

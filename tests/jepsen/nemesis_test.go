@@ -11,8 +11,8 @@ import (
 )
 
 // processKinds are the fault kinds this harness carries out on any
-// network, in the order of schedule.Faults; networkKinds need network
-// namespaces.
+// network, in the order of schedule.Faults; network.networkKinds need
+// network namespaces.
 var processKinds = []schedule.Kind{
 	schedule.KillOne, schedule.KillMinority, schedule.KillAll, schedule.RestartWiped, schedule.Lose,
 	schedule.PauseDetection, schedule.PauseLease,
@@ -178,8 +178,5 @@ func (c *cluster) contEtcd(i int) error {
 // order of schedule.Faults: all the harness carries out with network
 // namespaces, the process, clock and etcd faults on loopback.
 func campaignKinds(nw *network) []schedule.Kind {
-	if !nw.namespaces() {
-		return slices.Clone(processKinds)
-	}
-	return slices.Concat(networkKinds, processKinds)
+	return slices.Concat(nw.networkKinds(), processKinds)
 }

@@ -1,7 +1,9 @@
 package jepsen
 
 import (
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/convoy-gcs/convoy/internal/netns"
 	"github.com/convoy-gcs/convoy/tests/jepsen/schedule"
@@ -102,5 +104,27 @@ func TestRules(t *testing.T) {
 	}
 	if _, err := nw.rules(schedule.Step{Kind: schedule.KillOne, Members: []int{1}}); err == nil {
 		t.Error("a kill has filter rules")
+	}
+}
+
+// TestDelays checks the delay rules of a PacketDelay: every link that
+// touches a delayed member, each way, once.
+func TestDelays(t *testing.T) {
+	nw := &network{members: 4, etcd: 3}
+	st := schedule.Step{Kind: schedule.PacketDelay, Members: []int{2}, Delay: 50 * time.Millisecond, Jitter: 10 * time.Millisecond}
+	got := nw.delays(st)
+	want := []netns.DelayRule{
+		{From: 0, To: []int{1}},
+		{From: 1, To: []int{0, 2, 3}},
+		{From: 2, To: []int{1}},
+		{From: 3, To: []int{1}},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("rules %+v, want %+v", got, want)
+	}
+	for i, r := range got {
+		if r.From != want[i].From || !slices.Equal(r.To, want[i].To) || r.Delay != st.Delay || r.Jitter != st.Jitter {
+			t.Errorf("rule %d: %+v, want %+v with %v±%v", i, r, want[i], st.Delay, st.Jitter)
+		}
 	}
 }

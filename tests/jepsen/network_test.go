@@ -45,6 +45,8 @@ type network struct {
 	etcd    int
 	// dial makes the connections of clients and of the harness.
 	dial netns.DialFunc
+	// noDelay says why packet delay cannot be carried out, if it cannot.
+	noDelay string
 }
 
 // namespacePrefix starts the name of every namespace a campaign
@@ -90,6 +92,9 @@ func newNetwork(ctx context.Context, members, etcd int, loopback bool) (*network
 	}
 	n.sw = sw
 	n.dial = sw.Dialer(n.clientHost(), &net.Dialer{Timeout: dialTimeout})
+	if err := netns.CheckDelay(); err != nil {
+		n.noDelay = err.Error()
+	}
 	return n, "", nil
 }
 
@@ -180,10 +185,21 @@ func (n *network) command(h int, path string, args ...string) *exec.Cmd {
 	return exec.Command("ip", slices.Concat([]string{"netns", "exec", n.sw.Hosts()[h].Namespace, path}, args)...)
 }
 
-// networkKinds are the network faults the switch carries out.
-var networkKinds = []schedule.Kind{
-	schedule.IsolateOne, schedule.SplitHalves, schedule.Bridge, schedule.OneWayCut,
-	schedule.PacketLoss, schedule.EtcdPartition,
+// networkKinds returns the network faults the switch carries out, in
+// the order of schedule.Faults: none on loopback, packet delay only
+// where iptables-nft can queue packets to this process.
+func (n *network) networkKinds() []schedule.Kind {
+	if n.sw == nil {
+		return nil
+	}
+	kinds := []schedule.Kind{
+		schedule.IsolateOne, schedule.SplitHalves, schedule.Bridge, schedule.OneWayCut,
+		schedule.PacketLoss, schedule.PacketDelay, schedule.EtcdPartition,
+	}
+	if n.noDelay != "" {
+		kinds = slices.DeleteFunc(kinds, func(k schedule.Kind) bool { return k == schedule.PacketDelay })
+	}
+	return kinds
 }
 
 // fault carries out a network step: it replaces the network's filter
@@ -197,6 +213,12 @@ func (n *network) fault(ctx context.Context, st schedule.Step) error {
 	}
 	if st.Kind == schedule.Heal || st.Kind == schedule.HealAll {
 		return n.sw.Heal(ctx)
+	}
+	if st.Kind == schedule.PacketDelay {
+		if n.noDelay != "" {
+			return fmt.Errorf("%v: %s", st.Kind, n.noDelay)
+		}
+		return n.sw.Delay(ctx, uint64(st.At), n.delays(st)...)
 	}
 	rules, err := n.rules(st)
 	if err != nil {
@@ -260,6 +282,24 @@ func (n *network) rules(st schedule.Step) ([]netns.Rule, error) {
 		return []netns.Rule{{From: cut, To: allEtcd}, {From: allEtcd, To: cut}}, nil
 	}
 	return nil, fmt.Errorf("%v is not a network fault the switch carries out", st.Kind)
+}
+
+// delays returns the delay rules of a PacketDelay: every link between two
+// members, one of which is in st.Members, delays its packets each way.
+func (n *network) delays(st schedule.Step) []netns.DelayRule {
+	var rules []netns.DelayRule
+	for id := 1; id <= n.members; id++ {
+		var to []int
+		for other := 1; other <= n.members; other++ {
+			if other != id && (slices.Contains(st.Members, id) || slices.Contains(st.Members, other)) {
+				to = append(to, n.memberHost(other))
+			}
+		}
+		if len(to) > 0 {
+			rules = append(rules, netns.DelayRule{From: n.memberHost(id), To: to, Delay: st.Delay, Jitter: st.Jitter})
+		}
+	}
+	return rules
 }
 
 // cutBetween returns the rules of a partition into sides of hosts: two
