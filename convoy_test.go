@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/convoy-gcs/convoy/ordering"
 	"github.com/convoy-gcs/convoy/rdma"
 )
 
@@ -274,6 +275,28 @@ func TestGroupPropertiesMem(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestSkewBeyondMaxAhead: a member whose clock runs ahead of the others'
+// by more than a peer's stamp may be (ordering.DefaultMaxAhead) costs
+// latency only: the others hold its records until their clocks catch up,
+// and every member delivers every message in the same order.
+func TestSkewBeyondMaxAhead(t *testing.T) {
+	fab := rdma.NewMemFabric(rdma.MemOptions{Seed: 5})
+	defer fab.Close()
+	eps := make([]rdma.Endpoint, 3)
+	for i := range eps {
+		ep, err := fab.Endpoint(NodeID(i + 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps[i] = ep
+		defer ep.Close()
+	}
+	skews := []time.Duration{0, 0, ordering.DefaultMaxAhead * 3 / 2}
+	c := openCluster(t, 3, clusterOpts{mode: Atomic, skews: skews, endpoint: func(i int) rdma.Endpoint { return eps[i] }})
+	defer c.close()
+	c.run(t, Atomic, 20, 5)
 }
 
 // The same over real TCP on loopback, one goroutine-driven member each.

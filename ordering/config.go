@@ -49,7 +49,8 @@ const (
 	// bounds how long it can hold the barriers back.
 	DefaultBeaconInterval = time.Millisecond
 	// DefaultMaxAhead bounds how far a peer's stamps may run ahead of this
-	// member's physical clock before they are rejected as faulty.
+	// member's physical clock for its records to apply at once; records
+	// stamped further ahead wait for the clock to catch up.
 	DefaultMaxAhead = time.Second
 	// DefaultWindow bounds how far ahead of its held prefix a sender's
 	// sequence numbers may run at a receiver.
@@ -74,7 +75,10 @@ type Config struct {
 	// BeaconGap: the shortest time between records a member multicasts
 	// when it beacons in reaction to traffic (default BeaconInterval/8).
 	BeaconGap time.Duration
-	// MaxAhead: how far ahead of local time a peer's stamp may be.
+	// MaxAhead: how far ahead of local time a peer's stamp may be for its
+	// record to apply at once. A record stamped further ahead waits until
+	// local time catches up (clock skew costs latency), and a window of
+	// them (Window records of one sender) is rejected as ErrClockAhead.
 	MaxAhead time.Duration
 	// FanOut enables frontier aggregation through a tree of that fan-out
 	// (at least 2); zero announces frontiers to every member directly.

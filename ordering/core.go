@@ -3,6 +3,7 @@ package ordering
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/google/btree"
@@ -13,7 +14,9 @@ import (
 // Errors for records the core rejects, besides those of package barrier
 // and ErrBadRecord. Rejected records change nothing.
 var (
-	// ErrClockAhead: a stamp or promise too far ahead of local time.
+	// ErrClockAhead: a sender's stamps run so far ahead of local time
+	// that a window's worth of its records waits for local time to catch
+	// up (see Config.MaxAhead).
 	ErrClockAhead = errors.New("ordering: peer clock too far ahead")
 	// ErrNotAggregating: a tree record in a group without aggregation.
 	ErrNotAggregating = errors.New("ordering: aggregation record, but aggregation is off")
@@ -152,6 +155,11 @@ type Core struct {
 	// frontierKey[j] places the record that last raised member j's
 	// announced frontier in j's send order (see frontierOrder).
 	frontierKey []uint64
+	// ahead[j] holds member j's data and beacon records, in arrival
+	// order, from the first one stamped more than MaxAhead beyond local
+	// time; they are applied in that order, each once local time comes
+	// within MaxAhead of its stamp.
+	ahead [][]Record
 	// wedged: the view is ending (see Wedge).
 	wedged bool
 	ready  Ready
@@ -173,6 +181,7 @@ func NewCore(cfg Config, now int64) (*Core, error) {
 		payloads:    make([]payloadQueue, c.Members),
 		nextSeq:     make([]uint64, c.Members),
 		frontierKey: make([]uint64, c.Members),
+		ahead:       make([][]Record, c.Members),
 		early:       make([]map[uint64]entry, c.Members),
 		unstableSeq: 1,
 		lastSent:    now,
@@ -193,11 +202,55 @@ func NewCore(cfg Config, now int64) (*Core, error) {
 	return core, nil
 }
 
-func (c *Core) advance(now int64) {
+// advance moves local time to now and applies the records held for
+// their stamps that it lets through; it returns why it rejected any of
+// them.
+func (c *Core) advance(now int64) error {
 	c.now = max(c.now, now)
+	err := c.release()
 	// Promise, for this member's own future messages, the lowest stamp the
 	// clock can still issue.
 	_ = c.prom.Beacon(c.cfg.Self, c.seq, c.clock.peek(c.now))
+	return err
+}
+
+// limit is the highest stamp a peer's record may carry to be applied
+// now.
+func (c *Core) limit() Timestamp {
+	return Timestamp(max(c.now, 0)) + Timestamp(c.cfg.MaxAhead)
+}
+
+// release applies, sender by sender and in arrival order, the held
+// records whose stamps local time has come within MaxAhead of.
+func (c *Core) release() error {
+	var errs []error
+	limit := c.limit()
+	for from, q := range c.ahead {
+		n := 0
+		for n < len(q) && q[n].TS <= limit {
+			if err := c.step(from, q[n]); err != nil {
+				c.stats.Rejected++
+				errs = append(errs, fmt.Errorf("record %v from member %d: %w", q[n].Kind, from, err))
+			}
+			n++
+		}
+		if n > 0 {
+			clear(q[:n])
+			c.ahead[from] = q[n:]
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// hold keeps a record of member from until local time comes within
+// MaxAhead of its stamp, behind the records of from held already.
+func (c *Core) hold(from int, r Record) error {
+	q := c.ahead[from]
+	if uint64(len(q)) >= c.cfg.Window {
+		return fmt.Errorf("%w: stamp %d, local time %d, %d records held", ErrClockAhead, r.TS, c.now, len(q))
+	}
+	c.ahead[from] = append(q, r)
+	return nil
 }
 
 // Send stamps an application message at time now and queues it for
@@ -245,19 +298,44 @@ func (c *Core) multicast(r Record) {
 // runtime calls after each batch of records, so that a busy member reacts
 // once per batch rather than once per record.
 //
+// A data or beacon record stamped more than MaxAhead beyond local time
+// waits, with the records of its sender that follow it, until local time
+// comes within MaxAhead of its stamp: the Step, Tick or Send at that time
+// applies it. If it then breaks the protocol, a Step returns that error
+// with its own record's; a Tick or Send counts it in Stats.Rejected.
+//
 // Once the core is wedged, records are dropped: the final report must not
 // change.
 func (c *Core) Step(now int64, from int, r Record) error {
 	if c.wedged {
 		return nil
 	}
-	c.advance(now)
-	if err := c.step(from, r); err != nil {
+	errs := []error{c.advance(now)}
+	var err error
+	if c.waits(from, r) {
+		err = c.hold(from, r)
+	} else {
+		err = c.step(from, r)
+	}
+	if err != nil {
 		c.stats.Rejected++
-		return fmt.Errorf("record %v from member %d: %w", r.Kind, from, err)
+		errs = append(errs, fmt.Errorf("record %v from member %d: %w", r.Kind, from, err))
 	}
 	c.deliver()
-	return nil
+	return errors.Join(errs...)
+}
+
+// waits reports whether a record from member from must wait for local
+// time: a data or beacon record stamped more than MaxAhead beyond it, or
+// one behind such a record (a sender's records apply in their order).
+// Clock skew between members thus costs latency, never records; the
+// hybrid clock makes this member's own stamps follow the record's once
+// it applies it.
+func (c *Core) waits(from int, r Record) bool {
+	if r.Kind != KindData && r.Kind != KindBeacon || from < 0 || from >= c.cfg.Members || from == c.cfg.Self {
+		return false
+	}
+	return len(c.ahead[from]) > 0 || r.TS > c.limit()
 }
 
 func (c *Core) step(from int, r Record) error {
@@ -266,9 +344,6 @@ func (c *Core) step(from int, r Record) error {
 	}
 	switch r.Kind {
 	case KindData, KindBeacon:
-		if limit := Timestamp(max(c.now, 0)) + Timestamp(c.cfg.MaxAhead); r.TS > limit {
-			return fmt.Errorf("%w: stamp %d, local time %d", ErrClockAhead, r.TS, c.now)
-		}
 		direct := c.commit != nil && c.cfg.Mode != Unordered
 		key := frontierOrder(r)
 		// A record overtaken by later ones (a large message) carries an
@@ -401,6 +476,12 @@ func (c *Core) Deadline() int64 {
 			d = min(d, c.lastTree+c.treeGap())
 		}
 	}
+	for _, q := range c.ahead {
+		if len(q) > 0 {
+			// q[0].TS > c.limit() ≥ MaxAhead: no underflow.
+			d = min(d, int64(min(q[0].TS-Timestamp(c.cfg.MaxAhead), math.MaxInt64)))
+		}
+	}
 	return d
 }
 
@@ -515,3 +596,13 @@ func (c *Core) Frontier() Timestamp { return c.prom.Frontier() }
 
 // Buffered returns how many complete messages wait for the barrier.
 func (c *Core) Buffered() int { return c.buf.Len() }
+
+// Ahead returns how many records of peers wait for local time to come
+// within MaxAhead of their stamps.
+func (c *Core) Ahead() int {
+	n := 0
+	for _, q := range c.ahead {
+		n += len(q)
+	}
+	return n
+}

@@ -12,7 +12,7 @@ import (
 
 // TestCoreScenarios runs the scripts in testdata/core. Commands:
 //
-//	init n=3 mode=atomic|total|unordered [interval=100] [gap=10] [fanout=2] [skew=0,5,-3] [ahead=1000]
+//	init n=3 mode=atomic|total|unordered [interval=100] [gap=10] [fanout=2] [skew=0,5,-3] [ahead=1000] [window=0]
 //	send m=0 at=5 [data=x]          member 0 sends at common time 5
 //	tick [m=1] at=100               one member (or all) ticks
 //	deliver from=0 to=1 at=7 [n=1]  step records queued on a link
@@ -45,6 +45,7 @@ func TestCoreScenarios(t *testing.T) {
 					BeaconGap:      time.Duration(intArg(t, d, "gap", 10)),
 					FanOut:         intArg(t, d, "fanout", 0),
 					MaxAhead:       time.Duration(intArg(t, d, "ahead", 1000)),
+					Window:         uint64(intArg(t, d, "window", 0)),
 				}
 				var skew []int64
 				if s := strArg(d, "skew", ""); s != "" {

@@ -22,6 +22,11 @@
 //   - Atomic: delivered below the commit barrier, so nothing is delivered
 //     until every member holds it.
 //
+// Clock skew between members costs latency, never order nor messages: the
+// hybrid clock makes a member's stamps follow every stamp it has seen, and
+// a peer's record stamped more than [Config.MaxAhead] beyond local time
+// waits, with that peer's later records, until local time catches up.
+//
 // Records between members are encoded by [AppendRecord] and decoded by
 // [DecodeRecord], which checks every field read from the network.
 package ordering

@@ -146,10 +146,11 @@ func (c *cluster) settle(at, until int64) int64 {
 	}
 }
 
-// quiet reports whether no member has a message waiting for a barrier.
+// quiet reports whether no member has a message waiting for a barrier,
+// or a record waiting for its clock.
 func (c *cluster) quiet() bool {
 	for _, core := range c.cores {
-		if core.Buffered() > 0 {
+		if core.Buffered() > 0 || core.Ahead() > 0 {
 			return false
 		}
 	}

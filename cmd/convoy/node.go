@@ -47,6 +47,11 @@ comma-separated string or an array. For example:
   {"id": 1, "app": "kv", "etcd": ["http://10.0.0.9:2379"], "data": "/var/lib/convoy",
    "listen": "10.0.0.1:7000", "http": "10.0.0.1:7101", "initial": 3}
 
+-clock-offset and -clock-drift-ppm set the member's clock (which stamps
+its messages and times its failure detector) off the machine's, to test
+a group under clock skew: skew between members costs latency, never
+correctness.
+
 The node answers 503 on -http until it takes part in a view, then serves
 the application's API. It records its API's base URL in etcd under
 {prefix}http/{id}, on a lease, for "convoy status"; prints one JSON line
@@ -179,6 +184,10 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 		Durable:           &convoy.DurableConfig{Dir: s.Data},
 		TLS:               memberTLS,
 		Logger:            log,
+	}
+	if s.ClockOffset != 0 || s.ClockDriftPPM != 0 {
+		cfg.Clock = skewedClock(time.Duration(s.ClockOffset), s.ClockDriftPPM)
+		log.Info("clock set off", "offset", time.Duration(s.ClockOffset), "drift_ppm", s.ClockDriftPPM)
 	}
 	log.Info("opening the group", "id", s.ID, "http", url, "prefix", s.Prefix, "data", s.Data)
 	svc, err := openService(ctx, s.App, cfg, log)

@@ -56,6 +56,15 @@ type nodeSettings struct {
 	TLSCA   string `json:"tls_ca"`
 	TLSCert string `json:"tls_cert"`
 	TLSKey  string `json:"tls_key"`
+	// ClockOffset and ClockDriftPPM set this member's clock
+	// (convoy.Config.Clock) off the machine's, to test a group under
+	// clock skew: the clock reads the machine's time plus ClockOffset
+	// when the member starts, and from then on gains ClockDriftPPM
+	// microseconds a second (loses them, if negative). Skew between
+	// members costs latency, never correctness. See skewedClock for the
+	// bounds.
+	ClockOffset   duration `json:"clock_offset"`
+	ClockDriftPPM int      `json:"clock_drift_ppm"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `json:"log_level"`
 }
@@ -143,6 +152,15 @@ func nodeOptions() []nodeOption {
 		strOpt("tls-ca", "PEM `file` of the CA that signs members' certificates (mutual TLS between members)", func(s *nodeSettings) *string { return &s.TLSCA }),
 		strOpt("tls-cert", "PEM `file` of this member's certificate", func(s *nodeSettings) *string { return &s.TLSCert }),
 		strOpt("tls-key", "PEM `file` of -tls-cert's private key", func(s *nodeSettings) *string { return &s.TLSKey }),
+		durOpt("clock-offset", "set this member's clock off by this `offset`, ahead or (negative) behind, for fault testing (default 0)", func(s *nodeSettings) *duration { return &s.ClockOffset }),
+		{name: "clock-drift-ppm", usage: "make this member's clock gain `ppm` microseconds a second (lose, if negative), for fault testing (default 0)", set: func(s *nodeSettings, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("not a whole number of parts per million: %q", v)
+			}
+			s.ClockDriftPPM = n
+			return nil
+		}},
 		strOpt("log-level", "debug, info, warn or error (default info)", func(s *nodeSettings) *string { return &s.LogLevel }),
 	}
 }
@@ -242,6 +260,10 @@ func (s nodeSettings) check() error {
 		return usagef("node: -listen and -http must not be empty")
 	case s.Heartbeat < 0 || s.SuspectTimeout < 0 || s.StallTimeout < 0 || s.LeaseTTL < 0:
 		return usagef("node: durations must not be negative")
+	case time.Duration(s.ClockOffset).Abs() > maxClockOffset:
+		return usagef("node: -clock-offset %v is beyond ±%v", time.Duration(s.ClockOffset), maxClockOffset)
+	case s.ClockDriftPPM < -maxClockDriftPPM || s.ClockDriftPPM > maxClockDriftPPM:
+		return usagef("node: -clock-drift-ppm %d is beyond ±%d", s.ClockDriftPPM, maxClockDriftPPM)
 	case (s.EtcdCert == "") != (s.EtcdKey == ""):
 		return usagef("node: -etcd-cert and -etcd-key go together")
 	case (s.TLSCA != "" || s.TLSCert != "" || s.TLSKey != "") && (s.TLSCA == "" || s.TLSCert == "" || s.TLSKey == ""):

@@ -20,7 +20,8 @@ func TestNodeSettingsPrecedence(t *testing.T) {
 	if err := os.WriteFile(file, []byte(`{
 		"id": 1, "app": "kv", "etcd": ["http://file:2379", "http://file2:2379"],
 		"http": "127.0.0.1:7001", "prefix": "/file/", "data": "/data/file",
-		"heartbeat": "20ms", "suspect_timeout": "300ms", "initial": 3
+		"heartbeat": "20ms", "suspect_timeout": "300ms", "initial": 3,
+		"clock_offset": "-1.5s", "clock_drift_ppm": 2000
 	}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -28,6 +29,7 @@ func TestNodeSettingsPrecedence(t *testing.T) {
 	fromFile.ID, fromFile.App, fromFile.Etcd = 1, "kv", stringList{"http://file:2379", "http://file2:2379"}
 	fromFile.HTTP, fromFile.Prefix, fromFile.Data = "127.0.0.1:7001", "/file/", "/data/file"
 	fromFile.Heartbeat, fromFile.SuspectTimeout, fromFile.Initial = duration(20*time.Millisecond), duration(300*time.Millisecond), 3
+	fromFile.ClockOffset, fromFile.ClockDriftPPM = duration(-1500*time.Millisecond), 2000
 
 	for _, tc := range []struct {
 		name  string
@@ -55,10 +57,11 @@ func TestNodeSettingsPrecedence(t *testing.T) {
 		},
 		{
 			name: "flags over environment over file",
-			args: []string{"-config", file, "-http", "127.0.0.1:7003", "-id", "9", "-log-level", "debug"},
-			env:  map[string]string{"CONVOY_HTTP": "127.0.0.1:7002", "CONVOY_ID": "5", "CONVOY_PREFIX": "/env/"},
+			args: []string{"-config", file, "-http", "127.0.0.1:7003", "-id", "9", "-log-level", "debug", "-clock-offset", "2s"},
+			env:  map[string]string{"CONVOY_HTTP": "127.0.0.1:7002", "CONVOY_ID": "5", "CONVOY_PREFIX": "/env/", "CONVOY_CLOCK_DRIFT_PPM": "-300"},
 			check: func(s *nodeSettings) {
 				s.HTTP, s.ID, s.Prefix, s.LogLevel = "127.0.0.1:7003", 9, "/env/", "debug"
+				s.ClockOffset, s.ClockDriftPPM = duration(2*time.Second), -300
 			},
 		},
 		{
@@ -128,6 +131,9 @@ func TestNodeSettingsErrors(t *testing.T) {
 		{args: slices.Concat(ok, []string{"-config", badDuration}), want: "heartbeat"},
 		{args: slices.Concat(ok, []string{"-config", filepath.Join(dir, "missing.json")}), want: "no such file"},
 		{args: slices.Concat(ok, []string{"extra"}), want: "unexpected arguments"},
+		{args: slices.Concat(ok, []string{"-clock-offset", "25h"}), want: "-clock-offset 25h0m0s is beyond"},
+		{args: slices.Concat(ok, []string{"-clock-drift-ppm", "-600000"}), want: "-clock-drift-ppm -600000 is beyond"},
+		{args: ok, env: map[string]string{"CONVOY_CLOCK_DRIFT_PPM": "fast"}, want: `CONVOY_CLOCK_DRIFT_PPM: not a whole number`},
 	} {
 		s, err := loadNodeSettings(tc.args, func(k string) string { return tc.env[k] }, &cli{stderr: &strings.Builder{}})
 		if err == nil {

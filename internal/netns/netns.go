@@ -15,6 +15,16 @@
 //	defer sw.Close()
 //	cmd := sw.Command(ctx, 0, "/path/to/server", "-listen", sw.Hosts()[0].Addr.String()+":7000")
 //
+// Sockets this process opens inside [Switch.InHost] (or dials with
+// [Switch.Dialer]) belong to a host, so the process can talk to the
+// programs on the switch without a link of its own.
+//
+// Faults: [Switch.Partition] and [Switch.Filter] drop frames between
+// hosts (all of them, one way or both, or a random share: packet loss)
+// with nftables rules on the bridge; [Switch.Delay] delays the packets a
+// host sends, through an NFQUEUE rule of iptables-nft and a delayer in
+// this process; [Switch.Heal] ends them all.
+//
 // Every name created carries a random run id, so concurrent runs do not
 // collide, and traffic stays on the private bridge.
 package netns
@@ -94,6 +104,8 @@ type Switch struct {
 	sw      string // the switch's namespace
 	hosts   []Host
 	created []string // namespaces to delete on Close, in creation order
+	// delays stop the delays in effect (see Delay).
+	delays []func(context.Context) error
 }
 
 // Check reports, wrapped in ErrUnsupported, why namespaces cannot be
@@ -263,7 +275,7 @@ func (s *Switch) Command(ctx context.Context, host int, name string, args ...str
 func (s *Switch) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
 	defer cancel()
-	var errs []error
+	errs := []error{s.stopDelays(ctx)}
 	for i := len(s.created) - 1; i >= 0; i-- {
 		if err := s.ip(ctx, "netns", "del", s.created[i]); err != nil {
 			errs = append(errs, err)

@@ -11,7 +11,7 @@ import (
 )
 
 // partitionTable is the nftables table, in the switch's namespace, that
-// holds the rules of the current partition.
+// holds the rules of the current partition or filter.
 const partitionTable = "convoy_partition"
 
 // CheckPartition reports, wrapped in ErrUnsupported, why Partition cannot
@@ -31,7 +31,8 @@ func CheckPartition() error {
 // between hosts on different sides, in both directions, while hosts on
 // the same side still reach each other. Each side lists host indexes;
 // hosts on no side are left alone and still reach every host (a service
-// both sides need, say). It replaces any earlier partition, atomically.
+// both sides need, say). It replaces any earlier partition or filter
+// (see Filter), atomically.
 //
 // The rules live in a bridge-family nftables table in the switch's
 // namespace, so the hosts' own configuration is untouched. Frames are
@@ -67,18 +68,14 @@ func (s *Switch) Partition(ctx context.Context, sides ...[]int) error {
 			}
 		}
 	}
-	// Adding the table first makes the deletion succeed whether or not a
-	// partition exists; nft applies the whole script as one transaction.
-	script := fmt.Sprintf("table bridge %[1]s\ndelete table bridge %[1]s\n"+
-		"table bridge %[1]s {\n\tchain forward_filter {\n\t\ttype filter hook forward priority 0; policy accept;\n%[2]s\t}\n}\n",
-		partitionTable, rules.String())
-	return s.nft(ctx, script)
+	return s.replaceFilter(ctx, rules.String())
 }
 
-// Heal removes the partition, if any: every host reaches every other
-// again. Connections that went silent resume once TCP retransmits.
+// Heal removes the partition or filter and the delays, if any: every host
+// reaches every other again, at once. Connections that went silent
+// resume once TCP retransmits.
 func (s *Switch) Heal(ctx context.Context) error {
-	return s.nft(ctx, fmt.Sprintf("table bridge %[1]s\ndelete table bridge %[1]s\n", partitionTable))
+	return errors.Join(s.stopDelays(ctx), s.nft(ctx, fmt.Sprintf("table bridge %[1]s\ndelete table bridge %[1]s\n", partitionTable)))
 }
 
 // nft runs an nft script in the switch's namespace.

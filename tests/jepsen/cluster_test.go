@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +17,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/convoy-gcs/convoy/tests/jepsen/schedule"
 )
 
 // Bounds of the cluster's setup.
@@ -62,26 +66,33 @@ func (tl *timeline) String() string {
 	return strings.Join(tl.lines, "\n") + "\n"
 }
 
-// etcdMember is one member of the etcd cluster, on fixed ports and a
-// data directory that outlive its processes.
+// etcdMember is one member of the etcd cluster, on fixed addresses and
+// a data directory that outlive its processes.
 type etcdMember struct {
 	name         string
+	host         int // on the network
 	client, peer string
 	dir, log     string
 	proc         *proc // the latest run; nil before the first
 	paused       bool
 }
 
-// member is one Convoy member (a "convoy node" process), on a fixed
-// HTTP address and a data directory that outlive its processes.
+// member is one Convoy member (a "convoy node" process), on fixed
+// addresses and a data directory that outlive its processes.
 type member struct {
-	id       int
-	http     string // host:port
-	dir, log string
-	proc     *proc
-	paused   bool
+	id        int
+	host      int    // on the network
+	http      string // host:port
+	transport string // host:port, or a free port on loopback
+	dir, log  string
+	proc      *proc
+	paused    bool
 	// lost: killed for good (schedule.Lose).
 	lost bool
+	// clock is how the member's clock is to be set off (by the
+	// schedule's latest clock step for it); running is how the clock of
+	// its latest process is. Their Member fields are zero.
+	clock, running schedule.Clock
 }
 
 func (m *member) url() string { return "http://" + m.http }
@@ -90,13 +101,13 @@ func (m *member) url() string { return "http://" + m.http }
 func (m *member) up() bool { return m.proc != nil && !m.proc.done() }
 
 // cluster is the etcd cluster and the Convoy members of one run, all
-// separate processes on loopback. Its methods are called from one
-// goroutine.
+// separate processes on the campaign's network. Its methods are called
+// from one goroutine.
 type cluster struct {
 	bins     binaries
 	dir      string
 	tl       *timeline
-	ports    *ports
+	net      *network
 	leaseTTL time.Duration
 	etcd     []*etcdMember
 	members  []*member
@@ -106,34 +117,33 @@ type cluster struct {
 
 // newCluster lays out a cluster of n members and e etcd members under
 // dir; nothing runs yet.
-func newCluster(bins binaries, dir string, tl *timeline, ps *ports, n, e int, leaseTTL time.Duration) (*cluster, error) {
-	c := &cluster{bins: bins, dir: dir, tl: tl, ports: ps, leaseTTL: leaseTTL}
+func newCluster(bins binaries, dir string, tl *timeline, nw *network, n, e int, leaseTTL time.Duration) (*cluster, error) {
+	c := &cluster{bins: bins, dir: dir, tl: tl, net: nw, leaseTTL: leaseTTL}
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
 	for i := 1; i <= e; i++ {
 		em := &etcdMember{
 			name: fmt.Sprintf("e%d", i),
+			host: nw.etcdHost(i),
 			dir:  filepath.Join(dir, fmt.Sprintf("etcd-%d", i)),
 			log:  filepath.Join(dir, "logs", fmt.Sprintf("etcd-%d.log", i)),
 		}
 		var err error
-		if em.client, err = ps.addr(); err != nil {
-			return nil, err
-		}
-		if em.peer, err = ps.addr(); err != nil {
+		if em.client, em.peer, err = nw.etcdAddrs(i); err != nil {
 			return nil, err
 		}
 		c.etcd = append(c.etcd, em)
 	}
 	for i := 1; i <= n; i++ {
 		m := &member{
-			id:  i,
-			dir: filepath.Join(dir, fmt.Sprintf("member-%d", i)),
-			log: filepath.Join(dir, "logs", fmt.Sprintf("member-%d.log", i)),
+			id:   i,
+			host: nw.memberHost(i),
+			dir:  filepath.Join(dir, fmt.Sprintf("member-%d", i)),
+			log:  filepath.Join(dir, "logs", fmt.Sprintf("member-%d.log", i)),
 		}
 		var err error
-		if m.http, err = ps.addr(); err != nil {
+		if m.http, m.transport, err = nw.memberAddrs(i); err != nil {
 			return nil, err
 		}
 		c.members = append(c.members, m)
@@ -179,8 +189,8 @@ func (c *cluster) startEtcd(i int) error {
 	for _, o := range c.etcd {
 		peers = append(peers, o.name+"=http://"+o.peer)
 	}
-	p, err := startProc("etcd "+em.name, em.log, c.bins.etcd,
-		"-name", em.name, "-data", em.dir, "-client", em.client, "-peer", em.peer, "-cluster", strings.Join(peers, ","))
+	p, err := startProc("etcd "+em.name, em.log, c.net.command(em.host, c.bins.etcd,
+		"-name", em.name, "-data", em.dir, "-client", em.client, "-peer", em.peer, "-cluster", strings.Join(peers, ",")))
 	if err != nil {
 		return err
 	}
@@ -197,7 +207,13 @@ func (c *cluster) startEtcdCluster(ctx context.Context) error {
 			return err
 		}
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.etcdEndpoints(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	dial := c.net.dial
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: c.etcdEndpoints(), DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return dial(ctx, "tcp", addr)
+		})},
+	})
 	if err != nil {
 		return err
 	}
@@ -237,14 +253,20 @@ func (c *cluster) startMember(id int, wipe bool) error {
 	args := []string{
 		"node", "-id", strconv.Itoa(id), "-app", "kv",
 		"-etcd", strings.Join(c.etcdEndpoints(), ","), "-prefix", "/jepsen/",
-		"-data", m.dir, "-listen", "127.0.0.1:0", "-http", m.http, "-http-url", m.url(),
+		"-data", m.dir, "-listen", m.transport, "-http", m.http, "-http-url", m.url(),
 		"-initial", strconv.Itoa(len(c.members)), "-lease-ttl", c.leaseTTL.String(),
 	}
-	p, err := startProc(fmt.Sprintf("member %d", id), m.log, c.bins.convoy, args...)
+	if m.clock.Offset != 0 {
+		args = append(args, "-clock-offset", m.clock.Offset.String())
+	}
+	if m.clock.Drift != 0 {
+		args = append(args, "-clock-drift-ppm", strconv.Itoa(m.clock.Drift))
+	}
+	p, err := startProc(fmt.Sprintf("member %d", id), m.log, c.net.command(m.host, c.bins.convoy, args...))
 	if err != nil {
 		return err
 	}
-	m.proc, m.paused = p, false
+	m.proc, m.paused, m.running = p, false, m.clock
 	c.watch(p)
 	return nil
 }

@@ -28,18 +28,48 @@
 // killed with it, on every exit path; the kernel kills it too if the test
 // process dies.
 //
-// Every process listens on loopback, on ports below the kernel's
-// ephemeral range chosen free at the start of the run, so that a member
-// restarts on the address it had. Running each member in a network
-// namespace of its own, which partitions, cuts, packet loss and delay
-// need, is the next step; until then the schedules draw no network
-// faults.
+// Where the test may build network namespaces (as root, with ip and nft
+// installed, as on CI), every process runs on a host of its own: a
+// network namespace (internal/netns) joined by a veth link to a bridge in
+// a namespace of its own, five hosts for the members, three for etcd, and
+// one from which the clients and the harness's own requests connect
+// (this process opens their sockets inside that namespace), which no
+// fault cuts off. The namespaces of a campaign carry its process id and
+// a random run id in their names; they are removed when the test ends,
+// whether it passes or fails, and a later campaign removes those of a
+// test process that died. Each process listens on its host's address on
+// a fixed port, so that a member restarts on the address it had.
+//
+// Elsewhere, or with -jepsen.loopback, every process listens on
+// loopback, on ports below the kernel's ephemeral range chosen free at
+// the start of the run, and the schedules draw no network faults; the
+// test log says which of the two it runs on, and why.
 //
 // # Faults
 //
 // Each schedule comes from schedule.Generate (through schedule.Campaign)
 // restricted to the kinds carried out here:
 //
+//   - isolate-one, split-halves, bridge: a partition of the members, into
+//     one member and the others, a minority and a majority, or two
+//     majorities that share one member; half of the partitions also put
+//     etcd members on either side (all of them, possibly, on one side),
+//     so that a side may lose etcd's quorum or etcd may lose its own;
+//     one-way-cut: the frames some members send to the others are
+//     dropped, the other direction flows; etcd-partition: some members
+//     cut off from every etcd member; packet-loss: 5% to 40% of the
+//     frames between some members and the others dropped at random;
+//     packet-delay: the packets between some members and the others
+//     delayed by 5ms to 200ms, give or take up to half of that (so that
+//     they reorder); heal ends each of them. These run on the namespaces
+//     only. Partitions, cuts and loss are nftables rules (a
+//     bridge-family table) on the bridge, the loss with "numgen random
+//     mod 100". These kernels have no netem qdisc, so delay takes
+//     userspace: an NFQUEUE rule of iptables-nft (nftables' own queue
+//     statement is not built into them) in a delayed host's output hands
+//     the packets' ids to a goroutine of the test, which lets each packet
+//     go when it is due (internal/netns: Switch.Delay); without
+//     iptables-nft the campaign draws no packet delay, and says so;
 //   - kill-one, kill-minority: SIGKILL to one member or a minority, then
 //     a restart on the same data directory;
 //   - kill-all: SIGKILL to every member at once, then a restart of all
@@ -51,15 +81,27 @@
 //   - pause-past-detection, pause-past-lease: SIGSTOP to one member for
 //     longer than the failure-detection timeout, or than its etcd lease,
 //     then SIGCONT;
+//   - clock-skew, clock-drift: some members' clocks set off by up to 2s,
+//     or made to gain or lose up to 2s over the episode, through "convoy
+//     node -clock-offset" and "-clock-drift-ppm" (the library's
+//     Config.Clock): each member running is killed and started again on
+//     its directory with its new clock (a member down or paused gets it
+//     at its next start); clock-reset starts them again with the
+//     machine's clock. Skew costs latency only: the checks are the same;
 //   - etcd-kill: SIGKILL to one etcd member, then a restart on its data
 //     directory; etcd-pause: SIGSTOP to one, then SIGCONT;
 //   - etcd-quorum-loss: SIGKILL to a majority of etcd for longer than
 //     every lease, then a restart.
 //
+// Faults of different classes (network, processes, clocks, etcd) overlap
+// at random; the schedules of a campaign draw each kind alone and with
+// the others.
+//
 // The members run with a 2s etcd lease and the library's other defaults
 // (a 250ms suspect timeout). Fault episodes start within the first 10s
-// of the schedule; each schedule ends with heal-all (every paused process
-// resumed, every killed one not lost restarted) and 3s without faults.
+// of the schedule; each schedule ends with heal-all (the network healed,
+// every paused process resumed, every killed one not lost restarted,
+// every clock right) and 3s without faults.
 //
 // # What is checked
 //
@@ -87,23 +129,26 @@
 //
 // # Running it
 //
-//	go test ./tests/jepsen                      # the short campaign: as many schedules as fit in 4 minutes, at least 8
+//	go test ./tests/jepsen                      # the short campaign: as many schedules as fit in -jepsen.budget, at least 10
 //	go test ./tests/jepsen -v                   # the same, printing each schedule and its result
-//	go test ./tests/jepsen -v -timeout 0 -jepsen.seeds 200          # a longer campaign
+//	go test ./tests/jepsen -v -timeout 0 -jepsen.seeds 200          # a longer campaign: 200 schedules
 //	go test ./tests/jepsen -v -jepsen.campaign 42                   # the campaign of seed 42
 //	go test ./tests/jepsen -v -jepsen.seed S -jepsen.include K1,K2  # one schedule again, as a failure printed it
 //
-// On two cores a schedule takes about 15s (the setup, the faults, the
-// quiet period and the checks), so the short campaign runs about 15
-// schedules. Building the two programs comes on top: seconds with a warm
-// build cache, over a minute on a cache that holds no build without the
-// race detector.
+// On two cores a schedule takes 15s to 30s (the setup, the faults, the
+// quiet period and the checks; clock episodes last 5s to 15s), so the
+// short campaign runs about 10 schedules. Building the two programs comes
+// on top: seconds with a warm build cache, over a minute on a cache that
+// holds no build without the race detector.
 //
-// The short campaign's first five schedules cover every fault kind it
-// draws from; the test fails if a campaign bounded by time did not cover
-// them all. It prints the campaign's seed, each schedule, and at the end
-// the line "N passed, M failed" (shown with -v, or on failure). Other
-// flags: -jepsen.budget (the time after which no schedule starts once 8
-// ran), -jepsen.members, -jepsen.clients, -jepsen.keep (write the report
-// of passing schedules too).
+// The short campaign's first ⌈kinds/2⌉ schedules (10 on the namespaces, 6
+// on loopback) cover every fault kind it draws from, most paired with one
+// of another class; the test fails if a campaign bounded by time did not
+// cover them all. It prints where its processes run, the campaign's
+// seed, each schedule, and at the end the line "N passed, M failed"
+// (shown with -v, or on failure). Other flags: -jepsen.budget (the time
+// after which no schedule starts once those ran), -jepsen.members,
+// -jepsen.clients, -jepsen.keep (write the report of passing schedules
+// too), -jepsen.loopback (run on loopback even where namespaces can be
+// built; replaying a schedule of such a run needs it too).
 package jepsen

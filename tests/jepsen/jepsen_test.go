@@ -17,20 +17,21 @@ import (
 var (
 	flagSeed     = flag.Int64("jepsen.seed", 0, "run the schedule of this `seed` alone (with -jepsen.include, as a campaign printed it)")
 	flagInclude  = flag.String("jepsen.include", "", "fault `kinds` the schedule of -jepsen.seed includes, comma-separated (as a campaign printed them)")
-	flagSeeds    = flag.Int("jepsen.seeds", 0, "run a campaign of `N` schedules (default: as many as fit in -jepsen.budget, at least 8)")
+	flagSeeds    = flag.Int("jepsen.seeds", 0, "run a campaign of `N` schedules (default: as many as fit in -jepsen.budget, at least those that cover every fault kind)")
 	flagCampaign = flag.Int64("jepsen.campaign", 0, "the campaign's `seed` (default: drawn from the clock, and printed)")
-	flagBudget   = flag.Duration("jepsen.budget", 4*time.Minute, "time after which the default campaign starts no new schedule once it has run 8")
+	flagBudget   = flag.Duration("jepsen.budget", 4*time.Minute, "time after which the default campaign starts no new schedule once it has covered every fault kind")
 	flagMembers  = flag.Int("jepsen.members", 5, "Convoy members")
 	flagClients  = flag.Int("jepsen.clients", 4, "concurrent key-value clients")
 	flagReport   = flag.String("jepsen.report", "", "`directory` that receives the report of each failed schedule (default: the system's temporary directory)")
 	flagKeep     = flag.Bool("jepsen.keep", false, "write the report of every schedule, passed or failed")
+	flagLoopback = flag.Bool("jepsen.loopback", false, "run every process on loopback, even where network namespaces can be built (the schedules then draw no network faults)")
 )
 
 // Campaign settings.
 const (
 	// minSchedules is the least number of schedules the default campaign
-	// runs: with the 9 fault kinds it draws from, the first 5 cover them
-	// all.
+	// runs, if the first ⌈kinds/2⌉ schedules that cover every fault kind
+	// it draws from (schedule.Campaign) are fewer.
 	minSchedules = 8
 	// etcdMembers is the size of the etcd cluster.
 	etcdMembers = 3
@@ -66,13 +67,14 @@ func build(t *testing.T) binaries {
 	return binaries{convoy: filepath.Join(dir, "convoy"), etcd: filepath.Join(dir, "etcdmember")}
 }
 
-// scheduleConfig is the configuration of every schedule of a campaign.
-func scheduleConfig() schedule.Config {
+// scheduleConfig is the configuration of every schedule of a campaign
+// on nw.
+func scheduleConfig(nw *network) schedule.Config {
 	return schedule.Config{
 		Members:  *flagMembers,
 		Etcd:     etcdMembers,
 		Faults:   2,
-		Kinds:    campaignKinds(),
+		Kinds:    campaignKinds(nw),
 		Duration: faultWindow,
 		Quiet:    quiet,
 		LeaseTTL: leaseTTL,
@@ -81,8 +83,8 @@ func scheduleConfig() schedule.Config {
 
 // schedules returns the schedules the flags ask for, and whether the
 // campaign is bounded by time rather than by their number.
-func schedules(t *testing.T) ([]schedule.Schedule, bool) {
-	cfg := scheduleConfig()
+func schedules(t *testing.T, nw *network) ([]schedule.Schedule, bool) {
+	cfg := scheduleConfig(nw)
 	if *flagSeed != 0 {
 		for _, name := range strings.Split(*flagInclude, ",") {
 			if name == "" {
@@ -107,8 +109,14 @@ func schedules(t *testing.T) ([]schedule.Schedule, bool) {
 	return schedule.Campaign(seed, 1000, cfg), true
 }
 
-// replay is the command line that runs s again.
-func replay(s schedule.Schedule) string {
+// leastSchedules is how many schedules a campaign bounded by time runs
+// at least: enough to cover every kind of kinds.
+func leastSchedules(kinds []schedule.Kind) int {
+	return max(minSchedules, (len(kinds)+1)/2)
+}
+
+// replay is the command line that runs s again on nw.
+func replay(s schedule.Schedule, nw *network) string {
 	var inc []string
 	for _, k := range s.Config.Include {
 		inc = append(inc, k.String())
@@ -120,6 +128,9 @@ func replay(s schedule.Schedule) string {
 	if s.Config.Members != 5 {
 		cmd += fmt.Sprintf(" -jepsen.members %d", s.Config.Members)
 	}
+	if !nw.namespaces() {
+		cmd += " -jepsen.loopback"
+	}
 	return cmd
 }
 
@@ -128,20 +139,42 @@ func replay(s schedule.Schedule) string {
 // under the schedule's faults, liveness once they are over, and the
 // linearizability check of the history.
 func TestKV(t *testing.T) {
-	scheds, timed := schedules(t)
+	nw, why, err := newNetwork(t.Context(), *flagMembers, etcdMembers, *flagLoopback)
+	if err != nil {
+		t.Fatalf("network: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := nw.close(); err != nil {
+			t.Errorf("removing the network: %v", err)
+		}
+	})
+	if why != "" {
+		msg := fmt.Sprintf("every process runs on loopback (no network namespaces: %s); the schedules draw no network faults", why)
+		t.Log(msg)
+		fmt.Println(msg)
+	} else {
+		msg := fmt.Sprintf("every process runs on a host of its own: %v", nw)
+		if nw.noDelay != "" {
+			msg += fmt.Sprintf("; no packet delay (%s)", nw.noDelay)
+		}
+		t.Log(msg)
+		fmt.Println(msg)
+	}
+	scheds, timed := schedules(t, nw)
 	bins := build(t)
 	parent := *flagReport
 	if parent == "" {
 		parent = os.TempDir()
 	}
-	rc := runConfig{bins: bins, clients: *flagClients, reportParent: parent, keep: *flagKeep, ports: newPorts()}
+	rc := runConfig{bins: bins, clients: *flagClients, reportParent: parent, keep: *flagKeep, net: nw}
+	least := leastSchedules(scheduleConfig(nw).Kinds)
 
 	start := time.Now()
 	var passed, failed int
 	var covered []schedule.Kind
 	var slowest time.Duration
 	for i, s := range scheds {
-		if timed && i >= minSchedules {
+		if timed && i >= least {
 			// Start another schedule only if one as long as the average
 			// so far still fits the budget.
 			if avg := time.Since(start) / time.Duration(i); time.Since(start)+avg > *flagBudget {
@@ -156,7 +189,7 @@ func TestKV(t *testing.T) {
 			if res.err != nil {
 				failed++
 				fmt.Printf("--- schedule %d (seed %d) FAILED after %v\n", i+1, s.Seed, took.Round(time.Millisecond))
-				t.Errorf("seed %d: %v\nreport: %s\nreplay: %s", s.Seed, res.err, res.report, replay(s))
+				t.Errorf("seed %d: %v\nreport: %s\nreplay: %s", s.Seed, res.err, res.report, replay(s, nw))
 				return
 			}
 			passed++
@@ -174,7 +207,7 @@ func TestKV(t *testing.T) {
 		}
 	}
 	var missing []schedule.Kind
-	for _, k := range scheduleConfig().Kinds {
+	for _, k := range scheduleConfig(nw).Kinds {
 		if !slices.Contains(covered, k) {
 			missing = append(missing, k)
 		}

@@ -1,23 +1,30 @@
 package jepsen
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/convoy-gcs/convoy/tests/jepsen/schedule"
 )
 
-// implemented are the fault kinds this harness carries out, in the order
-// of schedule.Faults.
-var implemented = []schedule.Kind{
+// processKinds are the fault kinds this harness carries out on any
+// network, in the order of schedule.Faults; network.networkKinds need
+// network namespaces.
+var processKinds = []schedule.Kind{
 	schedule.KillOne, schedule.KillMinority, schedule.KillAll, schedule.RestartWiped, schedule.Lose,
 	schedule.PauseDetection, schedule.PauseLease,
+	schedule.ClockSkew, schedule.ClockDrift,
 	schedule.EtcdKill, schedule.EtcdPause, schedule.EtcdQuorumLoss,
 }
 
+// netTimeout bounds changing the network's filter.
+const netTimeout = 30 * time.Second
+
 // apply carries out one step of a schedule.
-func (c *cluster) apply(st schedule.Step) error {
+func (c *cluster) apply(ctx context.Context, st schedule.Step) error {
 	c.tl.add("step %s", st)
 	var errs []error
 	try := func(err error) {
@@ -26,6 +33,21 @@ func (c *cluster) apply(st schedule.Step) error {
 		}
 	}
 	switch st.Kind {
+	case schedule.IsolateOne, schedule.SplitHalves, schedule.Bridge, schedule.OneWayCut,
+		schedule.PacketLoss, schedule.PacketDelay, schedule.EtcdPartition, schedule.Heal:
+		ctx, cancel := context.WithTimeout(ctx, netTimeout)
+		defer cancel()
+		try(c.net.fault(ctx, st))
+	case schedule.ClockSkew, schedule.ClockDrift:
+		for _, ck := range st.Clocks {
+			c.members[ck.Member-1].clock = schedule.Clock{Offset: ck.Offset, Drift: ck.Drift}
+			try(c.setClock(ck.Member))
+		}
+	case schedule.ClockReset:
+		for _, id := range st.Members {
+			c.members[id-1].clock = schedule.Clock{}
+			try(c.setClock(id))
+		}
 	case schedule.KillOne, schedule.KillMinority, schedule.KillAll:
 		for _, id := range st.Members {
 			try(c.killMember(id))
@@ -77,6 +99,9 @@ func (c *cluster) apply(st schedule.Step) error {
 			try(c.contEtcd(i))
 		}
 	case schedule.HealAll:
+		ctx, cancel := context.WithTimeout(ctx, netTimeout)
+		defer cancel()
+		try(c.net.fault(ctx, st))
 		for i, em := range c.etcd {
 			if em.proc.done() {
 				try(c.startEtcd(i + 1))
@@ -84,12 +109,14 @@ func (c *cluster) apply(st schedule.Step) error {
 			try(c.contEtcd(i + 1))
 		}
 		for _, m := range c.members {
+			m.clock = schedule.Clock{}
 			switch {
 			case m.lost:
 			case !m.up():
 				try(c.startMember(m.id, false))
 			default:
 				try(c.contMember(m.id))
+				try(c.setClock(m.id))
 			}
 		}
 	default:
@@ -105,6 +132,25 @@ func (c *cluster) killMember(id int) error {
 		return nil
 	}
 	return m.proc.kill()
+}
+
+// setClock restarts member id with its clock set as m.clock says, if
+// its process runs (and is not paused) with a clock set otherwise: a
+// SIGKILL, then a start on its data directory. A member down, paused or
+// lost gets its clock at its next start.
+func (c *cluster) setClock(id int) error {
+	m := c.members[id-1]
+	switch {
+	case m.running == m.clock:
+		return nil
+	case m.lost || !m.up() || m.paused:
+		c.tl.add("member %d: not running, or paused: its clock is set at its next start", id)
+		return nil
+	}
+	if err := m.proc.kill(); err != nil {
+		return err
+	}
+	return c.startMember(id, false)
 }
 
 func (c *cluster) contMember(id int) error {
@@ -128,5 +174,9 @@ func (c *cluster) contEtcd(i int) error {
 	return cont(em.proc)
 }
 
-// campaignKinds are the fault kinds a campaign draws from.
-func campaignKinds() []schedule.Kind { return slices.Clone(implemented) }
+// campaignKinds are the fault kinds a campaign on nw draws from, in the
+// order of schedule.Faults: all the harness carries out with network
+// namespaces, the process, clock and etcd faults on loopback.
+func campaignKinds(nw *network) []schedule.Kind {
+	return slices.Concat(nw.networkKinds(), processKinds)
+}

@@ -34,19 +34,18 @@ type proc struct {
 	killed bool
 }
 
-// startProc starts path with args. The process leads a process group of
-// its own (so that signals reach it alone, and all of it) and is killed
-// by the kernel if the test process dies.
-func startProc(name, logPath, path string, args ...string) (*proc, error) {
+// startProc starts cmd. The process leads a process group of its own
+// (so that signals reach it alone, and all of it) and is killed by the
+// kernel if the test process dies.
+func startProc(name, logPath string, cmd *exec.Cmd) (*proc, error) {
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer log.Close() // the child holds its own descriptor
-	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	fmt.Fprintf(log, "=== %s: %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), path, strings.Join(args, " "))
+	fmt.Fprintf(log, "=== %s: %s\n", time.Now().UTC().Format(time.RFC3339Nano), strings.Join(cmd.Args, " "))
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}

@@ -34,8 +34,8 @@ type runConfig struct {
 	// reportParent is where failure reports go.
 	reportParent string
 	// keep: write the report of a run that passed too.
-	keep  bool
-	ports *ports
+	keep bool
+	net  *network
 }
 
 // result is what one run found.
@@ -58,19 +58,25 @@ func run(ctx context.Context, rc runConfig, s schedule.Schedule, dir string) (re
 	tl := newTimeline()
 	w := newWorkload(s.Seed)
 	tl.add("workload: %v, %d clients", w, rc.clients)
-	c, err := newCluster(rc.bins, dir, tl, rc.ports, s.Config.Members, s.Config.Etcd, s.Config.LeaseTTL)
+	c, err := newCluster(rc.bins, dir, tl, rc.net, s.Config.Members, s.Config.Etcd, s.Config.LeaseTTL)
 	if err != nil {
 		res.err = err
 		return res
 	}
 	defer c.close()
+	// A run that failed under a network fault left it in place.
+	if err := rc.net.fault(ctx, schedule.Step{Kind: schedule.HealAll}); err != nil {
+		res.err = fmt.Errorf("setup: %w", err)
+		return res
+	}
+	tl.add("network: %v", rc.net)
 	rec := &recorder{}
 	defer func() {
 		if res.err != nil || rc.keep {
 			res.report = writeReport(rc.reportParent, s, tl, c, rec.history(), res)
 		}
 	}()
-	hc := newHTTPClient()
+	hc := newHTTPClient(rc.net.dial)
 	defer hc.CloseIdleConnections()
 
 	if err := c.startEtcdCluster(ctx); err != nil {
@@ -107,7 +113,7 @@ func run(ctx context.Context, rc runConfig, s schedule.Schedule, dir string) (re
 			res.err = ctx.Err()
 			return res
 		}
-		if err := c.apply(st); err != nil {
+		if err := c.apply(ctx, st); err != nil {
 			res.err = fmt.Errorf("nemesis: %w", err)
 			return res
 		}
@@ -148,7 +154,7 @@ func run(ctx context.Context, rc runConfig, s schedule.Schedule, dir string) (re
 // that took. The operations join the history, as clients numbered from
 // firstClient.
 func (c *cluster) liveness(rec *recorder, firstClient int) (time.Duration, error) {
-	hc := newHTTPClient()
+	hc := newHTTPClient(c.net.dial)
 	defer hc.CloseIdleConnections()
 	start := time.Now()
 	var wg sync.WaitGroup

@@ -3,6 +3,7 @@ package jepsen
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -105,7 +106,7 @@ func record(t *testing.T, f *fakeStore) []check.KVOp {
 	mux.Handle("POST /kv/{key}/cas", f)
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	hc := newHTTPClient()
+	hc := newHTTPClient((&net.Dialer{Timeout: dialTimeout}).DialContext)
 	defer hc.CloseIdleConnections()
 	w := newWorkload(1)
 	rec := &recorder{zero: time.Now()}

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/convoy-gcs/convoy/examples/paxos/client"
+	"github.com/convoy-gcs/convoy/internal/netns"
 	"github.com/convoy-gcs/convoy/tests/jepsen/check"
 )
 
@@ -71,10 +71,11 @@ func (w workload) String() string {
 	return fmt.Sprintf("%d keys, %d%% get, %d%% put, %d%% cas", len(w.keys), w.getPct, w.putPct, 100-w.getPct-w.putPct)
 }
 
-// newHTTPClient returns the HTTP client of a run's clients.
-func newHTTPClient() *http.Client {
+// newHTTPClient returns the HTTP client of a run's clients, which
+// connects with dial.
+func newHTTPClient(dial netns.DialFunc) *http.Client {
 	return &http.Client{Transport: &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
+		DialContext:         dial,
 		MaxIdleConnsPerHost: 16,
 	}}
 }

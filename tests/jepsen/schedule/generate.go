@@ -57,7 +57,7 @@ func Generate(seed int64, cfg Config) Schedule {
 		return 0
 	})
 	g.steps = append(g.steps, Step{At: last, Kind: HealAll})
-	return Schedule{Seed: seed, Config: cfg, Steps: g.steps, End: last + cfg.Quiet, Lost: g.lost}
+	return Schedule{Seed: seed, Config: cfg, Episodes: kinds, Steps: g.steps, End: last + cfg.Quiet, Lost: g.lost}
 }
 
 // Campaign returns count schedules. The seed of schedule i is drawn from
@@ -138,10 +138,10 @@ func (g *generator) episode(k Kind, at time.Duration) time.Duration {
 	switch k {
 	case IsolateOne:
 		one := g.pick(all, 1)
-		g.add(Step{At: at, Kind: k, Sides: [][]int{one, without(all, one)}})
+		g.add(Step{At: at, Kind: k, Sides: [][]int{one, without(all, one)}, Etcd: g.etcdSide()})
 	case SplitHalves:
 		minor := g.pick(all, minority(n))
-		g.add(Step{At: at, Kind: k, Sides: [][]int{minor, without(all, minor)}})
+		g.add(Step{At: at, Kind: k, Sides: [][]int{minor, without(all, minor)}, Etcd: g.etcdSide()})
 	case Bridge:
 		// Two majorities of n/2+1 that overlap in the bridge.
 		p := g.pick(all, n)
@@ -150,7 +150,7 @@ func (g *generator) episode(k Kind, at time.Duration) time.Duration {
 		a, b := slices.Clone(p[:half]), slices.Clone(p[n-half:])
 		slices.Sort(a)
 		slices.Sort(b)
-		g.add(Step{At: at, Kind: k, Sides: [][]int{a, b}})
+		g.add(Step{At: at, Kind: k, Sides: [][]int{a, b}, Etcd: g.etcdSide()})
 	case OneWayCut:
 		from := g.pick(all, 1+g.r.IntN(minority(n)))
 		g.add(Step{At: at, Kind: k, Members: from, To: without(all, from)})
@@ -252,6 +252,16 @@ func (g *generator) kill(k Kind, at time.Duration) time.Duration {
 		g.alive = without(g.alive, ms)
 	}
 	return at + down
+}
+
+// etcdSide returns the etcd members a partition puts on the side of its
+// first side of members: none (etcd stays whole, reached from both
+// sides) half of the time, else from one to all of them.
+func (g *generator) etcdSide() []int {
+	if g.r.IntN(2) == 0 {
+		return nil
+	}
+	return g.pick(seq(g.cfg.Etcd), 1+g.r.IntN(g.cfg.Etcd))
 }
 
 // without returns the members of from not in drop, in order.

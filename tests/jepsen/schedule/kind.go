@@ -7,7 +7,9 @@ type Kind int
 
 // The kinds of steps. Members and etcd members are numbered from 1.
 const (
-	// IsolateOne partitions one member from the others.
+	// IsolateOne partitions one member from the others. Like every
+	// partition, it may cut etcd members off too: those in Etcd are on
+	// the side of Sides[0], the others on the side of Sides[1].
 	IsolateOne Kind = iota + 1
 	// SplitHalves partitions the members into a minority and a majority.
 	SplitHalves

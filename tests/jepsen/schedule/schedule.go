@@ -132,7 +132,11 @@ type Step struct {
 	// To are the members that no longer receive Members' packets, for a
 	// OneWayCut.
 	To []int `json:"to,omitempty"`
-	// Etcd are the etcd members the step applies to.
+	// Etcd are the etcd members the step applies to. For a partition
+	// (IsolateOne, SplitHalves, Bridge) they are the etcd members on the
+	// side of Sides[0], which no longer reach those on the side of
+	// Sides[1], nor the members on that side only; without them every
+	// etcd member reaches every member.
 	Etcd []int `json:"etcd,omitempty"`
 	// Clocks are the clocks a ClockSkew or ClockDrift sets off.
 	Clocks []Clock `json:"clocks,omitempty"`
@@ -184,6 +188,9 @@ type Schedule struct {
 	// Seed and Config generate the schedule again.
 	Seed   int64  `json:"seed"`
 	Config Config `json:"config"`
+	// Episodes are the kinds of the schedule's fault episodes, those it
+	// includes and those it drew, in the order they were laid out.
+	Episodes []Kind `json:"episodes"`
 	// Steps are in time order; the last is HealAll.
 	Steps []Step `json:"steps"`
 	// End is when the run ends: after HealAll and the quiet period.
@@ -196,7 +203,7 @@ type Schedule struct {
 // String prints the schedule, one step a line.
 func (s Schedule) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "schedule seed %d: %d members, %d etcd members, ends at %v", s.Seed, s.Config.Members, s.Config.Etcd, s.End)
+	fmt.Fprintf(&b, "schedule seed %d: %d members, %d etcd members, faults %v, ends at %v", s.Seed, s.Config.Members, s.Config.Etcd, s.Episodes, s.End)
 	if len(s.Lost) > 0 {
 		fmt.Fprintf(&b, ", members %v lost", s.Lost)
 	}

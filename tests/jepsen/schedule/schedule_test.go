@@ -280,6 +280,14 @@ func TestValidate(t *testing.T) {
 			Step{At: at(1), Kind: Bridge, Sides: [][]int{{1, 2}, {2, 3}}},
 			Step{At: at(3), Kind: Heal},
 			healAll(4))},
+		{name: "partition with etcd on one side", s: sched(
+			Step{At: at(1), Kind: IsolateOne, Sides: [][]int{{2}, {1, 3}}, Etcd: []int{1, 3}},
+			Step{At: at(3), Kind: Heal},
+			healAll(4))},
+		{name: "partition with an etcd member that does not exist", want: "not distinct etcd members of 1..3", s: sched(
+			Step{At: at(1), Kind: SplitHalves, Sides: [][]int{{2}, {1, 3}}, Etcd: []int{4}},
+			Step{At: at(3), Kind: Heal},
+			healAll(4))},
 		{name: "heal without a fault", want: "nothing to heal", s: sched(
 			Step{At: at(1), Kind: Heal},
 			healAll(4))},
@@ -331,5 +339,70 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("Validate: %v\nwant an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestAloneAndCombined: a campaign runs every fault kind alone (the only
+// episode of a schedule) and together with a fault of every other class
+// (their episodes may overlap), and Episodes lists the kinds a schedule
+// includes and drew.
+func TestAloneAndCombined(t *testing.T) {
+	cfg := Config{Members: 5, Faults: 2, Duration: 10 * time.Second, Quiet: 3 * time.Second, LeaseTTL: 2 * time.Second}
+	for _, seed := range []int64{1, 2} {
+		alone := make(map[Kind]bool)
+		with := make(map[Kind]map[lane]bool)
+		for i, s := range Campaign(seed, 1000, cfg) {
+			for _, k := range s.Config.Include {
+				if !slices.Contains(s.Episodes, k) {
+					t.Fatalf("campaign %d, schedule %d: includes %v, episodes %v", seed, i, k, s.Episodes)
+				}
+			}
+			if n := len(s.Episodes) - len(s.Config.Include); n < 1 || n > cfg.Faults {
+				t.Fatalf("campaign %d, schedule %d: drew %d episodes", seed, i, n)
+			}
+			if len(s.Episodes) == 1 {
+				alone[s.Episodes[0]] = true
+			}
+			for _, k := range s.Episodes {
+				for _, o := range s.Episodes {
+					if laneOf(o) != laneOf(k) {
+						if with[k] == nil {
+							with[k] = make(map[lane]bool)
+						}
+						with[k][laneOf(o)] = true
+					}
+				}
+			}
+		}
+		for _, k := range Faults() {
+			if !alone[k] {
+				t.Errorf("campaign %d: %v never alone", seed, k)
+			}
+			for l := range lanes {
+				if l != laneOf(k) && !with[k][l] {
+					t.Errorf("campaign %d: %v never with a fault of class %d", seed, k, l)
+				}
+			}
+		}
+	}
+}
+
+// TestPartitionEtcd: partitions leave etcd whole (reached from both
+// sides) or put from one to all of its members with the first side.
+func TestPartitionEtcd(t *testing.T) {
+	seen := make(map[int]bool) // how many etcd members on the first side
+	for seed := range int64(200) {
+		s := Generate(seed, Config{Members: 5, Include: []Kind{IsolateOne, SplitHalves, Bridge}})
+		for _, st := range s.Steps {
+			switch st.Kind {
+			case IsolateOne, SplitHalves, Bridge:
+				seen[len(st.Etcd)] = true
+			}
+		}
+	}
+	for n := range DefaultEtcd + 1 {
+		if !seen[n] {
+			t.Errorf("no partition puts %d etcd members with its first side", n)
+		}
 	}
 }

@@ -13,7 +13,8 @@ import (
 //     that exist;
 //   - network faults do not overlap, each is healed by a Heal, and
 //     partitions place every member on some side (halves and bridges
-//     with the majorities they promise);
+//     with the majorities they promise) and name etcd members that
+//     exist;
 //   - a member is killed, paused or filled only while it is up and not
 //     otherwise faulty; every kill is followed by a Restart,
 //     RestartWiped or Lose of the same members, every pause by a
@@ -100,6 +101,12 @@ func (s Schedule) Validate() error {
 		switch st.Kind {
 		case IsolateOne, SplitHalves, Bridge:
 			checkSides(st, n, func(format string, args ...any) { fail(i, format, args...) })
+			for k, e := range st.Etcd {
+				if e < 1 || e > cfg.Etcd || k > 0 && st.Etcd[k-1] >= e {
+					fail(i, "etcd members %v are not distinct etcd members of 1..%d in order", st.Etcd, cfg.Etcd)
+					break
+				}
+			}
 		case OneWayCut:
 			if validMembers(i, st.Members) && validMembers(i, st.To) && len(st.Members)+len(st.To) != n {
 				fail(i, "cuts %v from %v, not every member", st.Members, st.To)
