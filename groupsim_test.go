@@ -142,7 +142,7 @@ func simSchedule(rng *rand.Rand) *simPlan {
 	p.skew, p.drift = make([]time.Duration, n), make([]float64, n)
 	for i := range n {
 		if rng.IntN(2) == 0 {
-			p.skew[i] = time.Duration(rng.IntN(801)-400) * time.Millisecond
+			p.skew[i] = time.Duration(rng.IntN(3001)-1500) * time.Millisecond
 			p.drift[i] = float64(rng.IntN(2001)-1000) / 1e6
 		}
 	}
