@@ -26,27 +26,31 @@ var (
 )
 
 // TestGroupSim runs whole groups — every member's real runtime, with its
-// ordering, view-change and transfer machinery — on simulated I/O inside
-// a synctest bubble: the in-memory fabric (random delivery order and
-// delays), a simulated etcd (leases on the bubble's clock, outages, members
-// cut off), and the bubble's virtual clock, so that seconds of faults take
-// milliseconds. A seed draws the group's size and a schedule of faults:
-// crashes and restarts, partitions and heals, broken links, etcd outages
-// shorter and longer than the leases, members cut off from etcd. Then the
-// faults stop and every check runs: the group must come back to all its
-// members in one view and deliver again (liveness), every history must
-// hold the guarantees (vsCluster.check: one message per index, the same
-// views everywhere, virtual synchrony, per-sender order, no duplicates),
-// every message a member accepted in its last incarnation is delivered,
-// and the states are equal at one index.
+// ordering, view-change, transfer and durable-log machinery — on
+// simulated I/O inside a synctest bubble: the in-memory fabric (random
+// delivery order and delays), a simulated etcd (leases on the bubble's
+// clock, outages, members cut off), crashable in-memory disks, and the
+// bubble's virtual clock, so that seconds of faults take milliseconds. A
+// seed draws the group's size (3 to 7), durable delivery or not, each
+// member's clock offset and drift, and a schedule of faults: crashes and
+// restarts (of one member, of the whole durable group, with a wiped
+// disk), partitions and heals, broken links, etcd outages shorter and
+// longer than the leases, members cut off from etcd. Then the faults stop
+// and every check runs: the group must come back to all its members in
+// one view and deliver again (liveness), every history must hold the
+// guarantees (vsCluster.check: one message per index, the same views
+// everywhere, virtual synchrony, per-sender order, no duplicates), every
+// message a member accepted in its last incarnation is delivered, every
+// message reported durable survived, and the states are equal at one
+// index.
 //
 // The seed fixes the schedule, not the interleaving of the members'
 // goroutines: a failing seed prints its schedule and usually fails again
 // with
 //
-//	go test -run 'TestGroupSim' -sim.seed=N .
+//	go test -run 'TestGroupSim$' -sim.seed=N .
 //
-// A long campaign: go test -run TestGroupSim -sim.seeds=5000 -timeout=0 .
+// A long campaign: go test -run 'TestGroupSim$' -sim.seeds=5000 -timeout=0 .
 func TestGroupSim(t *testing.T) {
 	first, n := *simFirst, uint64(*simSeeds)
 	if *simSeed != 0 {
