@@ -74,6 +74,7 @@ func TestGroupSimFound(t *testing.T) {
 		found string
 	}{
 		{23, "a wedged ordering core's deadline fell behind the clock after an hour, and the loop spun"},
+		{525, "a neighbour seen stalled, whose other watchers refuted the suspicion at once, was suspected again at once: probes went back and forth without pause"},
 		{40, "after a partition healed, the final reports written during it stood for good: a joiner tipped one side to a majority of reporters without a majority of caught-up members, and the view waited forever"},
 	} {
 		t.Run(fmt.Sprintf("seed=%d", tc.seed), func(t *testing.T) {

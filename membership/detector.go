@@ -200,7 +200,11 @@ func (d *Detector) Tick(now int64) {
 			// not come back count against the suspect too.
 			d.confirm(n, w.reason)
 		case w.probing:
-		case d.now-w.lastHeard >= int64(d.cfg.Timeout) && d.now-w.refutedAt >= d.reprobe():
+		case d.now-w.refutedAt < d.reprobe():
+			// Refuted a moment ago: asked again only after a while, or a
+			// suspicion the others refute at once would be raised again at
+			// once, and probes would go back and forth without pause.
+		case d.now-w.lastHeard >= int64(d.cfg.Timeout):
 			d.suspect(n, w, fmt.Sprintf("no heartbeat for %v", time.Duration(d.now-w.lastHeard)))
 		case d.stalled(w):
 			d.suspect(n, w, fmt.Sprintf("frontier stuck at %d for %v", w.frontier, time.Duration(d.now-w.frontierSince)))
