@@ -559,6 +559,99 @@ func TestViewsDurableMajorityCrash(t *testing.T) {
 	c.check()
 }
 
+// TestViewsDurableUninstalledView: the group commits a view that a member
+// carried over into it never installs, and then every member crashes:
+// member 3 fails, the leader proposes the view without it, the other
+// member stops before the view is committed and the leader right after
+// committing it. The last view in etcd is then one that at most one of
+// its members has on disk. A member that never installed it acknowledged
+// nothing in it, and its log took part in the view before: the group
+// restarts from the logs all the same, and every message reported durable
+// survives.
+func TestViewsDurableUninstalledView(t *testing.T) {
+	c := newVSCluster(t)
+	dirs := map[NodeID]string{1: t.TempDir(), 2: t.TempDir(), 3: t.TempDir()}
+	var armed atomic.Bool
+	var proposed, committed sync.Once
+	stopped := make(chan NodeID, 1)
+	crashed := make(chan NodeID, 1)
+	durable := func(cfg *Config) {
+		cfg.Durable = &DurableConfig{Dir: dirs[cfg.Self], RestartWait: 200 * time.Millisecond}
+		self := cfg.Self
+		cfg.onPropose = func(uint64) {
+			if !armed.Load() || self == 3 {
+				return
+			}
+			// Called on the leader's loop, before the view is committed:
+			// the other member of the next view cannot install it.
+			proposed.Do(func() {
+				other := 3 - self
+				c.crash(other)
+				stopped <- other
+			})
+		}
+		cfg.onCommitted = func(uint64) {
+			if armed.Load() {
+				// On the goroutine that committed, which Close waits for.
+				committed.Do(func() { go func() { c.crash(self); crashed <- self }() })
+			}
+		}
+	}
+	nodes := c.openAll(3, durable)
+	acked := sendDurable(t, nodes, 100)
+	armed.Store(true)
+	c.crash(3)
+	select {
+	case <-crashed:
+	case <-time.After(time.Minute):
+		t.Fatal("no member committed a view without member 3")
+	}
+	other := <-stopped
+	ctx := context.Background()
+	l, err := persistence.Open(ctx, persistence.Options{Dir: dirs[other]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	views, err := l.Views(ctx)
+	l.Close()
+	if err != nil || len(views) == 0 || views[len(views)-1].Epoch != 1 {
+		t.Fatalf("member %d stopped before view 2 was committed, and its log holds the views %+v (%v)", other, views, err)
+	}
+
+	type opened struct {
+		n   *vsNode
+		err error
+	}
+	back := make(chan opened, 3)
+	for id := NodeID(1); id <= 3; id++ {
+		go func() {
+			n, err := c.open(id, 1, durable)
+			back <- opened{n, err}
+		}()
+	}
+	var all []*vsNode
+	for range 3 {
+		select {
+		case o := <-back:
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			all = append(all, o.n)
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of 3 members restarted: the group does not restart from logs that end before its last view", len(all))
+		}
+	}
+	c.waitMembers(3, all...)
+	for _, n := range all {
+		if _, err := n.g.Send(ctx, []byte(fmt.Sprintf("set after.m%d-0 x", n.id)), WaitDelivered()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.waitSameIndex(all...)
+	sameState(t, all...)
+	checkAcked(t, all[0].state, acked)
+}
+
 // syncFault fails every fsync of a log's write-ahead file once armed.
 type syncFault struct{ armed atomic.Bool }
 
