@@ -290,6 +290,13 @@ func (n *vsNode) wasExcluded() bool {
 	return slices.ContainsFunc(n.events, func(e vsEvent) bool { return e.view != nil && e.view.Excluded })
 }
 
+// incarnation returns the member's current incarnation.
+func (n *vsNode) incarnation() uint64 {
+	n.g.mem.mu.Lock()
+	defer n.g.mem.mu.Unlock()
+	return n.g.mem.mu.self.Incarnation
+}
+
 func (n *vsNode) payloads() map[string]bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
