@@ -685,9 +685,10 @@ func (f *syncFault) MaybeError(op errorfs.Op) error {
 }
 
 // TestViewsDurableDiskError: a member's disk starts failing. It cannot
-// persist, so it stops acknowledging: durable delivery waits for it until
-// it lags by more than DurableConfig.MaxLag, and the others then exclude
-// it and go on. Nothing it acknowledged is lost.
+// persist, so it stops acknowledging, and its log's failure ends it (its
+// group fails). Durable delivery waits for its disk until the others
+// exclude it, as silent or as lagging by more than DurableConfig.MaxLag,
+// and go on. Nothing it acknowledged is lost.
 func TestViewsDurableDiskError(t *testing.T) {
 	c := newVSCluster(t)
 	fault := &syncFault{}
@@ -723,6 +724,36 @@ func TestViewsDurableDiskError(t *testing.T) {
 		t.Fatalf("the failing member's group: %v, want ErrFailed wrapping the log's failure", err)
 	}
 	c.waitDelivered(nodes[:2], nodes[:2]...)
+	c.waitSameIndex(nodes[:2]...)
+	c.check()
+}
+
+// TestViewsDurableDiskFailsIdle: a member's disk fails on the last write
+// it has to make, a message sent to an idle group. Nothing more comes for
+// it to append, yet it stops at once (its log's failure ends it), the
+// others exclude it, and the message, which waited for its disk, is
+// delivered.
+func TestViewsDurableDiskFailsIdle(t *testing.T) {
+	c := newVSCluster(t)
+	fault := &syncFault{}
+	durable := func(cfg *Config) {
+		cfg.Durable = &DurableConfig{Dir: t.TempDir()}
+		if cfg.Self == 3 {
+			cfg.Durable.Dir, cfg.Durable.FS = "db", errorfs.Wrap(vfs.NewMem(), fault)
+		}
+	}
+	nodes := c.openAll(3, durable)
+	sendDurable(t, nodes, 30)
+	fault.armed.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := nodes[0].g.Send(ctx, []byte("set last 1"), WaitDelivered()); err != nil {
+		t.Fatalf("the message that the failed disk could not take: %v", err)
+	}
+	c.waitView(2, 2, nodes[:2]...)
+	if err := nodes[2].g.Err(); !errors.Is(err, ErrFailed) || !errors.Is(err, persistence.ErrFailed) {
+		t.Fatalf("the failing member's group: %v, want ErrFailed wrapping the log's failure", err)
+	}
 	c.waitSameIndex(nodes[:2]...)
 	c.check()
 }
