@@ -740,7 +740,7 @@ func TestViewsDurableDiskError(t *testing.T) {
 	if persisted < synced {
 		t.Fatalf("the failing log's synced index went back from %d to %d", synced, persisted)
 	}
-	if got := nodes[2].lastIndex(); got > persisted {
+	if got := nodes[2].lastDelivered(); got > persisted {
 		t.Fatalf("the failing member delivered up to %d, beyond its synced %d", got, persisted)
 	}
 	if err := nodes[2].g.Err(); !errors.Is(err, ErrFailed) || !errors.Is(err, persistence.ErrFailed) {
