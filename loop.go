@@ -24,6 +24,9 @@ func (g *Group) loop(r *runner) {
 		r.endChange()
 		r.waitSnapshots()
 		r.v.close()
+		if g.mem != nil && g.Err() != nil {
+			g.mem.withdraw(g)
+		}
 	}()
 	defer func() {
 		if e := recover(); e != nil {
