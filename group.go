@@ -70,7 +70,8 @@ type Group struct {
 
 	events chan event
 	stop   chan struct{}
-	// ctx ends when the group closes; the loop's blocking calls use it.
+	// ctx ends when the group closes, or fails in a view-managed group
+	// (member.withdraw); the loop's blocking calls use it.
 	ctx    context.Context
 	cancel context.CancelFunc
 	// sendTurn is held (a value sent) by the one Send queueing a message.
@@ -272,11 +273,13 @@ func (g *Group) received(v *view, rank int, msg []byte) {
 	g.post(event{kind: evRecord, v: v, from: rank, rec: rec})
 }
 
-// post hands ev to the loop unless the group is closing.
+// post hands ev to the loop unless the group is closing, or failed (its
+// context is then cancelled: see member.withdraw).
 func (g *Group) post(ev event) {
 	select {
 	case g.events <- ev:
 	case <-g.stop:
+	case <-g.ctx.Done():
 	}
 }
 

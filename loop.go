@@ -24,6 +24,9 @@ func (g *Group) loop(r *runner) {
 		r.endChange()
 		r.waitSnapshots()
 		r.v.close()
+		if g.mem != nil && g.Err() != nil {
+			g.mem.withdraw(g)
+		}
 	}()
 	defer func() {
 		if e := recover(); e != nil {
@@ -34,6 +37,13 @@ func (g *Group) loop(r *runner) {
 	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	// A member whose log failed ends at once, not only at its next write:
+	// it may have nothing more to write, and the others' durable delivery
+	// would wait for its disk as long as it stays.
+	var diskFailed <-chan struct{}
+	if g.disk != nil {
+		diskFailed = g.disk.Failed()
+	}
 	for {
 		parts, snapEnd := r.snapEvents()
 		select {
@@ -61,6 +71,8 @@ func (g *Group) loop(r *runner) {
 			r.snapshotted(s.part, s.data, s.err)
 		case <-snapEnd:
 			r.snapEnded()
+		case <-diskFailed:
+			r.diskErr = g.disk.Err()
 		case <-timer.C:
 		case <-g.stop:
 			return

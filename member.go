@@ -37,8 +37,11 @@ type member struct {
 		sync.Mutex
 		addrs   map[NodeID]string
 		leaving bool
-		self    membership.Member // the current incarnation
-		store   *membership.Store // replaced when its lease is lost
+		// withdrawn: the group failed and its registration is gone for
+		// good; no store replaces the last one.
+		withdrawn bool
+		self      membership.Member // the current incarnation
+		store     *membership.Store // replaced when its lease is lost
 	}
 }
 
@@ -300,6 +303,11 @@ func (m *member) renew(g *Group) {
 		cancel()
 		if err == nil {
 			m.mu.Lock()
+			if m.mu.withdrawn {
+				m.mu.Unlock()
+				store.Close()
+				return
+			}
 			old := m.mu.store
 			m.mu.store = store
 			m.mu.Unlock()
@@ -359,6 +367,26 @@ func (r *runner) async(what string, fn func(ctx context.Context, s *membership.S
 const asyncTimeout = 30 * time.Second
 
 func (m *member) markReady() { m.readyOnce.Do(func() { close(m.ready) }) }
+
+// withdraw takes a member whose group failed out of etcd: the watcher
+// and the loop's writes stop, and its registration goes with its
+// lease. Until the application closes the group, a registration left
+// behind would vouch for a member that is gone: the others could then
+// exclude it only on suspicions, which count once the final reports of a
+// majority show that they hear each other, and a report that misses a
+// heartbeat under load does not.
+func (m *member) withdraw(g *Group) {
+	m.mu.Lock()
+	m.mu.withdrawn = true
+	store := m.mu.store
+	m.mu.Unlock()
+	// The client ends with g.ctx: revoke first.
+	if err := store.Close(); err != nil {
+		g.log.Warn("withdrawing from etcd", "err", err)
+	}
+	g.cancel()
+	m.wg.Wait()
+}
 
 // close releases what openDynamic set up, after the loop has stopped.
 func (m *member) close() {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/convoy-gcs/convoy/internal/vsync"
@@ -35,8 +34,10 @@ import (
 //     (membership.Recovery) once the restart has looked needed for half a
 //     lease period; a live member of that view that sees the claims gives
 //     up its incarnation and claims too; once no member of the view lives
-//     on and a majority of its caught-up members have claimed (waiting
-//     DurableConfig.RestartWait for the rest), the claimant with the
+//     on and a majority of its caught-up members have claimed with logs
+//     that took part in it (membership.TookPart: the view itself may be
+//     on no disk, if every member crashed before installing it), waiting
+//     DurableConfig.RestartWait for the rest, the claimant with the
 //     lowest ID commits a recovered view (membership.DecideRecovery): it
 //     starts at the end of the highest log, whose holders hand their
 //     held-back entries up to there and go on from their own state, and
@@ -208,10 +209,16 @@ func (r *runner) claim(cur *membership.View) (membership.Recovery, error) {
 	if err != nil {
 		return rc, err
 	}
+	logged := make(map[uint64]bool, len(views))
 	for _, v := range views {
-		if v.Epoch == cur.Epoch && slices.ContainsFunc(v.Members, func(m membership.Member) bool { return m.ID == r.ms.self.ID }) {
-			rc.InView = true
+		if v.Rank(r.ms.self.ID) >= 0 {
+			logged[v.Epoch] = true
 		}
+	}
+	// The log need not hold cur's record: every member may have crashed
+	// between its commit and its install.
+	if rc.InView, err = membership.TookPart(r.ms.self.ID, *cur, logged, r.view); err != nil {
+		return rc, fmt.Errorf("the views before view %d: %w", cur.Epoch, err)
 	}
 	return rc, nil
 }
@@ -249,7 +256,7 @@ func (r *runner) recovering(st *membership.State) bool {
 	if rc, ok := st.Recoveries[ms.self.ID]; (!ok || rc.Member != ms.self) && now.After(ms.claimRetry) {
 		claim, err := r.claim(&st.Current)
 		if err != nil {
-			g.log.Error("restart of the group: reading the durable log", "err", err)
+			g.log.Error("restart of the group: describing the durable log", "err", err)
 			return true
 		}
 		ms.claimRetry = now.Add(max(4*g.cfg.SuspectTimeout, time.Second))

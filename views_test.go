@@ -313,6 +313,27 @@ func (n *vsNode) wasExcluded() bool {
 	return slices.ContainsFunc(n.events, func(e vsEvent) bool { return e.view != nil && e.view.Excluded })
 }
 
+// lastDelivered returns the index of the last message delivered to the
+// member, 0 if none. Unlike lastIndex, a view that follows (an exclusion
+// names the view's start) does not count.
+func (n *vsNode) lastDelivered() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i := len(n.events) - 1; i >= 0; i-- {
+		if n.events[i].view == nil {
+			return n.events[i].d.Index
+		}
+	}
+	return 0
+}
+
+// incarnation returns the member's current incarnation.
+func (n *vsNode) incarnation() uint64 {
+	n.g.mem.mu.Lock()
+	defer n.g.mem.mu.Unlock()
+	return n.g.mem.mu.self.Incarnation
+}
+
 func (n *vsNode) payloads() map[string]bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()

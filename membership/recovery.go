@@ -25,11 +25,52 @@ type Recovery struct {
 	// Beyond: the member's log or state goes past LogLast, so it cannot
 	// hold the chosen log as it is and receives the state instead.
 	Beyond bool `json:"beyond,omitempty"`
-	// InView: the member's log holds view Epoch's record, so it took part
-	// in that view with this log. A claim without it (a wiped or replaced
-	// disk) neither counts towards the majority nor is chosen: such a
-	// member lost what it acknowledged.
+	// InView: the member's log took part in view Epoch (see TookPart):
+	// it holds what the member acknowledged. A claim without it (a wiped
+	// or replaced disk) neither counts towards the majority nor is
+	// chosen: such a member lost what it acknowledged.
 	InView bool `json:"in_view"`
+}
+
+// TookPart reports whether member id's durable log took part in view v:
+// whether it holds everything the member acknowledged up to the end of
+// v. logged holds the epochs of the view records in the log that name
+// the member; view reads a committed view.
+//
+// A log took part in v if it holds v's record. Without it, the member
+// never installed v (it crashed first) and acknowledged
+// nothing in it; its log still took part if v kept the member, not as a
+// joiner, from the view before, and the log took part in that one:
+//   - a view that follows by a view change keeps a member without a
+//     transfer only after its final report of the view before, which it
+//     installed: the log must hold that view's record;
+//   - a recovered view keeps without a transfer only claimants whose
+//     logs took part in the view it recovers: the same question, one
+//     view earlier.
+//
+// The last view committed before a total failure may be on no member's
+// disk: its leader commits it in etcd, and every member may crash before
+// it installs it. A wiped or replaced disk holds no record of the views
+// its member took part in.
+func TookPart(id ID, v View, logged map[uint64]bool, view func(epoch uint64) (View, error)) (bool, error) {
+	for {
+		switch {
+		case logged[v.Epoch]:
+			return true, nil
+		case v.Epoch < 2 || v.Rank(id) < 0 || slices.Contains(v.Joining, id):
+			return false, nil
+		case !v.Recovered:
+			return logged[v.Epoch-1], nil
+		}
+		prev, err := view(v.Epoch - 1)
+		if errors.Is(err, ErrNoView) {
+			return false, nil // trimmed: nothing left to tell by
+		}
+		if err != nil {
+			return false, err
+		}
+		v = prev
+	}
 }
 
 // Less orders logs: by epoch, then by index.

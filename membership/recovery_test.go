@@ -2,6 +2,7 @@ package membership
 
 import (
 	"errors"
+	"slices"
 	"testing"
 )
 
@@ -174,4 +175,77 @@ func equalIDs(a, b []ID) bool {
 		}
 	}
 	return true
+}
+
+// TestTookPart: whether a restarted member's log counts for the restart
+// of the last view, also when no member installed that view.
+func TestTookPart(t *testing.T) {
+	m := func(ids ...ID) []Member {
+		var out []Member
+		for _, id := range ids {
+			out = append(out, Member{ID: id, Incarnation: 1})
+		}
+		return out
+	}
+	// Views 1 to 4 of members 1, 2, 3: 3 joins in view 2; view 3 is
+	// recovered from view 2's logs (3's was not chosen: it joins again);
+	// view 4 follows by a view change; view 5 is recovered from view 4,
+	// and view 6 from view 5 (2's log was not chosen).
+	views := map[uint64]View{
+		1: {Epoch: 1, Members: m(1, 2)},
+		2: {Epoch: 2, Members: m(1, 2, 3), Joining: []ID{3}},
+		3: {Epoch: 3, Members: m(1, 2, 3), Joining: []ID{3}, Recovered: true},
+		4: {Epoch: 4, Members: m(1, 2, 3)},
+		5: {Epoch: 5, Members: m(1, 2, 3), Recovered: true},
+		6: {Epoch: 6, Members: m(1, 2), Joining: []ID{2}, Recovered: true},
+	}
+	errEtcd := errors.New("etcd unreachable")
+	for _, tc := range []struct {
+		name   string
+		id     ID
+		epoch  uint64
+		logged []uint64
+		// gone lists the views no longer in the store; broken makes
+		// reading any view fail.
+		gone    []uint64
+		broken  bool
+		want    bool
+		wantErr error
+	}{
+		{name: "the log holds the view's record", id: 1, epoch: 4, logged: []uint64{1, 2, 3, 4}, want: true},
+		{name: "kept by a view change, the log holds the view before", id: 2, epoch: 4, logged: []uint64{1, 2, 3}, want: true},
+		{name: "kept by a view change, the log holds an older view only", id: 2, epoch: 4, logged: []uint64{1, 2}},
+		{name: "wiped", id: 1, epoch: 4},
+		{name: "not a member", id: 7, epoch: 4, logged: []uint64{1, 2, 3}},
+		{name: "a joiner that never installed the view", id: 3, epoch: 3, logged: []uint64{2}},
+		{name: "a joiner that installed the view", id: 3, epoch: 3, logged: []uint64{2, 3}, want: true},
+		{name: "the first view, never installed", id: 1, epoch: 1},
+		{name: "kept by a recovery, the log holds the view recovered", id: 1, epoch: 5, logged: []uint64{1, 2, 3, 4}, want: true},
+		{name: "kept by two recoveries and a view change", id: 1, epoch: 6, logged: []uint64{1, 2, 3}, want: true},
+		{name: "kept by two recoveries and a view change, wiped", id: 1, epoch: 6},
+		{name: "a joiner of a recovered view", id: 2, epoch: 6, logged: []uint64{1, 2, 3}},
+		{name: "kept by a recovery, the view recovered is gone", id: 1, epoch: 6, logged: []uint64{1, 2, 3}, gone: []uint64{5}},
+		{name: "kept by a recovery, the store unreachable", id: 1, epoch: 6, logged: []uint64{1, 2, 3}, broken: true, wantErr: errEtcd},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logged := make(map[uint64]bool)
+			for _, e := range tc.logged {
+				logged[e] = true
+			}
+			view := func(e uint64) (View, error) {
+				v, ok := views[e]
+				switch {
+				case tc.broken:
+					return View{}, errEtcd
+				case !ok || slices.Contains(tc.gone, e):
+					return View{}, ErrNoView
+				}
+				return v, nil
+			}
+			got, err := TookPart(tc.id, views[tc.epoch], logged, view)
+			if !errors.Is(err, tc.wantErr) || got != tc.want {
+				t.Fatalf("TookPart: %v, %v; want %v, %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
 }

@@ -286,6 +286,11 @@ func TestDiskErrors(t *testing.T) {
 			if err := l.WaitSynced(context.Background(), 200); err != nil {
 				t.Fatal(err)
 			}
+			select {
+			case <-l.Failed():
+				t.Fatal("Failed is closed before any failure")
+			default:
+			}
 			fault.armed.Store(true)
 			next := uint64(201)
 			var appendErr error
@@ -304,6 +309,11 @@ func TestDiskErrors(t *testing.T) {
 			synced := l.Synced()
 			if err := l.Err(); !errors.Is(err, ErrFailed) {
 				t.Fatalf("Err: %v", err)
+			}
+			select {
+			case <-l.Failed():
+			default:
+				t.Fatal("Failed is not closed after the failure")
 			}
 			if err := l.WaitSynced(context.Background(), synced+1); !errors.Is(err, ErrFailed) {
 				t.Fatalf("WaitSynced: %v, want ErrFailed", err)

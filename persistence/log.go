@@ -101,6 +101,9 @@ type Log struct {
 	durable        atomic.Uint64
 	durableWritten uint64
 
+	// failed is closed when the log fails, as mu.err is set.
+	failed chan struct{}
+
 	// viewMu serialises PutView, so its check for an existing record and
 	// its write cannot interleave with another PutView.
 	viewMu sync.Mutex
@@ -180,11 +183,12 @@ func Open(ctx context.Context, o Options) (l *Log, err error) {
 		return nil, fmt.Errorf("persistence: metrics: %w", err)
 	}
 	l = &Log{
-		opts: o,
-		log:  o.Logger.With("component", "persistence", "dir", o.Dir),
-		m:    m,
-		kick: make(chan struct{}, 1),
-		done: make(chan struct{}),
+		opts:   o,
+		log:    o.Logger.With("component", "persistence", "dir", o.Dir),
+		m:      m,
+		kick:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+		failed: make(chan struct{}),
 	}
 	l.mu.space.L = &l.mu
 	l.mu.maxQueued = maxQueuedBytes
@@ -456,6 +460,10 @@ func (l *Log) Err() error {
 	return l.mu.err
 }
 
+// Failed returns a channel that is closed once the log has failed (Err
+// then says why). It stays open if the log closes without failing.
+func (l *Log) Failed() <-chan struct{} { return l.failed }
+
 // fail makes the log failed with cause, once. Synced never advances
 // again and every waiter is woken.
 func (l *Log) fail(cause error) {
@@ -465,6 +473,7 @@ func (l *Log) fail(cause error) {
 		return
 	}
 	l.mu.err = fmt.Errorf("%w: %w", ErrFailed, cause)
+	close(l.failed)
 	close(l.mu.syncCh)
 	l.mu.syncCh = make(chan struct{})
 	l.mu.space.Broadcast()
