@@ -23,8 +23,10 @@ messages, first in the delivery mode -mode and then, under the same load,
 in unordered mode as the baseline. For each mode it prints:
 
   throughput  messages delivered per second, the lowest over the members,
-              measured for -duration after -warmup with every sender
-              sending as fast as it can (or at -rate messages per second)
+              measured for -duration after -warmup (longer, up to
+              -timeout, until every member delivered in the window) with
+              every sender sending as fast as it can (or at -rate
+              messages per second)
   latency     median and 99th percentile time from a sender's Send call to
               the delivery of that message on its own member, measured in
               a separate run at a moderate fixed rate (-rate if set, else

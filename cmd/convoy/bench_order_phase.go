@@ -110,6 +110,15 @@ func (b *orderBench) phase(ctx context.Context, s phaseSpec, log *slog.Logger) (
 		return fail(err)
 	}
 	after, elapsed := c.delivered(), time.Since(t0)
+	// The window lasts until every member has delivered in it too (up to
+	// -timeout): a member starved for the whole of a short window (a
+	// loaded machine) would otherwise report no throughput at all.
+	for stalled := time.Now().Add(b.timeout); slices.ContainsFunc(diff(after, before), func(d uint64) bool { return d == 0 }) && time.Now().Before(stalled); {
+		if err := c.sleep(ctx, 10*time.Millisecond); err != nil {
+			return fail(err)
+		}
+		after, elapsed = c.delivered(), time.Since(t0)
+	}
 	stopSenders()
 	select {
 	case <-c.failed:
