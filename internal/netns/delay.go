@@ -50,9 +50,6 @@ type DelayRule struct {
 // cannot delay; the packets wait in the kernel, and only their ids travel
 // to this process.
 func (s *Switch) Delay(ctx context.Context, seed uint64, rules ...DelayRule) error {
-	if err := CheckDelay(); err != nil {
-		return err
-	}
 	if len(s.created) == 0 {
 		return errors.New("netns: the switch is closed")
 	}
@@ -70,6 +67,9 @@ func (s *Switch) Delay(ctx context.Context, seed uint64, rules ...DelayRule) err
 				return fmt.Errorf("netns: delay rule %d: no host %d", i, h)
 			}
 		}
+	}
+	if err := CheckDelay(); err != nil {
+		return err
 	}
 	if err := s.stopDelays(ctx); err != nil {
 		return err
