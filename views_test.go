@@ -307,11 +307,7 @@ func (c *vsCluster) waitDelivered(receivers []*vsNode, senders ...*vsNode) {
 	}
 }
 
-func (n *vsNode) wasExcluded() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return slices.ContainsFunc(n.events, func(e vsEvent) bool { return e.view != nil && e.view.Excluded })
-}
+func (n *vsNode) wasExcluded() bool { return n.exclusions() > 0 }
 
 // lastDelivered returns the index of the last message delivered to the
 // member, 0 if none. Unlike lastIndex, a view that follows (an exclusion
