@@ -51,9 +51,10 @@ type Core struct {
 	// recorded; whether this member wrote the first view.
 	joinRetry int64
 	bootAsked bool
-	// A restart from the logs: when it first looked needed, when this
-	// member (as leader) saw a majority's claims, and when to claim again
-	// if its claim is missing. Zero when unset.
+	// A restart from the logs: whether and since when it looks needed,
+	// whether and since when this member (as leader) saw a majority's
+	// claims, and when to claim again if its claim is missing.
+	restarting, quorum                  bool
 	restartSeen, quorumSeen, claimRetry int64
 	// proposed is the etcd revision of the state this member last
 	// proposed a view (or a restart) on, as leader.
@@ -119,7 +120,9 @@ const (
 	// lack a majority of the current one.
 	Minority
 	// DonorsDone: every joiner of the current view holds its state; stop
-	// serving them.
+	// serving them. It comes with every state read once it holds (a
+	// donor may start after the first), and never in a view that admits
+	// nobody.
 	DonorsDone
 	// Claim: claim the member's durable log for restarting View.
 	Claim
@@ -242,14 +245,14 @@ func (c *Core) recovering(now int64, st *membership.State) ([]Action, bool) {
 		return nil, true
 	}
 	if !d.Needed {
-		c.restartSeen = 0
+		c.restarting = false
 		if c.phase == Recovering {
 			c.to(Joining)
 		}
 		return nil, false
 	}
-	if c.restartSeen == 0 {
-		c.restartSeen = now
+	if !c.restarting {
+		c.restarting, c.restartSeen = true, now
 		c.to(Recovering)
 		c.log.Warn("most of the last view failed: restarting the group from the members' logs",
 			"epoch", st.Current.Epoch, "voters", len(d.Voters), "claims", len(d.Claims))
@@ -260,15 +263,15 @@ func (c *Core) recovering(now int64, st *membership.State) ([]Action, bool) {
 		return nil, true
 	}
 	var out []Action
-	if rc, ok := st.Recoveries[c.self.ID]; (!ok || rc.Member != c.self) && now > c.claimRetry {
+	if rc, ok := st.Recoveries[c.self.ID]; (!ok || rc.Member != c.self) && now >= c.claimRetry {
 		c.claimRetry = now + c.retryInterval()
 		out = append(out, Action{Kind: Claim, View: &st.Current})
 	}
 	if d.Leader != c.self.ID || d.Propose == nil {
 		return out, true
 	}
-	if c.quorumSeen == 0 {
-		c.quorumSeen = now
+	if !c.quorum {
+		c.quorum, c.quorumSeen = true, now
 	}
 	if !d.Complete && now-c.quorumSeen < int64(c.cfg.RestartWait) {
 		return out, true // the others get a while to come back
@@ -341,7 +344,7 @@ func (c *Core) decide(now int64, st *membership.State) []Action {
 		c.proposed = st.Revision
 		out = append(out, Action{Kind: Propose, View: d.Propose, Logs: st.JoinLogs})
 	}
-	if allCaughtUp(&st.Current, st.CaughtUp) {
+	if len(st.Current.Joining) > 0 && allCaughtUp(&st.Current, st.CaughtUp) {
 		out = append(out, Action{Kind: DonorsDone})
 	}
 	return out
@@ -496,12 +499,15 @@ func (c *Core) inView(rec *membership.View) {
 	c.reportAt, c.retryAt, c.retryState = 0, 0, nil
 }
 
-// Excluded says the member left its view at time now. Unless it leaves
-// the group (Left), it comes back Joining as incarnation next, and
-// returns how long to wait before asking to join: nothing the first
-// time, then from a suspect timeout up, doubling while exclusions follow
-// each other within a minute (a member cut off from the others, whose
-// every view breaks at once, lets the others make progress meanwhile).
+// Excluded says the member left its view at time now, and not to leave
+// the group (that is Left): it comes back Joining as incarnation next.
+// It returns how long the runtime waits before it registers next and
+// asks to join: nothing the first time, then from a suspect timeout up,
+// doubling while exclusions follow each other within a minute (a member
+// cut off from the others, whose every view breaks at once, lets the
+// others make progress meanwhile). The core asks to join again
+// (RequestJoin) only if the request is still missing a retry interval
+// after that wait.
 func (c *Core) Excluded(now int64, next membership.Member) time.Duration {
 	c.to(Joining)
 	if now-c.lastExcluded > int64(time.Minute) {
