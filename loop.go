@@ -128,10 +128,9 @@ type runner struct {
 	applied uint64
 	// diskErr is the durable log's failure: the loop ends on it.
 	diskErr error
-	// reported is the final report this member last wrote for its view,
-	// at reportedAt (see refreshReport).
-	reported   membership.Report
-	reportedAt int64
+	// reported is the final report this member last wrote for its view
+	// (see refreshReport).
+	reported membership.Report
 	// change spans a view change, from the wedge to the next view (or
 	// the exclusion).
 	change trace.Span
@@ -229,7 +228,6 @@ func (r *runner) tick() {
 		for _, a := range r.vs.Tick(now) {
 			r.do(a)
 		}
-		r.refreshReport()
 	}
 	r.v.core.Tick(now)
 	if r.v.ctrlRetry != nil {

@@ -81,6 +81,8 @@ func (r *runner) do(a vsync.Action) bool {
 		r.stopView(a.Reason)
 	case vsync.Report:
 		r.report()
+	case vsync.RefreshReport:
+		r.refreshReport()
 	case vsync.Propose:
 		r.propose(*a.View, a.Logs)
 	case vsync.Minority:
@@ -203,22 +205,14 @@ func (r *runner) hears() []uint64 {
 }
 
 func (r *runner) putReport(rep membership.Report) {
-	r.reported, r.reportedAt = rep, r.g.cfg.Clock()
+	r.reported = rep
 	r.async("final report", func(ctx context.Context, s *membership.Store) error { return s.PutReport(ctx, rep) })
 }
 
-// refreshReport writes the report again if whom this member hears has
-// changed since it last wrote it, at most once per suspect timeout. What
-// it holds and delivered is final from the wedge on; whom it hears is
-// not: a partition that healed after the reports were written would
-// otherwise stand in them for good, and a view change that waits for a
-// majority group of reporters (membership.Suspected) would wait forever
-// once the suspicions on both sides leave no side a majority.
+// refreshReport writes the final report again if whom this member hears
+// has changed since it last wrote it (the core asks once the last write
+// is a suspect timeout old: vsync.RefreshReport says why).
 func (r *runner) refreshReport() {
-	now := r.g.cfg.Clock()
-	if r.vs.Phase() != vsync.Reported || now-r.reportedAt < int64(r.g.cfg.SuspectTimeout) {
-		return
-	}
 	hears := r.hears()
 	if slices.Equal(hears, r.reported.Hears) {
 		return
@@ -227,6 +221,7 @@ func (r *runner) refreshReport() {
 	rep.Hears = hears
 	r.g.log.Info("whom this member hears changed: reporting again", "epoch", rep.Epoch, "hears", hears)
 	r.putReport(rep)
+	r.vs.Rereported(r.g.cfg.Clock())
 }
 
 // suspect records a confirmed suspicion of member id in etcd.

@@ -65,10 +65,11 @@ type Core struct {
 	// is missing, with when this member first saw it missing.
 	missing map[membership.Member]int64
 	// wedgedAt is when the member wedged; reportAt, if set, when its final
-	// report is due; retryAt, if set, when to decide again on retryState
-	// (a proposal held back).
-	wedgedAt, reportAt, retryAt int64
-	retryState                  *membership.State
+	// report is due; reportedAt, when the runtime last wrote it (Reported
+	// only); retryAt, if set, when to decide again on retryState (a
+	// proposal held back).
+	wedgedAt, reportAt, reportedAt, retryAt int64
+	retryState                              *membership.State
 	// exclusions counts the exclusions that followed each other, the last
 	// at lastExcluded.
 	exclusions   int
@@ -129,10 +130,22 @@ const (
 	// Recover: as leader, commit View, which restarts the group from the
 	// members' logs.
 	Recover
+	// RefreshReport: the final report was written a suspect timeout ago
+	// or more; write it again if whom the member hears changed since, and
+	// say so (Rereported). What it holds and delivered is final from the
+	// wedge on, whom it hears is not: a partition that healed after the
+	// reports were written would otherwise stand in them for good, and a
+	// view change that waits for a majority of reporters who hear each
+	// other (membership.Suspected) would wait forever once the
+	// suspicions on both sides leave no side a majority. It comes with
+	// every Tick from then on until the report is written again, with no
+	// deadline of its own: the loop ticks often enough anyway (its
+	// heartbeats).
+	RefreshReport
 )
 
 var actionNames = [...]string{"", "bootstrap", "request-join", "enter", "install", "exclude", "wedge", "report",
-	"propose", "minority", "donors-done", "claim", "recover"}
+	"propose", "minority", "donors-done", "claim", "recover", "refresh-report"}
 
 func (k ActionKind) String() string {
 	if int(k) < len(actionNames) && k > 0 {
@@ -439,7 +452,8 @@ func (c *Core) wedge(now int64, reason string, out []Action) []Action {
 func (c *Core) WedgedAt() int64 { return c.wedgedAt }
 
 // Tick tells the core the time: it returns the final report when due,
-// and the decision held back until then, if any.
+// a chance to refresh it later on, and the decision held back until
+// then, if any.
 func (c *Core) Tick(now int64) []Action {
 	var out []Action
 	if c.retryAt != 0 && now >= c.retryAt {
@@ -449,13 +463,21 @@ func (c *Core) Tick(now int64) []Action {
 			out = append(out, c.decide(now, st)...)
 		}
 	}
-	if c.reportAt != 0 && now >= c.reportAt && c.phase == Wedged {
-		c.reportAt = 0
+	switch {
+	case c.reportAt != 0 && now >= c.reportAt && c.phase == Wedged:
+		c.reportAt, c.reportedAt = 0, now
 		c.to(Reported)
 		out = append(out, Action{Kind: Report})
+	case c.phase == Reported && now-c.reportedAt >= int64(c.cfg.SuspectTimeout):
+		out = append(out, Action{Kind: RefreshReport})
 	}
 	return out
 }
+
+// Rereported says the runtime wrote the final report again at now
+// (RefreshReport): the next chance to refresh it comes a suspect timeout
+// later.
+func (c *Core) Rereported(now int64) { c.reportedAt = now }
 
 // Deadline returns when Tick next has something to do (0: nothing).
 func (c *Core) Deadline() int64 {

@@ -69,6 +69,8 @@ import (
 //	                      last install named (read from etcd if need be)
 //	ending 1              the member ends its view to install the next one
 //	                      although it was active (the runtime does so first)
+//	rereported 1          the member wrote its final report again (whom it
+//	                      hears changed)
 //	excluded 1            the member left its view; it comes back as the next incarnation
 //	left 1, failed 1      the member left the group on purpose, or stopped
 //	phases                every core's phase, incarnation, view and deadline
@@ -103,8 +105,9 @@ type harness struct {
 	views  map[uint64]membership.View
 	caught map[membership.ID]membership.Member
 	cores  map[membership.ID]*Core
-	// last holds the actions each member's core returned last, for the
-	// outcome commands.
+	// last holds the actions each member's core returned since its last
+	// outcome (entered, installed, excluded), for the outcome commands
+	// and commit.
 	last map[membership.ID][]Action
 	out  strings.Builder
 }
@@ -317,6 +320,10 @@ func (h *harness) run(t *testing.T, td *datadriven.TestData) {
 		for _, id := range h.selected(t, td) {
 			h.step(id, func(c *Core) []Action { c.Ending(int64(h.now)); return nil })
 		}
+	case "rereported":
+		for _, id := range h.selected(t, td) {
+			h.step(id, func(c *Core) []Action { c.Rereported(int64(h.now)); return nil })
+		}
 	case "left":
 		for _, id := range h.selected(t, td) {
 			h.step(id, func(c *Core) []Action { c.Left(); return nil })
@@ -354,9 +361,7 @@ func (h *harness) step(id membership.ID, f func(c *Core) []Action) {
 	for _, a := range acts {
 		fmt.Fprintf(&h.out, "m%d: %s\n", id, describeAction(a))
 	}
-	if acts != nil {
-		h.last[id] = acts
-	}
+	h.last[id] = append(h.last[id], acts...)
 }
 
 // pending returns member id's last action of kind k, if any.

@@ -4,9 +4,9 @@
 // decisions without I/O or a clock of its own. The runtime hands Core
 // what it reads from etcd (State) and the time (Tick, Deadline),
 // carries out the actions Core returns, and tells it what came of them
-// (Entered, Installed, Ending, Excluded, Left, Failed); Core moves the
-// member from phase to phase on the way. The scripts in testdata/core
-// show the protocol at work, step by step.
+// (Entered, Installed, Ending, Rereported, Excluded, Left, Failed);
+// Core moves the member from phase to phase on the way. The scripts in
+// testdata/core show the protocol at work, step by step.
 //
 // # Phases
 //
@@ -61,10 +61,12 @@
 //     intervals so that its final report can say whom it still hears;
 //     then the report is due (Report, from Tick once Deadline passed).
 //   - Reported: its final report (what it holds of every sender, what it
-//     delivered) is on its way to etcd; it waits for the next view
-//     (Install), and proposes it if it leads the change (Propose, once
-//     per etcd revision read; a leaving leader may propose while still
-//     Wedged).
+//     delivered, whom it hears) is on its way to etcd; it waits for the
+//     next view (Install), and proposes it if it leads the change
+//     (Propose, once per etcd revision read; a leaving leader may propose
+//     while still Wedged). Once the report is a suspect timeout old, it
+//     is written again if whom the member hears changed
+//     (RefreshReport).
 //   - Left: it left the group on purpose and a view without it is
 //     installed. Final: Core returns nothing more.
 //   - Failed: the member stopped: its durable log failed, or a view could
