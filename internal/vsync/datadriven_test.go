@@ -49,8 +49,8 @@ import (
 //	caughtup 4            a caught-up mark of the member's registered incarnation
 //	claim 2.2 last=120    a claim to restart the current view from a log
 //	                      whose last usable entry is 120 [beyond: the log
-//	                      goes past it]; claim 3.2 wiped: a disk that lost
-//	                      the view's record
+//	                      goes past it]; claim 3.2 wiped: a log that took
+//	                      part in no view (a wiped or replaced disk)
 //	state                 the etcd state
 //
 // The cores:
