@@ -34,7 +34,7 @@ type Config struct {
 // it takes part in. It does no I/O and reads no clock: the runtime hands
 // it what it read from etcd and the time, and carries out the actions it
 // returns, in order, telling it what came of them (Entered, Installed,
-// Excluded, Failed).
+// Ending, Rereported, Excluded, Left, Failed).
 //
 // A Core is not safe for concurrent use.
 type Core struct {
@@ -44,8 +44,6 @@ type Core struct {
 	self  membership.Member
 	// epoch is the view the member takes part in (when phase.InView()).
 	epoch uint64
-	// rec is that view's record.
-	rec membership.View
 
 	// Outside the views: when to ask to join again if no request is
 	// recorded; whether this member wrote the first view.
@@ -517,7 +515,7 @@ func (c *Core) Ending(now int64) {
 }
 
 func (c *Core) inView(rec *membership.View) {
-	c.epoch, c.rec = rec.Epoch, *rec
+	c.epoch = rec.Epoch
 	c.reportAt, c.retryAt, c.retryState = 0, 0, nil
 }
 
