@@ -89,7 +89,7 @@ func (r *runner) persisted(from int, imm uint64) {
 // checkLag suspects the members whose persisted index trails too far.
 func (r *runner) checkLag() {
 	g, v := r.g, r.v
-	if !g.dynamic() || r.phase.Ending() {
+	if !g.dynamic() || r.ending() {
 		return
 	}
 	bound := g.cfg.Durable.MaxLag

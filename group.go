@@ -9,7 +9,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/convoy-gcs/convoy/internal/vsync"
 	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/ordering"
 	"github.com/convoy-gcs/convoy/persistence"
@@ -211,7 +210,7 @@ func open(ctx context.Context, cfg Config, h Handler, etcd etcdBackend) (*Group,
 	g.mu.epoch = rec.Epoch
 	g.mu.view = publicView(&rec, nil)
 	g.loopWG.Add(1)
-	go g.loop(&runner{g: g, v: v, phase: vsync.Active})
+	go g.loop(&runner{g: g, v: v})
 	return g, nil
 }
 

@@ -47,7 +47,7 @@ func donorsOf(rec *membership.View, max int) []NodeID {
 func (r *runner) donate(v *view) {
 	g, rec := r.g, &v.rec
 	donors := donorsOf(rec, g.cfg.MaxDonors)
-	i := slices.Index(donors, NodeID(r.ms.self.ID))
+	i := slices.Index(donors, NodeID(r.vs.Self().ID))
 	joining := snapshotJoiners(rec)
 	if i < 0 || len(joining) == 0 || g.cfg.State == nil {
 		return
@@ -297,6 +297,6 @@ func (r *runner) joined() {
 
 // caughtUp marks this joiner as holding the group's state.
 func (r *runner) caughtUp() {
-	epoch, self := r.v.rec.Epoch, r.ms.self
+	epoch, self := r.v.rec.Epoch, r.vs.Self()
 	r.async("mark caught up", func(ctx context.Context, s *membership.Store) error { return s.MarkCaughtUp(ctx, epoch, self) })
 }

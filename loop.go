@@ -8,7 +8,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/convoy-gcs/convoy/internal/invariants"
 	"github.com/convoy-gcs/convoy/internal/vsync"
 	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/ordering"
@@ -96,9 +95,10 @@ type runner struct {
 	g *Group
 	// v is the view this member takes part in; nil while it joins.
 	v *view
-	// phase is where this member stands in the views (see package
-	// vsync); it changes only through to.
-	phase vsync.Phase
+	// vs is the view-change core of a view-managed group (nil with fixed
+	// membership): this member's phase and incarnation, and what it
+	// decided about its views. The loop carries out its actions.
+	vs *vsync.Core
 	// pending holds own messages accepted while v is ending: they wait
 	// for the next view.
 	pending [][]byte
@@ -123,49 +123,23 @@ type runner struct {
 	// durq holds deliveries written to the durable log and not yet on
 	// every member's disk, in order.
 	durq []durItem
-	// ms is the membership state of a view-managed group.
-	ms memberState
 	// applied is the index of the last message handed to the
 	// application (replayed from the durable log included).
 	applied uint64
 	// diskErr is the durable log's failure: the loop ends on it.
 	diskErr error
-	// wedgedAt is when this member wedged; retryAt, if set, is when to
-	// decide again on retryState (a proposal held back).
-	wedgedAt   int64
-	retryAt    int64
-	retryState *membership.State
-	// reportAt, if set, is when to write the final report; reported is
-	// the report last written, at reportedAt (see refreshReport).
-	reportAt   int64
-	reported   membership.Report
-	reportedAt int64
+	// reported is the final report this member last wrote for its view
+	// (see refreshReport).
+	reported membership.Report
 	// change spans a view change, from the wedge to the next view (or
 	// the exclusion).
 	change trace.Span
-	// exclusions counts recent exclusions, the last at lastExcluded.
-	exclusions   int
-	lastExcluded time.Time
-}
-
-// to moves this member to phase p, for the reason why. A transition the
-// protocol does not allow (vsync.Check) is a bug: it panics when
-// invariants are checked, and is logged otherwise.
-func (r *runner) to(p vsync.Phase, why string) {
-	if err := vsync.Check(r.phase, p); err != nil {
-		if invariants.Enabled {
-			panic(fmt.Sprintf("convoy: member %d: %v (%s)", r.g.cfg.Self, err, why))
-		}
-		r.g.log.Error("phase transition", "err", err, "why", why)
-	}
-	r.g.log.Debug("phase", "from", r.phase, "to", p, "why", why)
-	r.phase = p
 }
 
 // fail ends the group with err.
 func (r *runner) fail(err error) {
-	if !r.phase.Final() {
-		r.to(vsync.Failed, err.Error())
+	if r.vs != nil {
+		r.vs.Failed()
 	}
 	r.g.fail(err)
 }
@@ -183,7 +157,7 @@ func (r *runner) handle(ev event) bool {
 		switch {
 		case r.v == nil:
 			// Excluded meanwhile: the message's waiters were told.
-		case r.phase.Ending():
+		case r.ending():
 			r.pending = append(r.pending, ev.payload)
 		default:
 			r.send(now, ev.payload)
@@ -250,17 +224,11 @@ func (r *runner) tick() {
 		return
 	}
 	now := r.g.cfg.Clock()
-	if r.retryAt != 0 && now >= r.retryAt {
-		st := r.retryState
-		r.retryAt, r.retryState = 0, nil
-		if st.Current.Epoch == r.v.rec.Epoch {
-			r.decide(st)
+	if r.vs != nil {
+		for _, a := range r.vs.Tick(now) {
+			r.do(a)
 		}
 	}
-	if r.reportAt != 0 && now >= r.reportAt && r.phase == vsync.Wedged {
-		r.report()
-	}
-	r.refreshReport()
 	r.v.core.Tick(now)
 	if r.v.ctrlRetry != nil {
 		r.v.reopenControl(r.g.ctx, now)
@@ -283,8 +251,8 @@ func (r *runner) deadline() time.Duration {
 	if at := r.v.ctrlDeadline(); at != 0 {
 		d = min(d, at)
 	}
-	for _, at := range []int64{r.retryAt, r.reportAt} {
-		if at != 0 {
+	if r.vs != nil {
+		if at := r.vs.Deadline(); at != 0 {
 			d = min(d, at)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/convoy-gcs/convoy/internal/etcdembed"
+	"github.com/convoy-gcs/convoy/internal/vsync"
 	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/rdma"
 )
@@ -49,27 +50,6 @@ func (m *member) setSelf(self membership.Member) {
 	m.mu.Lock()
 	m.mu.self = self
 	m.mu.Unlock()
-}
-
-// memberState is the loop's part of the membership runtime.
-type memberState struct {
-	self membership.Member
-	// joinRetry is when to ask to join again if no request is recorded;
-	// bootAsked: the first view was written.
-	joinRetry time.Time
-	bootAsked bool
-	// proposed is the etcd revision of the state this member last
-	// proposed a view on, as leader.
-	proposed int64
-	minority bool
-	// missing holds the members of the current view whose registration
-	// is missing from etcd, with when this member first saw it missing
-	// (on the clock).
-	missing map[membership.Member]int64
-	// In a restart of the group from the members' logs (restart.go):
-	// when this member saw that one was needed, when it saw a majority's
-	// claims as leader, and when to claim again if its claim is missing.
-	restartSeen, quorumSeen, claimRetry time.Time
 }
 
 // openDynamic is Open for a view-managed group.
@@ -124,7 +104,14 @@ func (g *Group) openDynamic(ctx context.Context, etcd etcdBackend) (_ *Group, er
 	m.setSelf(self)
 	started = true
 	g.loopWG.Add(1)
-	go g.loop(&runner{g: g, ms: memberState{self: self}, applied: applied})
+	vcfg := vsync.Config{
+		InitialMembers: c.InitialMembers, Durable: g.disk != nil, LeaseTTL: c.Etcd.LeaseTTL,
+		SuspectTimeout: c.SuspectTimeout, HeartbeatInterval: c.HeartbeatInterval, Logger: g.log,
+	}
+	if c.Durable != nil {
+		vcfg.RestartWait = c.Durable.RestartWait
+	}
+	go g.loop(&runner{g: g, vs: vsync.NewCore(vcfg, self), applied: applied})
 	m.wg.Add(1)
 	go m.watch(g)
 	select {

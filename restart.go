@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
-	"github.com/convoy-gcs/convoy/internal/vsync"
 	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/persistence"
 )
@@ -180,7 +178,7 @@ var errStopScan = errors.New("stop")
 // claim describes this member's log for the restart of view cur.
 func (r *runner) claim(cur *membership.View) (membership.Recovery, error) {
 	l := r.g.disk
-	rc := membership.Recovery{Epoch: cur.Epoch, Member: r.ms.self}
+	rc := membership.Recovery{Epoch: cur.Epoch, Member: r.vs.Self()}
 	last := l.Last()
 	if last <= cur.Start {
 		rc.LogLast = last
@@ -211,105 +209,35 @@ func (r *runner) claim(cur *membership.View) (membership.Recovery, error) {
 	}
 	logged := make(map[uint64]bool, len(views))
 	for _, v := range views {
-		if v.Rank(r.ms.self.ID) >= 0 {
+		if v.Rank(r.vs.Self().ID) >= 0 {
 			logged[v.Epoch] = true
 		}
 	}
 	// The log need not hold cur's record: every member may have crashed
 	// between its commit and its install.
-	if rc.InView, err = membership.TookPart(r.ms.self.ID, *cur, logged, r.view); err != nil {
+	if rc.InView, err = membership.TookPart(r.vs.Self().ID, *cur, logged, r.view); err != nil {
 		return rc, fmt.Errorf("the views before view %d: %w", cur.Epoch, err)
 	}
 	return rc, nil
 }
 
-// recovering handles a state read while this member takes part in no
-// view: if most of the last view failed, it claims its log and, as
-// leader, commits the recovered view. It returns false if the group
-// needs no restart (the member joins as usual).
-func (r *runner) recovering(st *membership.State) bool {
-	g, ms := r.g, &r.ms
-	d, err := membership.DecideRecovery(recoveryInput(st))
+// claimLog claims this member's durable log in etcd for the restart of
+// view cur.
+func (r *runner) claimLog(cur *membership.View) {
+	g := r.g
+	claim, err := r.claim(cur)
 	if err != nil {
-		g.log.Error("restart of the group", "epoch", st.Current.Epoch, "err", err)
-		return true
+		g.log.Error("restart of the group: describing the durable log", "err", err)
+		return
 	}
-	if !d.Needed {
-		ms.restartSeen = time.Time{}
-		if r.phase == vsync.Recovering {
-			r.to(vsync.Joining, "the group needs no restart")
+	self := r.vs.Self()
+	g.log.Info("claiming the durable log for the restart", "epoch", claim.Epoch, "log_epoch", claim.LogEpoch, "log_last", claim.LogLast, "beyond", claim.Beyond)
+	r.async("restart claim", func(ctx context.Context, s *membership.Store) error {
+		if err := s.Register(ctx, self); err != nil {
+			return err
 		}
-		return false
-	}
-	now := time.Now()
-	if ms.restartSeen.IsZero() {
-		ms.restartSeen = now
-		r.to(vsync.Recovering, fmt.Sprintf("most of view %d failed", st.Current.Epoch))
-		g.log.Warn("most of the last view failed: restarting the group from the members' logs",
-			"epoch", st.Current.Epoch, "voters", len(d.Voters), "claims", len(d.Claims))
-	}
-	if now.Sub(ms.restartSeen) < restartDelay(g.cfg.Etcd.LeaseTTL) {
-		// Registrations all vanish for a moment when etcd was out of reach
-		// for longer than the leases: give them time to come back.
-		return true
-	}
-	if rc, ok := st.Recoveries[ms.self.ID]; (!ok || rc.Member != ms.self) && now.After(ms.claimRetry) {
-		claim, err := r.claim(&st.Current)
-		if err != nil {
-			g.log.Error("restart of the group: describing the durable log", "err", err)
-			return true
-		}
-		ms.claimRetry = now.Add(max(4*g.cfg.SuspectTimeout, time.Second))
-		self := ms.self
-		g.log.Info("claiming the durable log for the restart", "epoch", claim.Epoch, "log_epoch", claim.LogEpoch, "log_last", claim.LogLast, "beyond", claim.Beyond)
-		r.async("restart claim", func(ctx context.Context, s *membership.Store) error {
-			if err := s.Register(ctx, self); err != nil {
-				return err
-			}
-			return s.PutRecovery(ctx, claim)
-		})
-	}
-	if d.Leader != ms.self.ID || d.Propose == nil {
-		return true
-	}
-	if ms.quorumSeen.IsZero() {
-		ms.quorumSeen = now
-	}
-	if !d.Complete && now.Sub(ms.quorumSeen) < g.cfg.Durable.RestartWait {
-		return true // the others get a while to come back
-	}
-	if st.Revision <= ms.proposed {
-		return true
-	}
-	ms.proposed = st.Revision
-	next := *d.Propose
-	g.log.Info("restarting the group", "epoch", next.Epoch, "start", next.Start, "members", len(next.Members), "joining", len(next.Joining))
-	r.async("restart the group", func(ctx context.Context, s *membership.Store) error { return s.Recover(ctx, next) })
-	return true
-}
-
-// restartDelay is how long a restart must look needed before a member
-// claims its log: half a lease period, when registrations lost with
-// their leases are renewed.
-func restartDelay(leaseTTL time.Duration) time.Duration { return leaseTTL / 2 }
-
-// giveWay ends this member's incarnation when most of its view failed
-// and the others restart the group from their logs: it then claims its
-// own log like them. It returns true if it did.
-func (r *runner) giveWay(st *membership.State) bool {
-	if r.g.disk == nil || len(st.Recoveries) == 0 {
-		return false
-	}
-	d, err := membership.DecideRecovery(recoveryInput(st))
-	if err != nil || !d.Needed || len(d.Claims) == 0 {
-		return false
-	}
-	r.excluded(nil, fmt.Sprintf("most of view %d failed: the group restarts from its logs", st.Current.Epoch))
-	return true
-}
-
-func recoveryInput(st *membership.State) membership.RecoveryInput {
-	return membership.RecoveryInput{Current: st.Current, Registered: st.Registered, CaughtUp: st.CaughtUp, Recoveries: st.Recoveries}
+		return s.PutRecovery(ctx, claim)
+	})
 }
 
 // enterRecovered prepares this member's log and state for recovered view

@@ -132,7 +132,7 @@ func (r *runner) addSuffixes(next *membership.View, logs map[membership.ID]membe
 		if err != nil || e.Epoch != pos.Epoch || e.Sender != pos.Sender || e.Seq != pos.Seq {
 			continue // not the group's sequence, or not here: a snapshot then
 		}
-		next.Suffixes = append(next.Suffixes, membership.Suffix{ID: id, From: pos.Last + 1, Donor: r.ms.self.ID})
+		next.Suffixes = append(next.Suffixes, membership.Suffix{ID: id, From: pos.Last + 1, Donor: r.vs.Self().ID})
 	}
 }
 
@@ -154,7 +154,7 @@ func snapshotJoiners(rec *membership.View) []membership.ID {
 func (r *runner) donateSuffixes(v *view) {
 	g, rec := r.g, &v.rec
 	for i, sf := range rec.Suffixes {
-		if sf.Donor != r.ms.self.ID || g.disk == nil {
+		if sf.Donor != r.vs.Self().ID || g.disk == nil {
 			continue
 		}
 		d, err := membership.NewDonor(g.ctx, membership.DonorConfig{
@@ -229,7 +229,7 @@ func (r *runner) fetchSuffix(v *view, sf membership.Suffix) {
 // hands them to the application once synced, and goes on as a member.
 func (r *runner) suffixed(parts [][]byte, err error) bool {
 	g, rec := r.g, &r.v.rec
-	sf, _ := rec.SuffixOf(r.ms.self.ID)
+	sf, _ := rec.SuffixOf(r.vs.Self().ID)
 	var es []persistence.Entry
 	if err == nil {
 		es, err = decodeSuffix(parts[0], sf.From, rec.Start)

@@ -13,65 +13,92 @@ import (
 	"github.com/convoy-gcs/convoy/membership"
 )
 
-// onState applies a state read from etcd. It returns false when the loop
-// must stop.
+// onState applies a state read from etcd: the view-change core decides
+// (vsync.Core.State) and the loop carries out what it returns. It
+// returns false when the loop must stop.
 func (r *runner) onState(st *membership.State) bool {
-	ms := &r.ms
-	cur := &st.Current
-	switch {
-	case cur.Epoch == 0:
-		r.maybeBootstrap(st)
-		return true
-	case r.v == nil:
-		if rank := cur.Rank(ms.self.ID); rank >= 0 && cur.Members[rank].Incarnation == ms.self.Incarnation {
-			return r.enter(cur, rank)
-		}
-		if r.g.disk != nil && r.recovering(st) {
-			return true // most of the view failed: restart from the logs
-		}
-		// Ask to join, and ask again if the request is gone (it hangs on
-		// the lease, which may have been renewed).
-		asked := slices.ContainsFunc(st.Joins, func(m membership.Member) bool { return m == ms.self })
-		if now := time.Now(); !asked && now.After(ms.joinRetry) {
-			ms.joinRetry = now.Add(max(4*r.g.cfg.SuspectTimeout, time.Second))
-			self := ms.self
-			pos, fromLog := r.logPos()
-			r.async("join request", func(ctx context.Context, s *membership.Store) error {
-				if err := s.Register(ctx, self); err != nil {
-					return err
-				}
-				if fromLog {
-					return s.RequestJoinFrom(ctx, self, pos)
-				}
-				return s.RequestJoin(ctx, self)
-			})
-		}
-		return true
-	case cur.Epoch < r.v.rec.Epoch:
-		return true // an older read
-	case cur.Epoch > r.v.rec.Epoch:
-		for e := r.v.rec.Epoch + 1; e <= cur.Epoch && r.v != nil; e++ {
-			rec := *cur
-			if e < cur.Epoch {
-				var err error
-				if rec, err = r.view(e); err != nil {
-					r.g.log.Error("reading an intervening view", "epoch", e, "err", err)
-					r.excluded(nil, fmt.Sprintf("view %d unreadable", e))
+	for {
+		again := false
+		for _, a := range r.vs.State(r.g.cfg.Clock(), st) {
+			if !r.do(a) {
+				return false
+			}
+			if a.Kind == vsync.Install {
+				// The core asks for one view at a time: once it is in,
+				// the same state may hold the next (the views in between
+				// a member missed are applied in order).
+				if !r.vs.Phase().InView() {
 					return true
 				}
-			}
-			if !r.install(rec) {
-				return r.g.Err() == nil
+				again = true
 			}
 		}
-		if r.v == nil {
+		if !again {
 			return true
 		}
 	}
-	if r.giveWay(st) {
-		return true
+}
+
+// do carries out one action of the view-change core. It returns false
+// when the loop must stop.
+func (r *runner) do(a vsync.Action) bool {
+	g := r.g
+	switch a.Kind {
+	case vsync.Bootstrap:
+		first := *a.View
+		r.async("found the group", func(ctx context.Context, s *membership.Store) error { return s.Bootstrap(ctx, first) })
+	case vsync.RequestJoin:
+		self := r.vs.Self()
+		pos, fromLog := r.logPos()
+		r.async("join request", func(ctx context.Context, s *membership.Store) error {
+			if err := s.Register(ctx, self); err != nil {
+				return err
+			}
+			if fromLog {
+				return s.RequestJoinFrom(ctx, self, pos)
+			}
+			return s.RequestJoin(ctx, self)
+		})
+	case vsync.Enter:
+		return r.enter(a.View, a.Rank)
+	case vsync.Install:
+		rec := a.View
+		if rec == nil {
+			v, err := r.view(a.Epoch)
+			if err != nil {
+				g.log.Error("reading an intervening view", "epoch", a.Epoch, "err", err)
+				r.excluded(nil, fmt.Sprintf("view %d unreadable", a.Epoch))
+				return true
+			}
+			rec = &v
+		}
+		if !r.install(*rec) {
+			return g.Err() == nil
+		}
+	case vsync.Exclude:
+		r.excluded(a.View, a.Reason)
+	case vsync.Wedge:
+		r.stopView(a.Reason)
+	case vsync.Report:
+		r.report()
+	case vsync.RefreshReport:
+		r.refreshReport()
+	case vsync.Propose:
+		r.propose(*a.View, a.Logs)
+	case vsync.Minority:
+		if a.Minority {
+			g.m.minority.Add(g.ctx, 1)
+			g.log.Warn("the next view would hold no majority of this one: waiting", "epoch", r.v.rec.Epoch, "next", a.Next)
+		}
+	case vsync.DonorsDone:
+		r.donorsDone()
+	case vsync.Claim:
+		r.claimLog(a.View)
+	case vsync.Recover:
+		next := *a.View
+		g.log.Info("restarting the group", "epoch", next.Epoch, "start", next.Start, "members", len(next.Members), "joining", len(next.Joining))
+		r.async("restart the group", func(ctx context.Context, s *membership.Store) error { return s.Recover(ctx, next) })
 	}
-	r.decide(st)
 	return true
 }
 
@@ -82,179 +109,61 @@ func (r *runner) view(e uint64) (membership.View, error) {
 	return r.g.mem.current().View(ctx, e)
 }
 
-// maybeBootstrap founds the group once enough members have registered:
-// the one with the lowest id writes the first view.
-func (r *runner) maybeBootstrap(st *membership.State) {
-	ms := &r.ms
-	if ms.bootAsked || len(st.Registered) < r.g.cfg.InitialMembers {
-		return
+// propose commits next, a view this member proposes as leader, once the
+// joiners that restarted with their logs are told where their logs go
+// on (addSuffixes).
+func (r *runner) propose(next membership.View, logs map[membership.ID]membership.LogPos) {
+	g := r.g
+	r.addSuffixes(&next, logs)
+	g.log.Info("proposing view", "epoch", next.Epoch, "members", len(next.Members), "start", next.Start)
+	if g.cfg.onPropose != nil {
+		g.cfg.onPropose(next.Epoch)
 	}
-	ids := make([]uint64, 0, len(st.Registered))
-	for id := range st.Registered {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	if ids[0] != ms.self.ID {
-		return
-	}
-	first := membership.View{Epoch: 1, Sent: make([]uint64, len(ids))}
-	for _, id := range ids {
-		first.Members = append(first.Members, st.Registered[id])
-	}
-	ms.bootAsked = true
-	r.async("found the group", func(ctx context.Context, s *membership.Store) error { return s.Bootstrap(ctx, first) })
+	r.async("install view", func(ctx context.Context, s *membership.Store) error {
+		if err := s.Install(ctx, next); err != nil {
+			return err
+		}
+		if g.cfg.onCommitted != nil {
+			g.cfg.onCommitted(next.Epoch)
+		}
+		return nil
+	})
 }
 
-// decide runs the view-change decision on a state of the current view.
-func (r *runner) decide(st *membership.State) {
-	g, ms, v := r.g, &r.ms, r.v
-	in := membership.ChangeInput{
-		Current: st.Current, CaughtUp: st.CaughtUp,
-		Joins: st.Joins, Leaves: st.Leaves, Reports: st.Reports,
+// donorsDone stops serving the view's joiners: each holds its state.
+func (r *runner) donorsDone() {
+	v := r.v
+	if v.donor != nil {
+		v.donor.Close()
+		v.donor = nil
 	}
-	in.Suspected = membership.Suspected(&st.Current, st.Suspects, st.Reports)
-	for id := range r.unregistered(st) {
-		in.Suspected[id] = true
+	for _, d := range v.suffixDonors {
+		d.Close()
 	}
-	d, err := membership.Decide(ms.self.ID, in)
-	if err != nil {
-		g.log.Error("view change", "epoch", v.rec.Epoch, "err", err)
-		return
-	}
-	if d.Change && !r.phase.Ending() {
-		r.wedge("view change under way")
-	}
-	if !r.phase.Ending() && accused(&st.Current, st.Suspects) {
-		// A recorded suspicion counts only once a majority has reported
-		// (membership.Suspected), and members report once wedged: a
-		// suspicion is reason enough to wedge, even when no connection
-		// broke (a partition that silently drops packets).
-		r.wedge("suspicion recorded")
-	}
-	if d.Minority != ms.minority {
-		ms.minority = d.Minority
-		if d.Minority {
-			g.m.minority.Add(g.ctx, 1)
-			g.log.Warn("the next view would hold no majority of this one: waiting", "epoch", v.rec.Epoch, "next", d.Next)
-		}
-	}
-	if d.Propose != nil && st.Revision > ms.proposed {
-		if sameMembers(d.Propose.Members, st.Current.Members) {
-			// Nobody is suspected yet, but the view broke: give the
-			// detector time to find out who is gone before starting the
-			// same members again, or broken views would follow each other.
-			if at := r.wedgedAt + 2*int64(g.cfg.SuspectTimeout); g.cfg.Clock() < at {
-				r.retryAt, r.retryState = at, st
-				return
-			}
-		}
-		ms.proposed = st.Revision
-		next := *d.Propose
-		r.addSuffixes(&next, st.JoinLogs)
-		g.log.Info("proposing view", "epoch", next.Epoch, "members", len(next.Members), "start", next.Start)
-		if g.cfg.onPropose != nil {
-			g.cfg.onPropose(next.Epoch)
-		}
-		r.async("install view", func(ctx context.Context, s *membership.Store) error {
-			if err := s.Install(ctx, next); err != nil {
-				return err
-			}
-			if g.cfg.onCommitted != nil {
-				g.cfg.onCommitted(next.Epoch)
-			}
-			return nil
-		})
-	}
-	if (v.donor != nil || len(v.suffixDonors) > 0) && allCaughtUp(&v.rec, st.CaughtUp) {
-		if v.donor != nil {
-			v.donor.Close()
-			v.donor = nil
-		}
-		for _, d := range v.suffixDonors {
-			d.Close()
-		}
-		v.suffixDonors = nil
-	}
+	v.suffixDonors = nil
 }
 
-// unregistered returns the members of the current view that the etcd
-// registrations give up for dead, a second, coarse signal beside the
-// failure detector: a member whose registration names a newer
-// incarnation, or whose registration has been missing for a whole lease
-// period as this member saw it. A registration goes missing for a moment
-// whenever a live member's lease lapses (etcd was out of reach, or slow
-// to answer a renewal) and the member registers again: counting that as
-// a suspicion would end a view each time.
-func (r *runner) unregistered(st *membership.State) map[uint64]bool {
-	ms, now := &r.ms, r.g.cfg.Clock()
-	out := make(map[uint64]bool)
-	missing := make(map[membership.Member]int64)
-	for _, m := range st.Current.Members {
-		reg, ok := st.Registered[m.ID]
-		switch {
-		case ok && reg.Incarnation != m.Incarnation:
-			out[m.ID] = true
-		case !ok:
-			key := membership.Member{ID: m.ID, Incarnation: m.Incarnation}
-			since, seen := ms.missing[key]
-			if !seen {
-				since = now
-			}
-			missing[key] = since
-			if now-since >= int64(r.g.cfg.Etcd.LeaseTTL) {
-				out[m.ID] = true
-			}
-		}
-	}
-	ms.missing = missing
-	return out
-}
-
-// accused reports whether a member of v suspects another.
-func accused(v *membership.View, suspects map[uint64]map[uint64]string) bool {
-	for suspect, by := range suspects {
-		if v.Rank(suspect) < 0 {
-			continue
-		}
-		for accuser := range by {
-			if accuser != suspect && v.Rank(accuser) >= 0 {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// sameMembers reports whether two member lists hold the same incarnations.
-func sameMembers(a, b []membership.Member) bool {
-	return slices.EqualFunc(a, b, func(x, y membership.Member) bool { return x.ID == y.ID && x.Incarnation == y.Incarnation })
-}
-
-func allCaughtUp(v *membership.View, caughtUp map[uint64]bool) bool {
-	for _, id := range v.Joining {
-		if !caughtUp[id] {
-			return false
-		}
-	}
-	return true
-}
+// ending reports whether this member has stopped in its view, which is
+// ending (a group with fixed membership never is).
+func (r *runner) ending() bool { return r.vs != nil && r.vs.Phase().Ending() }
 
 // wedge ends this member's part in the current view and reports what it
 // holds: its ordering core sends, announces and delivers nothing more in
 // it, so that the report (the messages it holds per sender, its last
 // delivered index) is final.
 func (r *runner) wedge(reason string) {
-	if r.phase != vsync.Active {
-		return
+	if r.vs.Wedge(r.g.cfg.Clock()) {
+		r.stopView(reason)
 	}
+}
+
+// stopView stops the current view's machinery once the core wedged: no
+// more sending, announcing or delivering in it; heartbeats go to every
+// member until the final report.
+func (r *runner) stopView(reason string) {
 	g, v := r.g, r.v
-	r.to(vsync.Wedged, reason)
-	r.wedgedAt = g.cfg.Clock()
 	v.core.Wedge()
 	v.det.Wedge()
-	// The report goes out after a few heartbeats to everyone, so that it
-	// can say whom this member still reaches.
-	r.reportAt = r.wedgedAt + 3*int64(g.cfg.HeartbeatInterval)
 	g.log.Info("wedged", "epoch", v.rec.Epoch, "reason", reason, "delivered", v.core.Index())
 	_, r.change = g.tr.Start(g.ctx, "convoy.view.change", trace.WithAttributes(
 		attribute.Int64("convoy.epoch", int64(v.rec.Epoch)),
@@ -274,14 +183,12 @@ func (r *runner) endChange(attrs ...attribute.KeyValue) {
 // report writes this member's final report for the wedged view.
 func (r *runner) report() {
 	g, v := r.g, r.v
-	r.reportAt = 0
-	rep := membership.Report{Epoch: v.rec.Epoch, Member: r.ms.self, Held: v.core.Held(), Delivered: v.core.Index(), Hears: r.hears()}
+	rep := membership.Report{Epoch: v.rec.Epoch, Member: r.vs.Self(), Held: v.core.Held(), Delivered: v.core.Index(), Hears: r.hears()}
 	g.log.Debug("final report", "epoch", v.rec.Epoch, "hears", rep.Hears)
 	if r.change != nil {
 		r.change.AddEvent("final report", trace.WithAttributes(attribute.Int("convoy.hears", len(rep.Hears))))
 	}
 	r.putReport(rep)
-	r.to(vsync.Reported, "final report sent")
 }
 
 // hears returns whom this wedged member hears now: the members whose
@@ -289,7 +196,7 @@ func (r *runner) report() {
 // beats to all (older ones may predate a partition).
 func (r *runner) hears() []uint64 {
 	g, v := r.g, r.v
-	since := max(r.wedgedAt, g.cfg.Clock()-2*int64(g.cfg.HeartbeatInterval))
+	since := max(r.vs.WedgedAt(), g.cfg.Clock()-2*int64(g.cfg.HeartbeatInterval))
 	var out []uint64
 	for _, rank := range v.det.Heard(since) {
 		out = append(out, v.rec.Members[rank].ID)
@@ -298,22 +205,14 @@ func (r *runner) hears() []uint64 {
 }
 
 func (r *runner) putReport(rep membership.Report) {
-	r.reported, r.reportedAt = rep, r.g.cfg.Clock()
+	r.reported = rep
 	r.async("final report", func(ctx context.Context, s *membership.Store) error { return s.PutReport(ctx, rep) })
 }
 
-// refreshReport writes the report again if whom this member hears has
-// changed since it last wrote it, at most once per suspect timeout. What
-// it holds and delivered is final from the wedge on; whom it hears is
-// not: a partition that healed after the reports were written would
-// otherwise stand in them for good, and a view change that waits for a
-// majority group of reporters (membership.Suspected) would wait forever
-// once the suspicions on both sides leave no side a majority.
+// refreshReport writes the final report again if whom this member hears
+// has changed since it last wrote it (the core asks once the last write
+// is a suspect timeout old: vsync.RefreshReport says why).
 func (r *runner) refreshReport() {
-	now := r.g.cfg.Clock()
-	if r.phase != vsync.Reported || now-r.reportedAt < int64(r.g.cfg.SuspectTimeout) {
-		return
-	}
 	hears := r.hears()
 	if slices.Equal(hears, r.reported.Hears) {
 		return
@@ -322,11 +221,12 @@ func (r *runner) refreshReport() {
 	rep.Hears = hears
 	r.g.log.Info("whom this member hears changed: reporting again", "epoch", rep.Epoch, "hears", hears)
 	r.putReport(rep)
+	r.vs.Rereported(r.g.cfg.Clock())
 }
 
 // suspect records a confirmed suspicion of member id in etcd.
 func (r *runner) suspect(id NodeID, reason string) {
-	epoch, by := r.v.rec.Epoch, r.ms.self.ID
+	epoch, by := r.v.rec.Epoch, r.vs.Self().ID
 	r.async("record suspicion", func(ctx context.Context, s *membership.Store) error {
 		return s.Suspect(ctx, epoch, by, uint64(id), reason)
 	})
@@ -338,12 +238,13 @@ func (r *runner) suspect(id NodeID, reason string) {
 // false if this member left the views.
 func (r *runner) install(rec membership.View) bool {
 	g, old := r.g, r.v
-	rank := rec.Rank(r.ms.self.ID)
-	in := rank >= 0 && rec.Members[rank].Incarnation == r.ms.self.Incarnation
-	if !r.phase.Ending() {
+	self := r.vs.Self()
+	rank := rec.Rank(self.ID)
+	in := rank >= 0 && rec.Members[rank].Incarnation == self.Incarnation
+	if !r.ending() {
 		// Its report was not needed (it is not in rec), or a later view
 		// is committed and rec is one of those in between.
-		r.to(vsync.Wedged, fmt.Sprintf("view %d is committed", rec.Epoch))
+		r.vs.Ending(g.cfg.Clock())
 		old.core.Wedge()
 	}
 	// In durable delivery the view record is on disk before any message
@@ -385,10 +286,9 @@ func (r *runner) install(rec membership.View) bool {
 	}
 	r.v, r.pendingDonate = v, nil
 	// The old view's report (if it was not needed) and held-back decision
-	// are moot: left set, a deadline in the past would wake the loop
-	// again and again.
-	r.reportAt, r.retryAt, r.retryState = 0, 0, nil
-	r.to(vsync.Active, fmt.Sprintf("installed view %d", rec.Epoch))
+	// are moot: the core forgets them, or a deadline in the past would
+	// wake the loop again and again.
+	r.vs.Installed(&rec)
 	if g.disk != nil {
 		r.announcePersisted() // to the new view's members
 	}
@@ -428,7 +328,7 @@ func (r *runner) install(rec membership.View) bool {
 	}
 	g.spaceFreedLocked()
 	g.mu.Unlock()
-	if r.phase.Ending() {
+	if r.ending() {
 		return true
 	}
 	for _, p := range resend {
@@ -465,13 +365,12 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 		return false
 	}
 	r.v = v
-	r.reportAt, r.retryAt, r.retryState = 0, 0, nil
-	r.to(vsync.Active, fmt.Sprintf("entered view %d", rec.Epoch))
+	r.vs.Entered(rec)
 	g.mu.Lock()
 	g.mu.epoch, g.mu.out = rec.Epoch, nil
 	g.mu.Unlock()
-	joining := slices.Contains(rec.Joining, r.ms.self.ID)
-	suffix, bySuffix := rec.SuffixOf(r.ms.self.ID)
+	joining := slices.Contains(rec.Joining, r.vs.Self().ID)
+	suffix, bySuffix := rec.SuffixOf(r.vs.Self().ID)
 	if g.disk != nil {
 		var err error
 		switch {
@@ -608,7 +507,7 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	r.onView(ex)
 	g.m.epoch.Record(g.ctx, 0)
 	if leaving {
-		r.to(vsync.Left, reason)
+		r.vs.Left()
 		m.leftOnce.Do(func() { close(m.left) })
 		return
 	}
@@ -617,19 +516,14 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 		// application sees the group fail and restarts it (the loop ends
 		// on diskErr).
 		r.diskErr = g.disk.Err()
+		r.vs.Failed()
 		return
 	}
-	r.to(vsync.Joining, reason)
 	// Rejoin as a new incarnation: registering it tells the others that
-	// the old one is gone. A member excluded again and again (it is cut
-	// off from the others, and each view that admits it breaks at once)
-	// waits longer each time, so that the others make progress meanwhile.
-	wait := r.rejoinDelay()
-	r.ms = memberState{
-		self:      membership.Member{ID: r.ms.self.ID, Incarnation: newIncarnation(), Addr: r.ms.self.Addr},
-		joinRetry: time.Now().Add(wait + max(4*g.cfg.SuspectTimeout, time.Second)),
-	}
-	self := r.ms.self
+	// the old one is gone.
+	old := r.vs.Self()
+	self := membership.Member{ID: old.ID, Incarnation: newIncarnation(), Addr: old.Addr}
+	wait := r.vs.Excluded(g.cfg.Clock(), self)
 	m.setSelf(self)
 	g.log.Info("rejoining as a new incarnation", "incarnation", self.Incarnation, "after", wait)
 	r.async("rejoin", func(ctx context.Context, s *membership.Store) error {
@@ -643,20 +537,4 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 		}
 		return s.RequestJoin(ctx, self)
 	})
-}
-
-// rejoinDelay returns how long to wait before rejoining: nothing the first
-// time, then from a suspect timeout up, doubling while exclusions follow
-// each other within a minute.
-func (r *runner) rejoinDelay() time.Duration {
-	now := time.Now()
-	if now.Sub(r.lastExcluded) > time.Minute {
-		r.exclusions = 0
-	}
-	r.lastExcluded = now
-	r.exclusions++
-	if r.exclusions == 1 {
-		return 0
-	}
-	return min(r.g.cfg.SuspectTimeout<<(r.exclusions-2), 30*time.Second)
 }

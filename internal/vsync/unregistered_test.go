@@ -1,4 +1,4 @@
-package convoy
+package vsync
 
 import (
 	"slices"
@@ -76,11 +76,9 @@ func TestUnregistered(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var now int64
-			r := &runner{g: &Group{cfg: Config{Clock: func() int64 { return now }, Etcd: &EtcdConfig{LeaseTTL: ttl}}}}
+			c := NewCore(Config{LeaseTTL: ttl}, membership.Member{ID: 1, Incarnation: 10})
 			for i, s := range tc.steps {
-				now = int64(s.at)
-				got := r.unregistered(&membership.State{Current: view, Registered: s.reg})
+				got := c.unregistered(int64(s.at), &membership.State{Current: view, Registered: s.reg})
 				var ids []uint64
 				for id := range got {
 					ids = append(ids, id)
