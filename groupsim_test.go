@@ -321,7 +321,7 @@ func runSim(t *testing.T, seed uint64) {
 		live := c.live()
 		c.waitMembers(n, live...)
 		for _, nd := range live {
-			c.waitCount(nd, len(nd.payloads())+20)
+			c.waitCount(nd, nd.delivered()+20)
 		}
 	}
 	close(r.stop)
@@ -566,10 +566,9 @@ func (c *vsCluster) waitAccepted(nodes []*vsNode) {
 	for _, n := range nodes {
 		for {
 			var missing []string
-			got := n.payloads()
 			n.mu.Lock()
 			for _, p := range want {
-				if got[p] {
+				if n.got[p] {
 					continue
 				}
 				if k, v, ok := kvtest.ParseSet(p); ok {
