@@ -53,7 +53,8 @@ func (d *Durable) Barrier() uint64 {
 
 // Lagging returns the members whose persisted index trails the highest
 // announced by more than bound: the ones a view change should exclude
-// rather than let stall the group (rule 3).
+// rather than let stall the group (durable delivery waits until every
+// member's log holds a message, so one slow disk would hold back all).
 func (d *Durable) Lagging(bound uint64) []int {
 	var top uint64
 	for _, p := range d.persisted {

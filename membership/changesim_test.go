@@ -355,7 +355,8 @@ func (s *changeSim) deliver() {
 }
 
 // read makes a process read the store: it installs the views committed
-// since its own, in order, or stops at one that excludes it (rule 9), then
+// since its own, in order (one that learns of e+2 without having
+// installed e+1 installs e+1 first), or stops at one that excludes it, then
 // decides on a fresh snapshot, wedging if a change is under way and
 // keeping any proposal to commit later.
 func (s *changeSim) read() {
@@ -406,7 +407,8 @@ func (s *changeSim) read() {
 }
 
 // install moves p into view j, first checking that it holds the cut that
-// ends its previous view (it must deliver all of it, rule 7).
+// ends its previous view (it must deliver all of it: nothing past the
+// commit barrier is delivered before the cut is committed).
 func (s *changeSim) install(p *simProc, j int) {
 	v := &s.st.log[j].view
 	if p.cur >= 0 {
