@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
+
+	"github.com/convoy-gcs/convoy/internal/ddargs"
 )
 
 // TestChangeScenarios runs the scripts in testdata/change against Decide.
@@ -32,11 +34,11 @@ func TestChangeScenarios(t *testing.T) {
 			switch td.Cmd {
 			case "view":
 				in = ChangeInput{Current: View{
-					Epoch:   argUint(t, td, "epoch", 1),
-					Start:   argUint(t, td, "start", 0),
-					Members: argMembers(t, td, "members"),
-					Sent:    argUints(t, td, "sent"),
-					Joining: argUints(t, td, "joining"),
+					Epoch:   ddargs.Uint(t, td, "epoch", 1),
+					Start:   ddargs.Uint(t, td, "start", 0),
+					Members: ddargs.Members(t, td, "members", newMember),
+					Sent:    ddargs.Uints(t, td, "sent"),
+					Joining: ddargs.Uints(t, td, "joining"),
 				}}
 				if in.Current.Sent == nil {
 					in.Current.Sent = make([]uint64, len(in.Current.Members))
@@ -53,23 +55,23 @@ func TestChangeScenarios(t *testing.T) {
 					in.Joins = append(in.Joins, parseMember(t, a.Key))
 				}
 			case "report":
-				from := argUint(t, td, "from", 0)
-				inc := argUint(t, td, "inc", 1)
+				from := ddargs.Uint(t, td, "from", 0)
+				inc := ddargs.Uint(t, td, "inc", 1)
 				if r := in.Current.Rank(from); r >= 0 && !td.HasArg("inc") {
 					inc = in.Current.Members[r].Incarnation
 				}
 				if in.Reports == nil {
 					in.Reports = make(map[ID]Report)
 				}
-				in.Reports[argUint(t, td, "as", from)] = Report{
-					Epoch:     argUint(t, td, "epoch", in.Current.Epoch),
+				in.Reports[ddargs.Uint(t, td, "as", from)] = Report{
+					Epoch:     ddargs.Uint(t, td, "epoch", in.Current.Epoch),
 					Member:    Member{ID: from, Incarnation: inc},
-					Held:      argUints(t, td, "held"),
-					Delivered: argUint(t, td, "delivered", in.Current.Start),
+					Held:      ddargs.Uints(t, td, "held"),
+					Delivered: ddargs.Uint(t, td, "delivered", in.Current.Start),
 				}
 			case "decide":
 				var out strings.Builder
-				selves := argUints(t, td, "self")
+				selves := ddargs.Uints(t, td, "self")
 				for _, self := range selves {
 					d, err := Decide(self, in)
 					if len(selves) > 1 {
@@ -140,60 +142,6 @@ func describeIDs(ids []uint64) string {
 		s = append(s, strconv.FormatUint(id, 10))
 	}
 	return "(" + strings.Join(s, " ") + ")"
-}
-
-func parseMember(t *testing.T, s string) Member {
-	t.Helper()
-	id, inc, ok := strings.Cut(s, ".")
-	if !ok {
-		inc = "1"
-	}
-	m := Member{}
-	var err1, err2 error
-	m.ID, err1 = strconv.ParseUint(id, 10, 64)
-	m.Incarnation, err2 = strconv.ParseUint(inc, 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		t.Fatalf("member %q: %v", s, err)
-	}
-	return m
-}
-
-func argMembers(t *testing.T, td *datadriven.TestData, key string) []Member {
-	t.Helper()
-	var out []Member
-	for _, a := range td.CmdArgs {
-		if a.Key == key {
-			for _, v := range a.Vals {
-				out = append(out, parseMember(t, v))
-			}
-		}
-	}
-	return out
-}
-
-func argUints(t *testing.T, td *datadriven.TestData, key string) []uint64 {
-	t.Helper()
-	var out []uint64
-	for _, a := range td.CmdArgs {
-		if a.Key == key {
-			for _, v := range a.Vals {
-				n, err := strconv.ParseUint(v, 10, 64)
-				if err != nil {
-					t.Fatalf("%s: %v", key, err)
-				}
-				out = append(out, n)
-			}
-		}
-	}
-	return out
-}
-
-func argUint(t *testing.T, td *datadriven.TestData, key string, def uint64) uint64 {
-	t.Helper()
-	if vs := argUints(t, td, key); len(vs) > 0 {
-		return vs[0]
-	}
-	return def
 }
 
 // addIDs adds the command's bare arguments (suspect 2 3) to set.
@@ -326,4 +274,14 @@ func TestDecideSameForEveryone(t *testing.T) {
 			t.Fatalf("decisions differ: %+v vs %+v", d, decisions[0])
 		}
 	}
+}
+
+// parseMember reads ID or ID.incarnation (incarnation 1 by default).
+func parseMember(t *testing.T, s string) Member {
+	t.Helper()
+	return newMember(ddargs.Member(t, s))
+}
+
+func newMember(id, incarnation uint64) Member {
+	return Member{ID: id, Incarnation: incarnation}
 }

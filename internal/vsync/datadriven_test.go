@@ -15,6 +15,8 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/convoy-gcs/convoy/internal/ddargs"
+
 	"github.com/convoy-gcs/convoy/membership"
 )
 
@@ -120,12 +122,12 @@ func newHarness(t *testing.T, td *datadriven.TestData) *harness {
 		last:   make(map[membership.ID][]Action),
 	}
 	h.cfg = Config{
-		InitialMembers:    int(argUint(t, td, "initial", 3)),
+		InitialMembers:    int(ddargs.Uint(t, td, "initial", 3)),
 		Durable:           td.HasArg("durable"),
-		LeaseTTL:          argDuration(t, td, "ttl", 2*time.Second),
-		SuspectTimeout:    argDuration(t, td, "suspect", 200*time.Millisecond),
-		HeartbeatInterval: argDuration(t, td, "heartbeat", 10*time.Millisecond),
-		RestartWait:       argDuration(t, td, "restart-wait", time.Second),
+		LeaseTTL:          ddargs.Duration(t, td, "ttl", 2*time.Second),
+		SuspectTimeout:    ddargs.Duration(t, td, "suspect", 200*time.Millisecond),
+		HeartbeatInterval: ddargs.Duration(t, td, "heartbeat", 10*time.Millisecond),
+		RestartWait:       ddargs.Duration(t, td, "restart-wait", time.Second),
 		// The core's warnings and errors (a transition it does not allow
 		// among them) appear in the output.
 		Logger: slog.New(&outHandler{out: &h.out}),
@@ -152,17 +154,17 @@ func (h *harness) run(t *testing.T, td *datadriven.TestData) {
 		h.changed()
 	case "view":
 		v := membership.View{
-			Epoch:     argUint(t, td, "epoch", 1),
-			Start:     argUint(t, td, "start", 0),
-			Members:   argMembers(t, td, "members"),
-			Sent:      argUints(t, td, "sent"),
-			Joining:   argUints(t, td, "joining"),
+			Epoch:     ddargs.Uint(t, td, "epoch", 1),
+			Start:     ddargs.Uint(t, td, "start", 0),
+			Members:   ddargs.Members(t, td, "members", newMember),
+			Sent:      ddargs.Uints(t, td, "sent"),
+			Joining:   ddargs.Uints(t, td, "joining"),
 			Recovered: td.HasArg("recovered"),
 		}
 		if v.Sent == nil {
 			v.Sent = make([]uint64, len(v.Members))
 		}
-		if cut := argUints(t, td, "cut"); cut != nil {
+		if cut := ddargs.Uints(t, td, "cut"); cut != nil {
 			prev, ok := h.views[v.Epoch-1]
 			if !ok || len(prev.Members) != len(cut) {
 				t.Fatalf("%s: a cut needs view %d, with one count per member", td.Pos, v.Epoch-1)
@@ -193,7 +195,7 @@ func (h *harness) run(t *testing.T, td *datadriven.TestData) {
 		h.st.Joins = append(h.st.Joins, m)
 		slices.SortFunc(h.st.Joins, func(a, b membership.Member) int { return cmp.Compare(a.ID, b.ID) })
 		delete(h.st.JoinLogs, m.ID)
-		if pos := argUints(t, td, "log"); pos != nil {
+		if pos := ddargs.Uints(t, td, "log"); pos != nil {
 			if len(pos) != 4 {
 				t.Fatalf("%s: log=(last,epoch,sender,seq)", td.Pos)
 			}
@@ -206,7 +208,7 @@ func (h *harness) run(t *testing.T, td *datadriven.TestData) {
 		}
 		h.changed()
 	case "suspect":
-		by := argUint(t, td, "by", 0)
+		by := ddargs.Uint(t, td, "by", 0)
 		for _, m := range bareMembers(t, td) {
 			if h.st.Suspects[m.ID] == nil {
 				h.st.Suspects[m.ID] = make(map[membership.ID]string)
@@ -223,8 +225,8 @@ func (h *harness) run(t *testing.T, td *datadriven.TestData) {
 		}
 		h.st.Reports[id] = membership.Report{
 			Epoch: cur.Epoch, Member: cur.Members[rank],
-			Held: argUints(t, td, "held"), Delivered: argUint(t, td, "delivered", cur.Start),
-			Hears: argUints(t, td, "hears"),
+			Held: ddargs.Uints(t, td, "held"), Delivered: ddargs.Uint(t, td, "delivered", cur.Start),
+			Hears: ddargs.Uints(t, td, "hears"),
 		}
 		h.changed()
 	case "caughtup":
@@ -241,7 +243,7 @@ func (h *harness) run(t *testing.T, td *datadriven.TestData) {
 		cur := &h.st.Current
 		rc := membership.Recovery{Epoch: cur.Epoch, Member: m, InView: !td.HasArg("wiped"), Beyond: td.HasArg("beyond")}
 		if rc.InView {
-			rc.LogLast = argUint(t, td, "last", cur.Start)
+			rc.LogLast = ddargs.Uint(t, td, "last", cur.Start)
 			if rc.LogLast > cur.Start {
 				rc.LogEpoch = cur.Epoch
 			}
@@ -257,7 +259,7 @@ func (h *harness) run(t *testing.T, td *datadriven.TestData) {
 			h.step(id, func(c *Core) []Action { return c.State(now, &st) })
 		}
 	case "advance":
-		h.now += argDuration(t, td, "", 0)
+		h.now += ddargs.Duration(t, td, "", 0)
 		if len(td.CmdArgs) != 1 {
 			t.Fatalf("%s: advance <duration>", td.Pos)
 		}
@@ -267,7 +269,7 @@ func (h *harness) run(t *testing.T, td *datadriven.TestData) {
 		}
 	case "commit":
 		for _, id := range h.selected(t, td) {
-			h.commit(id, argUints(t, td, "suffix"))
+			h.commit(id, ddargs.Uints(t, td, "suffix"))
 		}
 	case "wedge":
 		for _, id := range h.selected(t, td) {
@@ -632,23 +634,6 @@ func (o *outHandler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (o *outHandler) WithGroup(string) slog.Handler { return o }
 
-// parseMember reads ID or ID.incarnation (incarnation 1 by default).
-func parseMember(t *testing.T, s string) membership.Member {
-	t.Helper()
-	id, inc, ok := strings.Cut(s, ".")
-	if !ok {
-		inc = "1"
-	}
-	var m membership.Member
-	var err1, err2 error
-	m.ID, err1 = strconv.ParseUint(id, 10, 64)
-	m.Incarnation, err2 = strconv.ParseUint(inc, 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		t.Fatalf("member %q: %v", s, err)
-	}
-	return m
-}
-
 // bareMembers returns the command's arguments that have no value
 // (start 1 2.2), as members.
 func bareMembers(t *testing.T, td *datadriven.TestData) []membership.Member {
@@ -662,63 +647,12 @@ func bareMembers(t *testing.T, td *datadriven.TestData) []membership.Member {
 	return out
 }
 
-func argMembers(t *testing.T, td *datadriven.TestData, key string) []membership.Member {
+// parseMember reads ID or ID.incarnation (incarnation 1 by default).
+func parseMember(t *testing.T, s string) membership.Member {
 	t.Helper()
-	var out []membership.Member
-	for _, a := range td.CmdArgs {
-		if a.Key == key {
-			for _, v := range a.Vals {
-				out = append(out, parseMember(t, v))
-			}
-		}
-	}
-	return out
+	return newMember(ddargs.Member(t, s))
 }
 
-func argUints(t *testing.T, td *datadriven.TestData, key string) []uint64 {
-	t.Helper()
-	var out []uint64
-	for _, a := range td.CmdArgs {
-		if a.Key == key {
-			for _, v := range a.Vals {
-				n, err := strconv.ParseUint(v, 10, 64)
-				if err != nil {
-					t.Fatalf("%s: %v", key, err)
-				}
-				out = append(out, n)
-			}
-		}
-	}
-	return out
-}
-
-func argUint(t *testing.T, td *datadriven.TestData, key string, def uint64) uint64 {
-	t.Helper()
-	if vs := argUints(t, td, key); len(vs) > 0 {
-		return vs[0]
-	}
-	return def
-}
-
-// argDuration reads a duration argument; key "" takes the first bare
-// argument (advance 30ms).
-func argDuration(t *testing.T, td *datadriven.TestData, key string, def time.Duration) time.Duration {
-	t.Helper()
-	for _, a := range td.CmdArgs {
-		s := ""
-		switch {
-		case key == "" && len(a.Vals) == 0:
-			s = a.Key
-		case key != "" && a.Key == key && len(a.Vals) > 0:
-			s = a.Vals[0]
-		default:
-			continue
-		}
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			t.Fatalf("%s: %v", td.Pos, err)
-		}
-		return d
-	}
-	return def
+func newMember(id, incarnation uint64) membership.Member {
+	return membership.Member{ID: id, Incarnation: incarnation}
 }
