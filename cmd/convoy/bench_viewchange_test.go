@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"strings"
@@ -99,5 +100,29 @@ func TestVCLogHandler(t *testing.T) {
 	}
 	if ev := evs[1]; ev.Event != vcProposing || ev.Epoch != 3 {
 		t.Errorf("event %+v, want proposing epoch 3", ev)
+	}
+}
+
+// TestVCWatchSpoiled checks which events after the kill spoil a run (a
+// survivor suspected: measure it again) and which end it with an error.
+func TestVCWatchSpoiled(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ev      vcEvent
+		spoiled bool
+		err     bool
+	}{
+		{"victim confirmed", vcEvent{Node: 1, Event: vcConfirmed, Peer: 3, T: 2}, false, false},
+		{"survivor confirmed", vcEvent{Node: 1, Event: vcConfirmed, Peer: 2, T: 2}, true, true},
+		{"survivor refuted", vcEvent{Node: 1, Event: vcRefuted, Peer: 2, T: 2}, false, false},
+		{"member exited", vcEvent{Node: 2, Event: vcExited, T: 2}, false, true},
+		{"the victim's last words", vcEvent{Node: 3, Event: vcConfirmed, Peer: 1, T: 2}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := newVCWatch(3, 1, 3).add(tc.ev)
+			if (err != nil) != tc.err || errors.Is(err, errFalseSuspicion) != tc.spoiled {
+				t.Errorf("add(%+v) = %v; want error %v, spoiled %v", tc.ev, err, tc.err, tc.spoiled)
+			}
+		})
 	}
 }
