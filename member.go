@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/convoy-gcs/convoy/internal/etcdembed"
 	"github.com/convoy-gcs/convoy/internal/vsync"
@@ -74,11 +79,6 @@ func (g *Group) openDynamic(ctx context.Context, etcd etcdBackend) (_ *Group, er
 		}
 	}
 	m.etcd = etcd
-	store, err := etcd.newStore(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("convoy: %w", err)
-	}
-	m.mu.store = store
 	addr := c.Addr
 	if g.ep = c.Endpoint; g.ep == nil {
 		if g.ep, err = g.listen(m.resolve); err != nil {
@@ -97,9 +97,11 @@ func (g *Group) openDynamic(ctx context.Context, etcd etcdBackend) (_ *Group, er
 		}
 	}
 	self := membership.Member{ID: uint64(c.Self), Incarnation: newIncarnation(), Addr: addr}
-	if err := store.Register(ctx, self); err != nil {
+	store, err := m.register(ctx, g.log, self)
+	if err != nil {
 		return nil, fmt.Errorf("convoy: register in etcd: %w", err)
 	}
+	m.mu.store = store
 	g.mu.out = ErrNotMember
 	m.setSelf(self)
 	started = true
@@ -274,39 +276,86 @@ func (m *member) follow(g *Group, store *membership.Store, changes <-chan member
 }
 
 // renew replaces a store whose lease was lost, retrying until it works or
-// the group closes.
+// the group closes: an error that register does not retry (credentials
+// refused, say) is logged and tried again a registerTimeout later, since
+// an operator may fix it.
 func (m *member) renew(g *Group) {
-	for backoff := 50 * time.Millisecond; g.ctx.Err() == nil; backoff = min(2*backoff, 2*time.Second) {
-		ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
-		store, err := m.etcd.newStore(ctx)
-		if err == nil {
-			m.mu.Lock()
-			self := m.mu.self
-			m.mu.Unlock()
-			if err = store.Register(ctx, self); err != nil {
-				store.Close()
-			}
+	m.mu.Lock()
+	self := m.mu.self
+	m.mu.Unlock()
+	var store *membership.Store
+	for {
+		var err error
+		if store, err = m.register(g.ctx, g.log, self); err == nil {
+			break
 		}
-		cancel()
-		if err == nil {
-			m.mu.Lock()
-			if m.mu.withdrawn {
-				m.mu.Unlock()
-				store.Close()
-				return
-			}
-			old := m.mu.store
-			m.mu.store = store
-			m.mu.Unlock()
-			old.Close()
+		if g.ctx.Err() != nil {
 			return
 		}
-		g.log.Warn("registering in etcd again", "err", err)
+		g.log.Error("cannot register in etcd again", "err", err)
 		select {
-		case <-time.After(backoff):
+		case <-time.After(registerTimeout):
 		case <-g.ctx.Done():
+			return
 		}
 	}
+	m.mu.Lock()
+	if m.mu.withdrawn {
+		m.mu.Unlock()
+		store.Close()
+		return
+	}
+	old := m.mu.store
+	m.mu.store = store
+	m.mu.Unlock()
+	old.Close()
+}
+
+// registerTimeout bounds one attempt at registering in etcd.
+const registerTimeout = 10 * time.Second
+
+// register makes a view store on a lease of its own and registers self
+// in it. While etcd cannot do it (unreachable, without a leader, its
+// request timed out, the lease expired meanwhile) it tries again after
+// growing, randomized pauses, so that a member started or cut off while
+// etcd is down or electing waits for it instead of failing. It gives up
+// when ctx ends, or on an error that trying again cannot cure (bad
+// credentials, a request etcd refuses as invalid).
+func (m *member) register(ctx context.Context, log *slog.Logger, self membership.Member) (*membership.Store, error) {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval = 50*time.Millisecond, 2*time.Second
+	return backoff.Retry(ctx, func() (*membership.Store, error) {
+		actx, cancel := context.WithTimeout(ctx, registerTimeout)
+		defer cancel()
+		store, err := m.etcd.newStore(actx)
+		if err == nil {
+			if err = store.Register(actx, self); err == nil {
+				return store, nil
+			}
+			store.Close()
+		}
+		if ctx.Err() != nil || !retryableEtcd(err) {
+			return nil, backoff.Permanent(err)
+		}
+		log.Warn("registering in etcd: trying again", "err", err)
+		return nil, err
+	}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0))
+}
+
+// retryableEtcd reports whether an etcd request that failed with err may
+// succeed if made again: every failure but a refusal of the request
+// itself.
+func retryableEtcd(err error) bool {
+	code := status.Code(err)
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	}
+	switch code {
+	case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated, codes.Unimplemented:
+		return false
+	}
+	return true
 }
 
 // current returns the store in use.
