@@ -532,7 +532,7 @@ func TestClusterJoin(t *testing.T) {
 		}
 	}
 	appendN(cl, 0, 50)
-	if err := cl.Trim(ctx, 20); err != nil {
+	if _, err := cl.Trim(ctx, 20); err != nil {
 		t.Fatal(err)
 	}
 	appendN(cl, 1, 10)
@@ -559,7 +559,7 @@ func TestClusterJoin(t *testing.T) {
 
 	// The joiner takes writes, and trims, like the others.
 	appendN(only, 2, 20)
-	if err := only.Trim(ctx, 40); err != nil {
+	if _, err := only.Trim(ctx, 40); err != nil {
 		t.Fatal(err)
 	}
 	c.check(urls(all), 40, acks)

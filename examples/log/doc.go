@@ -52,8 +52,10 @@
 // most MaxRangeEntries entries and
 // MaxRangeBytes bytes of data (beyond the first entry); trimmed and
 // unwritten positions are left out. Read on from the last position
-// returned plus one. A trim past the tail trims up to the tail; reads
-// below the trim point then get 410 on every member.
+// returned plus one. A trim answers the log's trim point once it
+// applied: a trim past the tail trims up to the tail, and one below the
+// trim point changes nothing and answers the trim point; reads below
+// the trim point then get 410 on every member.
 //
 // # Requests, retries and consistency
 //

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,9 +85,16 @@ type member struct {
 	host      int    // on the network
 	http      string // host:port
 	transport string // host:port, or a free port on loopback
-	dir, log  string
-	proc      *proc
-	paused    bool
+	// dir is the member's data directory; on a member whose disk the
+	// schedule fills, it lies in disk, the mount point of a tmpfs of its
+	// own, which holds the filler too (see disk_test.go).
+	dir, log string
+	disk     string
+	proc     *proc
+	paused   bool
+	// full: its disk is full (schedule.DiskFull), filled by filler.
+	full   bool
+	filler *filler
 	// lost: killed for good (schedule.Lose).
 	lost bool
 	// clock is how the member's clock is to be set off (by the
@@ -104,25 +112,31 @@ func (m *member) up() bool { return m.proc != nil && !m.proc.done() }
 // separate processes on the campaign's network. Its methods are called
 // from one goroutine.
 type cluster struct {
-	bins     binaries
+	bins binaries
+	// app is the application the members serve ("convoy node -app").
+	app      string
 	dir      string
 	tl       *timeline
 	net      *network
 	leaseTTL time.Duration
 	etcd     []*etcdMember
 	members  []*member
-	// procs is every process started, for the cleanup.
-	procs []*proc
+	// procs is every process started, for the cleanup; mounted every
+	// disk mounted.
+	procs   []*proc
+	mounted []string
 }
 
-// newCluster lays out a cluster of n members and e etcd members under
-// dir; nothing runs yet.
-func newCluster(bins binaries, dir string, tl *timeline, nw *network, n, e int, leaseTTL time.Duration) (*cluster, error) {
-	c := &cluster{bins: bins, dir: dir, tl: tl, net: nw, leaseTTL: leaseTTL}
+// newCluster lays out the cluster of schedule s, whose members serve
+// app, under dir: s.Config.Members members and s.Config.Etcd etcd
+// members, and a disk of its own for each member s fills. Nothing runs
+// yet and nothing is mounted.
+func newCluster(bins binaries, app, dir string, tl *timeline, nw *network, s schedule.Schedule) (*cluster, error) {
+	c := &cluster{bins: bins, app: app, dir: dir, tl: tl, net: nw, leaseTTL: s.Config.LeaseTTL}
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
-	for i := 1; i <= e; i++ {
+	for i := 1; i <= s.Config.Etcd; i++ {
 		em := &etcdMember{
 			name: fmt.Sprintf("e%d", i),
 			host: nw.etcdHost(i),
@@ -135,12 +149,17 @@ func newCluster(bins binaries, dir string, tl *timeline, nw *network, n, e int, 
 		}
 		c.etcd = append(c.etcd, em)
 	}
-	for i := 1; i <= n; i++ {
+	filled := filledMembers(s)
+	for i := 1; i <= s.Config.Members; i++ {
 		m := &member{
 			id:   i,
 			host: nw.memberHost(i),
 			dir:  filepath.Join(dir, fmt.Sprintf("member-%d", i)),
 			log:  filepath.Join(dir, "logs", fmt.Sprintf("member-%d.log", i)),
+		}
+		if slices.Contains(filled, i) {
+			m.disk = filepath.Join(dir, fmt.Sprintf("disk-%d", i))
+			m.dir = filepath.Join(m.disk, "data")
 		}
 		var err error
 		if m.http, m.transport, err = nw.memberAddrs(i); err != nil {
@@ -151,13 +170,15 @@ func newCluster(bins binaries, dir string, tl *timeline, nw *network, n, e int, 
 	return c, nil
 }
 
-// close kills every process still running.
+// close kills every process still running, then unmounts the members'
+// disks.
 func (c *cluster) close() {
 	for _, p := range c.procs {
 		if !p.done() {
 			p.kill()
 		}
 	}
+	c.unmountDisks()
 }
 
 // watch records p's exit in the timeline.
@@ -251,7 +272,7 @@ func (c *cluster) startMember(id int, wipe bool) error {
 		c.tl.add("member %d: data directory wiped", id)
 	}
 	args := []string{
-		"node", "-id", strconv.Itoa(id), "-app", "kv",
+		"node", "-id", strconv.Itoa(id), "-app", c.app,
 		"-etcd", strings.Join(c.etcdEndpoints(), ","), "-prefix", "/jepsen/",
 		"-data", m.dir, "-listen", m.transport, "-http", m.http, "-http-url", m.url(),
 		"-initial", strconv.Itoa(len(c.members)), "-lease-ttl", c.leaseTTL.String(),
@@ -267,6 +288,10 @@ func (c *cluster) startMember(id int, wipe bool) error {
 		return err
 	}
 	m.proc, m.paused, m.running = p, false, m.clock
+	if m.full {
+		// Its log may fail, ending its group, and the process with it.
+		p.allowExit()
+	}
 	c.watch(p)
 	return nil
 }

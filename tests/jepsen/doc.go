@@ -1,26 +1,34 @@
 // Package jepsen is a Jepsen-style fault campaign against real Convoy
-// processes: the replicated key-value store of examples/paxos, served by
-// "convoy node" members with durable delivery, its views in a
-// three-member etcd cluster, under faults chosen from a seed by package
-// schedule, its clients' history checked for linearizability by package
-// check.
+// processes: the replicated key-value store of examples/paxos or the
+// shared log of examples/log, served by "convoy node" members with
+// durable delivery, its views in a three-member etcd cluster, under
+// faults chosen from a seed by package schedule, its clients' history
+// checked by package check: for linearizability (the store), or against
+// one dense, immutable log and the members' logs at the end (the log).
 //
 // # What runs
 //
-// For each schedule the test starts, from scratch and under a temporary
+// The seed of each schedule draws its workload, kv or log (printed with
+// the schedule as "(workload kv)"), apart from its faults. For each
+// schedule the test starts, from scratch and under a temporary
 // directory:
 //
 //   - an etcd cluster of three members, each the embedded etcd server
 //     (internal/etcdembed) run as its own process
 //     (internal/etcdmember), with its own data directory;
 //   - N Convoy members (-jepsen.members, default 5), each a "convoy node
-//     -app kv" process with its own durable data directory, founding the
-//     group together;
+//     -app kv" (or "-app log") process with its own durable data
+//     directory, founding the group together;
 //   - concurrent clients (-jepsen.clients, default 4), each a Go client
-//     of the store (examples/paxos/client) that starts at a member of its
-//     own and moves on to the others when one cannot serve. Each runs
-//     gets, puts and compare-and-swaps on a few keys; the seed chooses the
-//     keys and the mix.
+//     of the application (examples/paxos/client, examples/log/client)
+//     that starts at a member of its own and moves on to the others when
+//     one cannot serve, retrying a write with the same idempotency key.
+//     Against the store each runs gets, puts and compare-and-swaps on a
+//     few keys; against the log, appends naming some of a few streams,
+//     reads of one position, range reads and stream reads near the
+//     highest position seen, tails, and trims that keep the last 30
+//     positions or so. The seed chooses the keys or streams and the
+//     mix.
 //
 // Both programs are built once per test run with "go build" (without the
 // race detector, whatever the test's build: the cluster shares the
@@ -91,41 +99,67 @@
 //   - etcd-kill: SIGKILL to one etcd member, then a restart on its data
 //     directory; etcd-pause: SIGSTOP to one, then SIGCONT;
 //   - etcd-quorum-loss: SIGKILL to a majority of etcd for longer than
-//     every lease, then a restart.
+//     every lease, then a restart;
+//   - disk-full: the durable data directory of each member a schedule
+//     fills lies on a tmpfs of its own (32 MiB, below the 70 MiB that
+//     Pebble tries to preallocate for a WAL file, so that the WAL takes
+//     its pages as it grows), mounted for the run; the fault writes a
+//     filler file that takes every free byte, and takes again every
+//     100ms what the member frees. The member's next write to its log
+//     fails; its log is then failed for good, its group fails (ErrFailed)
+//     and "convoy node" exits with status 1 (or 2, if Pebble panics on
+//     one of its own goroutines), which the harness expects of that
+//     member while its disk is full, and of no other process.
+//     disk-free removes the filler, kills the member's process if it
+//     still runs, and starts it on its data directory, which holds what
+//     its log wrote before the disk filled: it restarts as after a kill.
+//     The tmpfs are unmounted when the run ends, however it ends, and a
+//     later campaign unmounts those of a test process that died (their
+//     source names carry its process id). Mounting needs root: elsewhere
+//     the campaign draws no full disks, and says so.
 //
-// Faults of different classes (network, processes, clocks, etcd) overlap
-// at random; the schedules of a campaign draw each kind alone and with
-// the others.
+// Faults of different classes (network, processes and disks, clocks,
+// etcd) overlap at random; the schedules of a campaign draw each kind
+// alone and with the others.
 //
 // The members run with a 2s etcd lease and the library's other defaults
 // (a 250ms suspect timeout). Fault episodes start within the first 10s
 // of the schedule; each schedule ends with heal-all (the network healed,
 // every paused process resumed, every killed one not lost restarted,
-// every clock right) and 3s without faults.
+// every clock right, every disk freed) and 3s without faults.
 //
 // # What is checked
 //
-// Every client operation is recorded as a check.KVOp, from its first
-// invocation to its last completion (the client retries a write with the
-// same idempotency key, within one call): OK with its result; Unknown if
-// it did not complete within its 10s bound (a timeout or connection
-// error: it may or may not have taken effect), never a failure; Fail only
-// when a member refused it with a 4xx answer. After the quiet period the
-// clients stop and the run checks:
+// Every client operation is recorded as a check.KVOp or check.LogOp,
+// from its first invocation to its last completion (the client retries a
+// write with the same idempotency key, within one call): OK with its
+// result; Unknown if it did not complete within its 10s bound (a timeout
+// or connection error: it may or may not have taken effect), never a
+// failure; Fail only when a member refused it with a 4xx answer (for the
+// log, as malformed or too large). After the quiet period the clients
+// stop and the run checks:
 //
 //   - liveness: every member not lost serves a linearizable read and a
-//     write, each through that member alone, within 60s (the time it
-//     took is printed; these operations join the history);
-//   - that no process exited without being killed;
-//   - check.CheckKV: the whole history is linearizable, each key a
-//     register.
+//     write (a get and a put, or a tail and an append), each through that
+//     member alone, within 60s (the time it took is printed; these
+//     operations join the history);
+//   - that no process exited without being killed, but for a member on a
+//     full disk;
+//   - for the store, check.CheckKV: the whole history is linearizable,
+//     each key a register;
+//   - for the log, check.CheckLog: the history, and the log of every
+//     member not lost, read back through that member alone (after a tail
+//     through it, so that it holds everything acknowledged: its trim
+//     point and tail from its status, the entries between them by range
+//     reads), agree with one dense, immutable log (see CheckLog).
 //
 // A schedule that fails prints its seed, the failure, the command that
 // replays it, and the path of its report: a directory (under
 // -jepsen.report, default the system's temporary directory, kept) with
 // the schedule, the timeline of faults and process events, the history
-// (kv-history.jsonl, and porcupine's kv.html for the keys that failed)
-// and every process's log.
+// (kv-history.jsonl, and porcupine's kv.html for the keys that failed;
+// or log-history.jsonl, and log-dumps.jsonl with the members' logs) and
+// every process's log.
 //
 // # Running it
 //
@@ -134,6 +168,7 @@
 //	go test ./tests/jepsen -v -timeout 0 -jepsen.seeds 200          # a longer campaign: 200 schedules
 //	go test ./tests/jepsen -v -jepsen.campaign 42                   # the campaign of seed 42
 //	go test ./tests/jepsen -v -jepsen.seed S -jepsen.include K1,K2  # one schedule again, as a failure printed it
+//	go test ./tests/jepsen -v -jepsen.workloads log -jepsen.seeds 20 # a campaign of the log workload alone
 //
 // On two cores a schedule takes 15s to 30s (the setup, the faults, the
 // quiet period and the checks; clock episodes last 5s to 15s), so the
@@ -141,14 +176,19 @@
 // on top: seconds with a warm build cache, over a minute on a cache that
 // holds no build without the race detector.
 //
-// The short campaign's first ⌈kinds/2⌉ schedules (10 on the namespaces, 6
-// on loopback) cover every fault kind it draws from, most paired with one
-// of another class; the test fails if a campaign bounded by time did not
-// cover them all. It prints where its processes run, the campaign's
-// seed, each schedule, and at the end the line "N passed, M failed"
-// (shown with -v, or on failure). Other flags: -jepsen.budget (the time
-// after which no schedule starts once those ran), -jepsen.members,
-// -jepsen.clients, -jepsen.keep (write the report of passing schedules
-// too), -jepsen.loopback (run on loopback even where namespaces can be
-// built; replaying a schedule of such a run needs it too).
+// The short campaign's first ⌈kinds/2⌉ schedules (10 on the namespaces,
+// 7 on loopback as root, 6 on loopback otherwise) cover every fault kind
+// it draws from, most paired with one of another class, and take the
+// workloads in turn; the test fails if a campaign bounded by time did
+// not cover every kind and workload. It prints where its processes run,
+// whether it draws full disks, the campaign's seed, each schedule, and
+// at the end the line "N passed, M failed" (shown with -v, or on
+// failure). Other flags: -jepsen.budget (the time after which no
+// schedule starts once those ran), -jepsen.members, -jepsen.clients,
+// -jepsen.workloads (the workloads the seeds draw from; replaying a
+// schedule of a campaign with other workloads than both needs the same
+// flag, which the printed command carries), -jepsen.keep (write the
+// report of passing schedules too), -jepsen.loopback (run on loopback
+// even where namespaces can be built; replaying a schedule of such a run
+// needs it too).
 package jepsen

@@ -15,16 +15,17 @@ import (
 )
 
 var (
-	flagSeed     = flag.Int64("jepsen.seed", 0, "run the schedule of this `seed` alone (with -jepsen.include, as a campaign printed it)")
-	flagInclude  = flag.String("jepsen.include", "", "fault `kinds` the schedule of -jepsen.seed includes, comma-separated (as a campaign printed them)")
-	flagSeeds    = flag.Int("jepsen.seeds", 0, "run a campaign of `N` schedules (default: as many as fit in -jepsen.budget, at least those that cover every fault kind)")
-	flagCampaign = flag.Int64("jepsen.campaign", 0, "the campaign's `seed` (default: drawn from the clock, and printed)")
-	flagBudget   = flag.Duration("jepsen.budget", 4*time.Minute, "time after which the default campaign starts no new schedule once it has covered every fault kind")
-	flagMembers  = flag.Int("jepsen.members", 5, "Convoy members")
-	flagClients  = flag.Int("jepsen.clients", 4, "concurrent key-value clients")
-	flagReport   = flag.String("jepsen.report", "", "`directory` that receives the report of each failed schedule (default: the system's temporary directory)")
-	flagKeep     = flag.Bool("jepsen.keep", false, "write the report of every schedule, passed or failed")
-	flagLoopback = flag.Bool("jepsen.loopback", false, "run every process on loopback, even where network namespaces can be built (the schedules then draw no network faults)")
+	flagSeed      = flag.Int64("jepsen.seed", 0, "run the schedule of this `seed` alone (with -jepsen.include, as a campaign printed it)")
+	flagInclude   = flag.String("jepsen.include", "", "fault `kinds` the schedule of -jepsen.seed includes, comma-separated (as a campaign printed them)")
+	flagSeeds     = flag.Int("jepsen.seeds", 0, "run a campaign of `N` schedules (default: as many as fit in -jepsen.budget, at least those that cover every fault kind)")
+	flagCampaign  = flag.Int64("jepsen.campaign", 0, "the campaign's `seed` (default: drawn from the clock, and printed)")
+	flagBudget    = flag.Duration("jepsen.budget", 4*time.Minute, "time after which the default campaign starts no new schedule once it has covered every fault kind")
+	flagMembers   = flag.Int("jepsen.members", 5, "Convoy members")
+	flagClients   = flag.Int("jepsen.clients", 4, "concurrent clients")
+	flagReport    = flag.String("jepsen.report", "", "`directory` that receives the report of each failed schedule (default: the system's temporary directory)")
+	flagKeep      = flag.Bool("jepsen.keep", false, "write the report of every schedule, passed or failed")
+	flagLoopback  = flag.Bool("jepsen.loopback", false, "run every process on loopback, even where network namespaces can be built (the schedules then draw no network faults)")
+	flagWorkloads = flag.String("jepsen.workloads", strings.Join(workloads, ","), "the `workloads` the schedules draw from, comma-separated (kv, log)")
 )
 
 // Campaign settings.
@@ -68,23 +69,30 @@ func build(t *testing.T) binaries {
 }
 
 // scheduleConfig is the configuration of every schedule of a campaign
-// on nw.
-func scheduleConfig(nw *network) schedule.Config {
+// on nw, with full disks unless noDisk says why not.
+func scheduleConfig(t *testing.T, nw *network, noDisk string) schedule.Config {
+	var ws []string
+	for _, w := range strings.Split(*flagWorkloads, ",") {
+		if !slices.Contains(workloads, w) {
+			t.Fatalf("-jepsen.workloads: unknown workload %q (known: %v)", w, workloads)
+		}
+		ws = append(ws, w)
+	}
 	return schedule.Config{
-		Members:  *flagMembers,
-		Etcd:     etcdMembers,
-		Faults:   2,
-		Kinds:    campaignKinds(nw),
-		Duration: faultWindow,
-		Quiet:    quiet,
-		LeaseTTL: leaseTTL,
+		Members:   *flagMembers,
+		Etcd:      etcdMembers,
+		Faults:    2,
+		Kinds:     campaignKinds(nw, noDisk),
+		Duration:  faultWindow,
+		Quiet:     quiet,
+		LeaseTTL:  leaseTTL,
+		Workloads: ws,
 	}
 }
 
 // schedules returns the schedules the flags ask for, and whether the
 // campaign is bounded by time rather than by their number.
-func schedules(t *testing.T, nw *network) ([]schedule.Schedule, bool) {
-	cfg := scheduleConfig(nw)
+func schedules(t *testing.T, cfg schedule.Config) ([]schedule.Schedule, bool) {
 	if *flagSeed != 0 {
 		for _, name := range strings.Split(*flagInclude, ",") {
 			if name == "" {
@@ -121,9 +129,12 @@ func replay(s schedule.Schedule, nw *network) string {
 	for _, k := range s.Config.Include {
 		inc = append(inc, k.String())
 	}
-	cmd := fmt.Sprintf("go test ./tests/jepsen -run 'TestKV$' -v -jepsen.seed %d", s.Seed)
+	cmd := fmt.Sprintf("go test ./tests/jepsen -run 'TestCampaign$' -v -jepsen.seed %d", s.Seed)
 	if len(inc) > 0 {
 		cmd += " -jepsen.include " + strings.Join(inc, ",")
+	}
+	if !slices.Equal(s.Config.Workloads, workloads) {
+		cmd += " -jepsen.workloads " + strings.Join(s.Config.Workloads, ",")
 	}
 	if s.Config.Members != 5 {
 		cmd += fmt.Sprintf(" -jepsen.members %d", s.Config.Members)
@@ -134,11 +145,12 @@ func replay(s schedule.Schedule, nw *network) string {
 	return cmd
 }
 
-// TestKV is the campaign against the replicated key-value store: for
-// each schedule, a fresh etcd cluster and group of members, the workload
-// under the schedule's faults, liveness once they are over, and the
-// linearizability check of the history.
-func TestKV(t *testing.T) {
+// TestCampaign is the campaign against the replicated key-value store
+// and the shared log: for each schedule, a fresh etcd cluster and group
+// of members serving the schedule's workload, its clients under the
+// schedule's faults, liveness once they are over, and the check of the
+// history.
+func TestCampaign(t *testing.T) {
 	nw, why, err := newNetwork(t.Context(), *flagMembers, etcdMembers, *flagLoopback)
 	if err != nil {
 		t.Fatalf("network: %v", err)
@@ -160,18 +172,27 @@ func TestKV(t *testing.T) {
 		t.Log(msg)
 		fmt.Println(msg)
 	}
-	scheds, timed := schedules(t, nw)
+	noDisk := ""
+	if err := checkDisks(); err != nil {
+		noDisk = err.Error()
+		msg := fmt.Sprintf("no full disks (%s)", noDisk)
+		t.Log(msg)
+		fmt.Println(msg)
+	}
+	cfg := scheduleConfig(t, nw, noDisk)
+	scheds, timed := schedules(t, cfg)
 	bins := build(t)
 	parent := *flagReport
 	if parent == "" {
 		parent = os.TempDir()
 	}
 	rc := runConfig{bins: bins, clients: *flagClients, reportParent: parent, keep: *flagKeep, net: nw}
-	least := leastSchedules(scheduleConfig(nw).Kinds)
+	least := leastSchedules(cfg.Kinds)
 
 	start := time.Now()
 	var passed, failed int
 	var covered []schedule.Kind
+	var ran []string
 	var slowest time.Duration
 	for i, s := range scheds {
 		if timed && i >= least {
@@ -205,11 +226,19 @@ func TestKV(t *testing.T) {
 				covered = append(covered, k)
 			}
 		}
+		if !slices.Contains(ran, s.Workload) {
+			ran = append(ran, s.Workload)
+		}
 	}
-	var missing []schedule.Kind
-	for _, k := range scheduleConfig(nw).Kinds {
+	var missing []string
+	for _, k := range cfg.Kinds {
 		if !slices.Contains(covered, k) {
-			missing = append(missing, k)
+			missing = append(missing, k.String())
+		}
+	}
+	for _, w := range cfg.Workloads {
+		if !slices.Contains(ran, w) {
+			missing = append(missing, "workload "+w)
 		}
 	}
 	if timed && len(missing) > 0 {

@@ -12,13 +12,17 @@ import (
 
 // processKinds are the fault kinds this harness carries out on any
 // network, in the order of schedule.Faults; network.networkKinds need
-// network namespaces.
+// network namespaces, and diskKinds a tmpfs of each filled member's own
+// (root).
 var processKinds = []schedule.Kind{
 	schedule.KillOne, schedule.KillMinority, schedule.KillAll, schedule.RestartWiped, schedule.Lose,
 	schedule.PauseDetection, schedule.PauseLease,
 	schedule.ClockSkew, schedule.ClockDrift,
 	schedule.EtcdKill, schedule.EtcdPause, schedule.EtcdQuorumLoss,
 }
+
+// diskKinds are the fault kinds that fill a member's disk.
+var diskKinds = []schedule.Kind{schedule.DiskFull}
 
 // netTimeout bounds changing the network's filter.
 const netTimeout = 30 * time.Second
@@ -98,6 +102,19 @@ func (c *cluster) apply(ctx context.Context, st schedule.Step) error {
 		for _, i := range st.Etcd {
 			try(c.contEtcd(i))
 		}
+	case schedule.DiskFull:
+		for _, id := range st.Members {
+			m := c.members[id-1]
+			try(c.fillDisk(m))
+			if m.up() {
+				// Its log fails at its next write, ending its group.
+				m.proc.allowExit()
+			}
+		}
+	case schedule.DiskFree:
+		for _, id := range st.Members {
+			try(c.healDisk(id))
+		}
 	case schedule.HealAll:
 		ctx, cancel := context.WithTimeout(ctx, netTimeout)
 		defer cancel()
@@ -112,6 +129,8 @@ func (c *cluster) apply(ctx context.Context, st schedule.Step) error {
 			m.clock = schedule.Clock{}
 			switch {
 			case m.lost:
+			case m.full:
+				try(c.healDisk(m.id))
 			case !m.up():
 				try(c.startMember(m.id, false))
 			default:
@@ -123,6 +142,26 @@ func (c *cluster) apply(ctx context.Context, st schedule.Step) error {
 		return fmt.Errorf("step %v: %v is not implemented", st, st.Kind)
 	}
 	return errors.Join(errs...)
+}
+
+// healDisk frees member id's disk and starts the member again on its
+// data directory: a member whose log failed on the full disk has ended
+// (its group failed) or is about to, and a log that failed is failed
+// for good, so a process that still runs is killed first. The log on
+// the directory holds what the member wrote before its disk filled (a
+// torn last write is dropped when Pebble replays its WAL); the member
+// restarts on it as after a kill.
+func (c *cluster) healDisk(id int) error {
+	m := c.members[id-1]
+	if err := c.freeDisk(m); err != nil {
+		return err
+	}
+	if m.up() {
+		if err := m.proc.kill(); err != nil {
+			return err
+		}
+	}
+	return c.startMember(id, false)
 }
 
 func (c *cluster) killMember(id int) error {
@@ -175,8 +214,13 @@ func (c *cluster) contEtcd(i int) error {
 }
 
 // campaignKinds are the fault kinds a campaign on nw draws from, in the
-// order of schedule.Faults: all the harness carries out with network
-// namespaces, the process, clock and etcd faults on loopback.
-func campaignKinds(nw *network) []schedule.Kind {
-	return slices.Concat(nw.networkKinds(), processKinds)
+// order of schedule.Faults: the network faults with network namespaces,
+// the process, clock and etcd faults everywhere, and full disks where
+// disks can be mounted (noDisk says why not, if not).
+func campaignKinds(nw *network, noDisk string) []schedule.Kind {
+	kinds := slices.Concat(nw.networkKinds(), processKinds)
+	if noDisk == "" {
+		kinds = append(kinds, diskKinds...)
+	}
+	return kinds
 }

@@ -28,10 +28,12 @@ type proc struct {
 	// wait status.
 	exited chan struct{}
 	err    error
-	// killed is set when the harness killed it (or is stopping it), so
-	// that its exit is no finding.
-	mu     sync.Mutex
-	killed bool
+	// killed is set when the harness killed it (or is stopping it), and
+	// mayExit when a fault may make it exit (its disk is full), so that
+	// its exit is no finding.
+	mu      sync.Mutex
+	killed  bool
+	mayExit bool
 }
 
 // startProc starts cmd. The process leads a process group of its own
@@ -84,6 +86,14 @@ func (p *proc) kill() error {
 	}
 }
 
+// allowExit makes an exit of the process no finding: a fault may end
+// it.
+func (p *proc) allowExit() {
+	p.mu.Lock()
+	p.mayExit = true
+	p.mu.Unlock()
+}
+
 // done says whether the process has exited.
 func (p *proc) done() bool {
 	select {
@@ -102,7 +112,7 @@ func (p *proc) unexpectedExit() error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.killed {
+	if p.killed || p.mayExit {
 		return nil
 	}
 	if p.err == nil {

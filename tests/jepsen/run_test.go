@@ -13,17 +13,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/convoy-gcs/convoy/examples/paxos/client"
-	"github.com/convoy-gcs/convoy/tests/jepsen/check"
 	"github.com/convoy-gcs/convoy/tests/jepsen/schedule"
 )
 
 // Bounds of a run's end.
 const (
 	// livenessBound is how long, after the quiet period, every member not
-	// lost has to serve a linearizable read and a write.
+	// lost has to serve a linearizable read and a write; it bounds the
+	// reading back of each member's log too.
 	livenessBound = 60 * time.Second
-	// checkTimeout bounds the linearizability check of one key.
+	// checkTimeout bounds the linearizability check of one key of the
+	// key-value store.
 	checkTimeout = 60 * time.Second
 )
 
@@ -52,30 +52,33 @@ type result struct {
 
 // run runs schedule s against a fresh cluster under dir: the etcd
 // cluster and the members, the workload with the faults, then liveness
-// and the linearizability check.
+// and the check of the history.
 func run(ctx context.Context, rc runConfig, s schedule.Schedule, dir string) (res result) {
 	res.seed = s.Seed
 	tl := newTimeline()
-	w := newWorkload(s.Seed)
-	tl.add("workload: %v, %d clients", w, rc.clients)
-	c, err := newCluster(rc.bins, dir, tl, rc.net, s.Config.Members, s.Config.Etcd, s.Config.LeaseTTL)
+	c, err := newCluster(rc.bins, appOf(s), dir, tl, rc.net, s)
 	if err != nil {
 		res.err = err
 		return res
 	}
 	defer c.close()
+	// w is nil until the schedule starts.
+	var w workload
+	defer func() {
+		if res.err != nil || rc.keep {
+			res.report = writeReport(rc.reportParent, s, tl, c, w, res)
+		}
+	}()
+	if err := c.mountDisks(); err != nil {
+		res.err = fmt.Errorf("setup: %w", err)
+		return res
+	}
 	// A run that failed under a network fault left it in place.
 	if err := rc.net.fault(ctx, schedule.Step{Kind: schedule.HealAll}); err != nil {
 		res.err = fmt.Errorf("setup: %w", err)
 		return res
 	}
 	tl.add("network: %v", rc.net)
-	rec := &recorder{}
-	defer func() {
-		if res.err != nil || rc.keep {
-			res.report = writeReport(rc.reportParent, s, tl, c, rec.history(), res)
-		}
-	}()
 	hc := newHTTPClient(rc.net.dial)
 	defer hc.CloseIdleConnections()
 
@@ -89,7 +92,9 @@ func run(ctx context.Context, rc runConfig, s schedule.Schedule, dir string) (re
 	}
 
 	// The workload, from the start of the schedule to its end.
-	rec.zero = tl.restart()
+	zero := tl.restart()
+	w = newWorkload(s, zero)
+	tl.add("workload %v, %d clients", w, rc.clients)
 	var urls []string
 	for _, m := range c.members {
 		urls = append(urls, m.url())
@@ -103,13 +108,12 @@ func run(ctx context.Context, rc runConfig, s schedule.Schedule, dir string) (re
 	for i := range rc.clients {
 		// Each client starts at a member of its own.
 		k := i % len(urls)
-		cl := client.New(slices.Concat(urls[k:], urls[:k]), client.WithHTTPClient(hc), client.WithAttemptTimeout(attemptTimeout))
-		wg.Go(func() { w.runClient(stop, i, s.Seed, cl, rec) })
+		wg.Go(func() { w.runClient(stop, i, slices.Concat(urls[k:], urls[:k]), hc) })
 	}
 
 	// The faults.
 	for _, st := range s.Steps {
-		if !sleepUntil(ctx, rec.zero.Add(st.At)) {
+		if !sleepUntil(ctx, zero.Add(st.At)) {
 			res.err = ctx.Err()
 			return res
 		}
@@ -118,7 +122,7 @@ func run(ctx context.Context, rc runConfig, s schedule.Schedule, dir string) (re
 			return res
 		}
 	}
-	if !sleepUntil(ctx, rec.zero.Add(s.End)) {
+	if !sleepUntil(ctx, zero.Add(s.End)) {
 		res.err = ctx.Err()
 		return res
 	}
@@ -126,34 +130,30 @@ func run(ctx context.Context, rc runConfig, s schedule.Schedule, dir string) (re
 	stopClients()
 	wg.Wait()
 
-	// Liveness: every member not lost serves a linearizable read and a
-	// write, through itself alone.
-	res.liveness, err = c.liveness(rec, rc.clients)
+	// Liveness: every member not lost serves a read and a write, through
+	// itself alone.
+	res.liveness, err = c.liveness(w, rc.clients)
 	if err != nil {
 		res.err = err
 	}
 	if err := c.unexpectedExits(); err != nil {
 		res.err = errors.Join(res.err, err)
 	}
-	ops := rec.history()
-	res.ops = len(ops)
-	for _, op := range ops {
-		if op.Outcome == check.Unknown {
-			res.unknown++
-		}
-	}
-	tl.add("%d operations, %d with an unknown outcome; checking", res.ops, res.unknown)
-	if r := check.CheckKV(ops, check.KVOptions{Timeout: checkTimeout}); !r.OK {
-		res.err = errors.Join(res.err, errors.New(r.String()))
+	tl.add("checking the history")
+	ops, unknown, err := w.check(c, hc)
+	res.ops, res.unknown = ops, unknown
+	tl.add("%d operations, %d with an unknown outcome", res.ops, res.unknown)
+	if err != nil {
+		res.err = errors.Join(res.err, err)
 	}
 	return res
 }
 
-// liveness waits until every member not lost has served a linearizable
-// read and a write, each through that member alone, and returns how long
-// that took. The operations join the history, as clients numbered from
-// firstClient.
-func (c *cluster) liveness(rec *recorder, firstClient int) (time.Duration, error) {
+// liveness waits until every member not lost has served a read and a
+// write (linearizable, both), each through that member alone, and
+// returns how long that took. The operations join the history, as
+// clients numbered from firstClient.
+func (c *cluster) liveness(w workload, firstClient int) (time.Duration, error) {
 	hc := newHTTPClient(c.net.dial)
 	defer hc.CloseIdleConnections()
 	start := time.Now()
@@ -164,14 +164,11 @@ func (c *cluster) liveness(rec *recorder, firstClient int) (time.Duration, error
 		if m.lost {
 			continue
 		}
-		cl := client.New([]string{m.url()}, client.WithHTTPClient(hc), client.WithAttemptTimeout(attemptTimeout))
 		wg.Go(func() {
-			deadline := start.Add(livenessBound)
-			get := do(cl, check.KVOp{Client: firstClient + 2*i, Kind: check.Get, Key: "k1"}, rec, time.Until(deadline))
-			put := do(cl, check.KVOp{Client: firstClient + 2*i + 1, Kind: check.Put, Key: "k1", Value: fmt.Sprintf("live-%d", m.id)}, rec, time.Until(deadline))
+			err := w.serve(m.url(), m.id, firstClient+2*i, hc, livenessBound)
 			took[i] = time.Since(start)
-			if get.Outcome != check.OK || put.Outcome != check.OK {
-				errs[i] = fmt.Errorf("liveness: member %d did not serve a read and a write within %v (read: %s, write: %s)", m.id, livenessBound, get.Outcome, put.Outcome)
+			if err != nil {
+				errs[i] = fmt.Errorf("liveness: member %d did not serve a read and a write within %v (%v)", m.id, livenessBound, err)
 			}
 		})
 	}
@@ -194,9 +191,11 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 
 // writeReport writes what a failed run leaves for its reader to a new
 // directory under parent and returns its path: the schedule, the
-// timeline, the history (with porcupine's visualisation of the keys that
-// failed), the failure and every process's log.
-func writeReport(parent string, s schedule.Schedule, tl *timeline, c *cluster, ops []check.KVOp, res result) string {
+// timeline, the history (what w writes: for the key-value store,
+// porcupine's visualisation of the keys that failed too; for the log,
+// the members' logs at the end), the failure and every process's log.
+// w is nil if the run failed before its schedule started.
+func writeReport(parent string, s schedule.Schedule, tl *timeline, c *cluster, w workload, res result) string {
 	dir, err := os.MkdirTemp(parent, fmt.Sprintf("convoy-jepsen-seed-%d-", s.Seed))
 	if err != nil {
 		return fmt.Sprintf("(no report: %v)", err)
@@ -213,14 +212,8 @@ func writeReport(parent string, s schedule.Schedule, tl *timeline, c *cluster, o
 	if res.err != nil {
 		write("failure.txt", res.err.Error()+"\n")
 	}
-	// The checker writes the history and the visualisation if the history
-	// is not linearizable; the history is written in any case.
-	if r := check.CheckKV(ops, check.KVOptions{Timeout: checkTimeout, ReportDir: dir}); len(r.Report) == 0 {
-		f, err := os.Create(filepath.Join(dir, check.KVHistory))
-		if err == nil {
-			err = errors.Join(check.WriteLines(f, ops), f.Close())
-		}
-		errs = append(errs, err)
+	if w != nil {
+		errs = append(errs, w.report(dir))
 	}
 	logs := filepath.Join(dir, "logs")
 	errs = append(errs, os.MkdirAll(logs, 0o755))

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/convoy-gcs/convoy/examples/paxos/client"
 	"github.com/convoy-gcs/convoy/tests/jepsen/check"
 )
 
@@ -108,17 +107,15 @@ func record(t *testing.T, f *fakeStore) []check.KVOp {
 	defer srv.Close()
 	hc := newHTTPClient((&net.Dialer{Timeout: dialTimeout}).DialContext)
 	defer hc.CloseIdleConnections()
-	w := newWorkload(1)
-	rec := &recorder{zero: time.Now()}
+	w := newKVWorkload(1, time.Now())
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	var wg sync.WaitGroup
 	for i := range 3 {
-		cl := client.New([]string{srv.URL}, client.WithHTTPClient(hc), client.WithBackoff(time.Millisecond, time.Millisecond))
-		wg.Go(func() { w.runClient(ctx, i, 1, cl, rec) })
+		wg.Go(func() { w.runClient(ctx, i, []string{srv.URL}, hc) })
 	}
 	wg.Wait()
-	ops := rec.history()
+	ops := w.rec.history()
 	if len(ops) < 50 {
 		t.Fatalf("only %d operations recorded", len(ops))
 	}

@@ -166,10 +166,18 @@ func (c *Client) Tail(ctx context.Context) (uint64, error) {
 }
 
 // Trim drops the entries before position before (at most up to the
-// tail) on every member.
-func (c *Client) Trim(ctx context.Context, before uint64) error {
+// tail) on every member, and returns the log's trim point once the trim
+// applied: before; the tail, if before was beyond it; or the trim point
+// an earlier trim reached, if that was further.
+func (c *Client) Trim(ctx context.Context, before uint64) (uint64, error) {
 	path := "/log/trim?before=" + strconv.FormatUint(before, 10)
-	return c.do(ctx, http.MethodPost, path, nil, c.newRequestID(), nil)
+	var out struct {
+		Trim uint64 `json:"trim"`
+	}
+	if err := c.do(ctx, http.MethodPost, path, nil, c.newRequestID(), &out); err != nil {
+		return 0, err
+	}
+	return out.Trim, nil
 }
 
 // ReadStream returns the entries of stream name at positions ≥ from, in

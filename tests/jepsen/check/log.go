@@ -72,7 +72,9 @@ type LogOp struct {
 	Entries []Entry `json:"entries,omitempty"`
 	Tail    uint64  `json:"tail,omitempty"`
 	// Before is the position a trim asks to trim before; TrimPoint the
-	// trim point it reported (a trim past the tail trims up to it).
+	// trim point it reported: the log's trim point once it applied (a
+	// trim past the tail trims up to it; one below the trim point
+	// changes nothing).
 	Before    uint64 `json:"before,omitempty"`
 	TrimPoint uint64 `json:"trim_point,omitempty"`
 }

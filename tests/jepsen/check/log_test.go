@@ -116,6 +116,9 @@ func TestCheckLog(t *testing.T) {
 			}
 			return ops, dumps
 		}},
+		{name: "correct: a trim below the trim point reports the trim point", change: func(ops []LogOp, dumps []LogDump) ([]LogOp, []LogDump) {
+			return append(ops, trimOp(2, 17, 18, 0, 1)), dumps
+		}},
 		{name: "lost acknowledged append", want: AckedAppend, change: func(ops []LogOp, dumps []LogDump) ([]LogOp, []LogDump) {
 			dumps[1].Entries, dumps[1].Tail = dumps[1].Entries[:2], 3
 			return ops, dumps

@@ -39,8 +39,10 @@ import (
 //     that was not trimmed; an empty one misses no entry of the stream
 //     acknowledged before it began (StreamFiltered);
 //   - trims are respected: a trim reports a trim point no further than
-//     it asked, a read reports trimmed only a position some trim invoked
-//     before its completion reached, and every member's trim point at
+//     the furthest trim invoked before it completed asked (its own, or
+//     an earlier one's that reached further: a trim below the trim point
+//     reports the trim point), a read reports trimmed only a position
+//     some trim invoked before its completion reached, and every member's trim point at
 //     the end is at least every acknowledged trim point and at most the
 //     furthest trim asked (TrimRespected).
 //
@@ -480,8 +482,8 @@ func (l *logChecker) checkTrims(dumps []LogDump) {
 		if op.Kind != Trim || op.Outcome != OK {
 			continue
 		}
-		if op.TrimPoint > op.Before {
-			l.c.add(TrimRespected, op.describe(i), "reported trim point %d, beyond what it asked", op.TrimPoint)
+		if asked, _ := l.trimsAsked.atOrBefore(op.Complete); op.TrimPoint > asked {
+			l.c.add(TrimRespected, op.describe(i), "reported trim point %d, beyond what every trim invoked before it completed asked (%d)", op.TrimPoint, asked)
 		}
 		acked = max(acked, op.TrimPoint)
 	}

@@ -20,9 +20,12 @@
 // HealAll and a quiet period, so that the run can check liveness once
 // the faults are over.
 //
+// A Config may name workloads, which this package does not interpret:
+// the seed draws one for each schedule, apart from its faults.
+//
 // Campaign returns a series of schedules whose first ones cycle through
-// every fault kind, so that a short campaign covers them all; later
-// ones draw their faults at random.
+// every fault kind and every workload, so that a short campaign covers
+// them all; later ones draw their faults and workloads at random.
 //
 // Schedules are data: this package runs nothing and reads no clock.
 package schedule

@@ -7,14 +7,19 @@ import (
 )
 
 // stream is the second word of every generator's PCG state, so that a
-// schedule depends on its seed alone.
-const stream = 0x636f6e766f79
+// schedule depends on its seed alone: stream for the faults, stream+1
+// for a campaign's seeds, workloadStream for the workload.
+const (
+	stream         = 0x636f6e766f79
+	workloadStream = stream + 2
+)
 
 // Generate returns the schedule of seed for cfg (fields left zero take
 // their defaults): 1 to cfg.Faults fault episodes drawn from cfg.Kinds,
 // plus one of each kind in cfg.Include, laid out in time, then HealAll
-// and the quiet period. The same seed and Config give the same
-// schedule. It panics if cfg is out of range (fewer than 3 members, a
+// and the quiet period; and one of cfg.Workloads, drawn apart from the
+// faults (adding workloads to a Config changes no schedule's faults).
+// The same seed and Config give the same schedule. It panics if cfg is out of range (fewer than 3 members, a
 // kind that is not a fault), as that is a mistake in the caller.
 func Generate(seed int64, cfg Config) Schedule {
 	cfg = cfg.WithDefaults()
@@ -57,7 +62,16 @@ func Generate(seed int64, cfg Config) Schedule {
 		return 0
 	})
 	g.steps = append(g.steps, Step{At: last, Kind: HealAll})
-	return Schedule{Seed: seed, Config: cfg, Episodes: kinds, Steps: g.steps, End: last + cfg.Quiet, Lost: g.lost}
+	return Schedule{Seed: seed, Config: cfg, Workload: workload(seed, cfg.Workloads), Episodes: kinds, Steps: g.steps, End: last + cfg.Quiet, Lost: g.lost}
+}
+
+// workload returns the workload seed draws from workloads, or "" if
+// there are none.
+func workload(seed int64, workloads []string) string {
+	if len(workloads) == 0 {
+		return ""
+	}
+	return workloads[rand.New(rand.NewPCG(uint64(seed), workloadStream)).IntN(len(workloads))]
 }
 
 // Campaign returns count schedules. The seed of schedule i is drawn from
@@ -66,24 +80,38 @@ func Generate(seed int64, cfg Config) Schedule {
 // draws: schedule i includes kinds i and i+h (when there is one), which
 // pairs faults of different classes when cfg.Kinds is in the order of
 // Faults. So the first h schedules cover every fault kind, and with them
-// every kind of step; the later ones draw their faults at random. Each
-// schedule is Generate(s.Seed, s.Config).
+// every kind of step; the later ones draw their faults at random. The
+// first h schedules also take cfg.Workloads in turn, from one the
+// campaign's seed draws (their seeds are drawn until one draws the
+// workload whose turn it is), so that they cover every workload when
+// there are no more than h. Each schedule is Generate(s.Seed, s.Config).
 func Campaign(seed int64, count int, cfg Config) []Schedule {
 	cfg = cfg.WithDefaults()
 	r := rand.New(rand.NewPCG(uint64(seed), stream+1))
 	h := (len(cfg.Kinds) + 1) / 2
+	first := 0
+	if len(cfg.Workloads) > 0 {
+		first = r.IntN(len(cfg.Workloads))
+	}
 	out := make([]Schedule, 0, max(count, 0))
 	for i := range count {
 		c := cfg
 		c.Kinds = slices.Clone(cfg.Kinds)
 		c.Include = slices.Clone(cfg.Include)
+		c.Workloads = slices.Clone(cfg.Workloads)
 		if i < h {
 			c.Include = append(c.Include, cfg.Kinds[i])
 			if i+h < len(cfg.Kinds) {
 				c.Include = append(c.Include, cfg.Kinds[i+h])
 			}
 		}
-		out = append(out, Generate(int64(r.Uint64()), c))
+		s := int64(r.Uint64())
+		if i < h && len(cfg.Workloads) > 0 {
+			for want := cfg.Workloads[(first+i)%len(cfg.Workloads)]; workload(s, cfg.Workloads) != want; {
+				s = int64(r.Uint64())
+			}
+		}
+		out = append(out, Generate(s, c))
 	}
 	return out
 }

@@ -57,6 +57,10 @@ type Config struct {
 	LeaseTTL time.Duration `json:"lease_ttl"`
 	// MaxSkew bounds how far a clock is set off, or drifts.
 	MaxSkew time.Duration `json:"max_skew"`
+	// Workloads name the workloads a schedule may run under (names this
+	// package does not interpret); the seed draws one of them. Nil: the
+	// schedule names none.
+	Workloads []string `json:"workloads,omitempty"`
 }
 
 // WithDefaults returns c with every field left zero set to its default.
@@ -102,6 +106,11 @@ func (c Config) check() error {
 	}
 	if len(c.Kinds) == 0 {
 		errs = append(errs, errors.New("no fault kinds to draw from"))
+	}
+	for _, w := range c.Workloads {
+		if w == "" {
+			errs = append(errs, errors.New("a workload without a name"))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -188,6 +197,9 @@ type Schedule struct {
 	// Seed and Config generate the schedule again.
 	Seed   int64  `json:"seed"`
 	Config Config `json:"config"`
+	// Workload is the workload the seed drew from Config.Workloads, if
+	// it names any.
+	Workload string `json:"workload,omitempty"`
 	// Episodes are the kinds of the schedule's fault episodes, those it
 	// includes and those it drew, in the order they were laid out.
 	Episodes []Kind `json:"episodes"`
@@ -203,7 +215,11 @@ type Schedule struct {
 // String prints the schedule, one step a line.
 func (s Schedule) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "schedule seed %d: %d members, %d etcd members, faults %v, ends at %v", s.Seed, s.Config.Members, s.Config.Etcd, s.Episodes, s.End)
+	fmt.Fprintf(&b, "schedule seed %d", s.Seed)
+	if s.Workload != "" {
+		fmt.Fprintf(&b, " (workload %s)", s.Workload)
+	}
+	fmt.Fprintf(&b, ": %d members, %d etcd members, faults %v, ends at %v", s.Config.Members, s.Config.Etcd, s.Episodes, s.End)
 	if len(s.Lost) > 0 {
 		fmt.Fprintf(&b, ", members %v lost", s.Lost)
 	}

@@ -406,3 +406,58 @@ func TestPartitionEtcd(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkloads: the seed draws the workload, apart from the faults; a
+// campaign's first schedules take the workloads in turn, and later ones
+// draw them; Validate refuses a workload the config does not name.
+func TestWorkloads(t *testing.T) {
+	names := []string{"kv", "log"}
+	drawn := make(map[string]int)
+	for seed := range int64(200) {
+		plain := Generate(seed, Config{Members: 5})
+		s := Generate(seed, Config{Members: 5, Workloads: names})
+		if !slices.Contains(names, s.Workload) || s.Workload != Generate(seed, Config{Members: 5, Workloads: names}).Workload {
+			t.Fatalf("seed %d: workload %q", seed, s.Workload)
+		}
+		drawn[s.Workload]++
+		if !bytes.Equal(marshal(t, Schedule{Steps: s.Steps}), marshal(t, Schedule{Steps: plain.Steps})) {
+			t.Fatalf("seed %d: the workloads changed the faults:\n%v\n%v", seed, s, plain)
+		}
+		if plain.Workload != "" {
+			t.Fatalf("seed %d: workload %q drawn from none", seed, plain.Workload)
+		}
+		if err := s.Validate(); err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if !strings.Contains(s.String(), "(workload "+s.Workload+")") {
+			t.Fatalf("seed %d: the workload is not printed:\n%v", seed, s)
+		}
+	}
+	if drawn["kv"] < 50 || drawn["log"] < 50 {
+		t.Errorf("200 seeds drew %v", drawn)
+	}
+	for _, seed := range []int64{1, 2, 3, 99} {
+		cfg := Config{Members: 5, Workloads: names}
+		h := (len(Faults()) + 1) / 2
+		c := Campaign(seed, h+10, cfg)
+		for i := 1; i < h; i++ {
+			if c[i].Workload == c[i-1].Workload {
+				t.Fatalf("campaign %d: schedules %d and %d both run %q", seed, i-1, i, c[i].Workload)
+			}
+		}
+		for i, s := range c {
+			if again := Generate(s.Seed, s.Config); again.Workload != s.Workload {
+				t.Fatalf("campaign %d, schedule %d: workload %q, its seed draws %q", seed, i, s.Workload, again.Workload)
+			}
+		}
+	}
+	s := Generate(1, Config{Members: 5, Workloads: names})
+	s.Workload = "group"
+	if err := s.Validate(); err == nil {
+		t.Error("a workload the config does not name passes Validate")
+	}
+	s.Workload = ""
+	if err := s.Validate(); err == nil {
+		t.Error("a schedule without a workload passes Validate, its config naming some")
+	}
+}

@@ -25,7 +25,8 @@ import (
 //   - every etcd member killed or paused is restarted or continued, and
 //     an EtcdQuorumLoss loses the quorum for longer than a lease;
 //   - the last step is HealAll, with nothing left to heal, and the run
-//     ends a quiet period after it; Lost lists the members lost.
+//     ends a quiet period after it; Lost lists the members lost;
+//   - the workload is one of the Config's, or none if it names none.
 func (s Schedule) Validate() error {
 	var errs []error
 	fail := func(i int, format string, args ...any) {
@@ -320,6 +321,9 @@ func (s Schedule) Validate() error {
 		if etcdDown[e] || etcdPaused[e] {
 			errs = append(errs, fmt.Errorf("etcd member %d never restarted nor continued", e))
 		}
+	}
+	if s.Workload != "" && !slices.Contains(cfg.Workloads, s.Workload) || s.Workload == "" && len(cfg.Workloads) > 0 {
+		errs = append(errs, fmt.Errorf("workload %q, not one of %q", s.Workload, cfg.Workloads))
 	}
 	return errors.Join(errs...)
 }
