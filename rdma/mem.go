@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"cmp"
+	"container/heap"
 	"fmt"
 	"io"
 	"log/slog"
@@ -56,14 +57,17 @@ type MemFabric struct {
 		// cut holds the pairs a partition separates.
 		cut    map[memPair]bool
 		nextID uint64 // connection ids, for logs
-		// active holds the directions with queued frames; dir.activeIdx is
-		// each one's index.
+		// active holds the directions with queued frames that may be
+		// delivered now: with delays, those whose first frame was due when
+		// last looked at; dir.activeIdx is each one's index. later holds
+		// the other directions with queued frames, by the time their first
+		// frame is due. A direction is in one of them, or in neither when
+		// it has no frame.
 		active []*memDir
+		later  dirHeap
 		// runnable holds the queue pairs whose event queue this fabric
 		// must run (push told it to).
 		runnable []*memQP
-		// scratch is reused when choosing among active directions.
-		scratch []*memDir
 	}
 }
 
@@ -297,34 +301,32 @@ func (f *MemFabric) step(now time.Time) (did bool, wait time.Duration) {
 // REQUIRES: f.mu.
 func (f *MemFabric) pickLocked(now time.Time) (*memDir, time.Duration) {
 	if f.manual || f.maxDelay <= 0 {
-		// No frame is ever held: every active direction is due. Choosing
-		// without a scan keeps a step's cost independent of how many
-		// directions have frames queued, which grows with the backlog.
+		// No frame is ever held: every direction with frames is due.
 		if len(f.mu.active) == 0 {
 			return nil, 0
 		}
 		return f.mu.active[f.mu.rng.IntN(len(f.mu.active))], 0
 	}
-	due := f.mu.scratch[:0]
-	var next time.Time
-	for _, d := range f.mu.active {
-		at := d.frames.peek().due
-		if now.IsZero() || !at.After(now) {
-			due = append(due, d)
-		} else if next.IsZero() || at.Before(next) {
-			next = at
-		}
+	for len(f.mu.later) > 0 && (now.IsZero() || !f.mu.later[0].due().After(now)) {
+		f.addActiveLocked(heap.Pop(&f.mu.later).(*memDir))
 	}
-	f.mu.scratch = due
-	if len(due) == 0 {
-		if next.IsZero() {
-			return nil, 0
+	// A direction stays active after its first frame went until one of
+	// its later frames is drawn while not yet due: it then waits among
+	// the later ones. Drawing again until a due one comes up keeps the
+	// choice uniform among the due directions, and the cost of a step
+	// independent of how many directions have frames queued.
+	for len(f.mu.active) > 0 {
+		d := f.mu.active[f.mu.rng.IntN(len(f.mu.active))]
+		if now.IsZero() || !d.due().After(now) {
+			return d, 0
 		}
-		return nil, next.Sub(now)
+		f.removeActiveLocked(d)
+		heap.Push(&f.mu.later, d)
 	}
-	d := due[f.mu.rng.IntN(len(due))]
-	clear(due)
-	return d, 0
+	if len(f.mu.later) == 0 {
+		return nil, 0
+	}
+	return nil, f.mu.later[0].due().Sub(now)
 }
 
 // pushLocked queues ev for q and, if q's queue needs a runner, schedules q.

@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"cmp"
+	"container/heap"
 	"fmt"
 	"slices"
 	"time"
@@ -40,7 +41,44 @@ type memDir struct {
 	from      int // sending side
 	frames    ring[memFrame]
 	activeIdx int       // index in the fabric's active list, -1 if absent
+	laterIdx  int       // index in the fabric's later heap, -1 if absent
 	lastDue   time.Time // due time of the newest frame; keeps the FIFO
+}
+
+// due is when d's first frame is due. d must hold a frame.
+func (d *memDir) due() time.Time { return d.frames.peek().due }
+
+// dirHeap orders directions by the time their first frame is due, for
+// container/heap.
+type dirHeap []*memDir
+
+func (h dirHeap) Len() int { return len(h) }
+func (h dirHeap) Less(i, j int) bool {
+	if a, b := h[i].due(), h[j].due(); !a.Equal(b) {
+		return a.Before(b)
+	}
+	// Equal times fall back on a fixed order, so that a seed replays.
+	if h[i].conn.id != h[j].conn.id {
+		return h[i].conn.id < h[j].conn.id
+	}
+	return h[i].from < h[j].from
+}
+func (h dirHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].laterIdx, h[j].laterIdx = i, j
+}
+func (h *dirHeap) Push(x any) {
+	d := x.(*memDir)
+	d.laterIdx = len(*h)
+	*h = append(*h, d)
+}
+func (h *dirHeap) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	d.laterIdx = -1
+	return d
 }
 
 // memFrame is a frame in flight.
@@ -72,7 +110,7 @@ func (f *MemFabric) connLocked(a, b NodeID) *memConn {
 	c := &memConn{id: f.mu.nextID, nodes: [2]NodeID{p.lo, p.hi}}
 	for i := range c.sides {
 		c.sides[i].streams = make(map[StreamID]*memQP)
-		c.dirs[i] = &memDir{conn: c, from: i, activeIdx: -1}
+		c.dirs[i] = &memDir{conn: c, from: i, activeIdx: -1, laterIdx: -1}
 	}
 	f.mu.conns[p] = c
 	f.log.Debug("rdma: mem connection up", "conn", c.id, "a", p.lo, "b", p.hi)
@@ -90,14 +128,33 @@ func (f *MemFabric) sendLocked(c *memConn, side int, fr memFrame) {
 		d.lastDue = fr.due
 	}
 	d.frames.push(fr)
-	if d.activeIdx < 0 {
-		d.activeIdx = len(f.mu.active)
-		f.mu.active = append(f.mu.active, d)
+	if d.frames.len() > 1 {
+		return // d is active or later already
+	}
+	if f.manual || f.maxDelay <= 0 {
+		f.addActiveLocked(d)
+	} else {
+		heap.Push(&f.mu.later, d)
 	}
 }
 
-// deactivateLocked removes d from the active list. REQUIRES: f.mu.
+// addActiveLocked adds d to the active list. REQUIRES: f.mu.
+func (f *MemFabric) addActiveLocked(d *memDir) {
+	d.activeIdx = len(f.mu.active)
+	f.mu.active = append(f.mu.active, d)
+}
+
+// deactivateLocked forgets d, which has no frame left. REQUIRES: f.mu.
 func (f *MemFabric) deactivateLocked(d *memDir) {
+	if d.laterIdx >= 0 {
+		heap.Remove(&f.mu.later, d.laterIdx)
+	}
+	f.removeActiveLocked(d)
+}
+
+// removeActiveLocked removes d from the active list, if it is there.
+// REQUIRES: f.mu.
+func (f *MemFabric) removeActiveLocked(d *memDir) {
 	i := d.activeIdx
 	if i < 0 {
 		return
@@ -190,8 +247,8 @@ func (f *MemFabric) breakConnLocked(c *memConn, errs [2]error, silent int) {
 		delete(f.mu.conns, p)
 	}
 	for _, d := range c.dirs {
+		f.deactivateLocked(d) // while its first frame still orders the heap
 		d.frames.clear()
-		f.deactivateLocked(d)
 	}
 	for i := range c.sides {
 		if i == silent {
