@@ -20,6 +20,7 @@ import (
 	"github.com/convoy-gcs/convoy"
 	sharedlog "github.com/convoy-gcs/convoy/examples/log"
 	"github.com/convoy-gcs/convoy/examples/paxos"
+	"github.com/convoy-gcs/convoy/internal/skewclock"
 )
 
 const nodeCmdUsage = `Usage:
@@ -186,7 +187,7 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 		Logger:            log,
 	}
 	if s.ClockOffset != 0 || s.ClockDriftPPM != 0 {
-		cfg.Clock = skewedClock(time.Duration(s.ClockOffset), s.ClockDriftPPM)
+		cfg.Clock = skewclock.New(time.Duration(s.ClockOffset), s.ClockDriftPPM)
 		log.Info("clock set off", "offset", time.Duration(s.ClockOffset), "drift_ppm", s.ClockDriftPPM)
 	}
 	log.Info("opening the group", "id", s.ID, "http", url, "prefix", s.Prefix, "data", s.Data)

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/convoy-gcs/convoy/internal/skewclock"
 )
 
 // nodeSettings configures one "convoy node" member. Each setting comes,
@@ -61,8 +63,8 @@ type nodeSettings struct {
 	// clock skew: the clock reads the machine's time plus ClockOffset
 	// when the member starts, and from then on gains ClockDriftPPM
 	// microseconds a second (loses them, if negative). Skew between
-	// members costs latency, never correctness. See skewedClock for the
-	// bounds.
+	// members costs latency, never correctness. See internal/skewclock
+	// for the bounds.
 	ClockOffset   duration `json:"clock_offset"`
 	ClockDriftPPM int      `json:"clock_drift_ppm"`
 	// LogLevel is debug, info, warn or error.
@@ -260,10 +262,10 @@ func (s nodeSettings) check() error {
 		return usagef("node: -listen and -http must not be empty")
 	case s.Heartbeat < 0 || s.SuspectTimeout < 0 || s.StallTimeout < 0 || s.LeaseTTL < 0:
 		return usagef("node: durations must not be negative")
-	case time.Duration(s.ClockOffset).Abs() > maxClockOffset:
-		return usagef("node: -clock-offset %v is beyond ±%v", time.Duration(s.ClockOffset), maxClockOffset)
-	case s.ClockDriftPPM < -maxClockDriftPPM || s.ClockDriftPPM > maxClockDriftPPM:
-		return usagef("node: -clock-drift-ppm %d is beyond ±%d", s.ClockDriftPPM, maxClockDriftPPM)
+	case time.Duration(s.ClockOffset).Abs() > skewclock.MaxOffset:
+		return usagef("node: -clock-offset %v is beyond ±%v", time.Duration(s.ClockOffset), skewclock.MaxOffset)
+	case s.ClockDriftPPM < -skewclock.MaxDriftPPM || s.ClockDriftPPM > skewclock.MaxDriftPPM:
+		return usagef("node: -clock-drift-ppm %d is beyond ±%d", s.ClockDriftPPM, skewclock.MaxDriftPPM)
 	case (s.EtcdCert == "") != (s.EtcdKey == ""):
 		return usagef("node: -etcd-cert and -etcd-key go together")
 	case (s.TLSCA != "" || s.TLSCert != "" || s.TLSKey != "") && (s.TLSCA == "" || s.TLSCert == "" || s.TLSKey == ""):

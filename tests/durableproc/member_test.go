@@ -2,7 +2,6 @@ package durableproc
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/convoy-gcs/convoy"
 	"github.com/convoy-gcs/convoy/internal/kvtest"
+	"github.com/convoy-gcs/convoy/internal/recfile"
 )
 
 // Environment variables that describe a member process to a child.
@@ -174,84 +174,27 @@ type finalRecord struct {
 }
 
 // recorder writes a run's records, in the order they happen, to its
-// file. Deliveries, views and restored states are buffered and written
-// out by a background goroutine every flushInterval (and with each
-// view); an acknowledgement is written at once with a single write, so
-// that it is in the file before the sender goes on.
+// file. Deliveries and restored states are buffered, and written out
+// every flushInterval (and with each view); an acknowledgement is
+// written out at once, so that it is in the file before the sender goes
+// on.
 type recorder struct {
 	mu  sync.Mutex
-	f   *os.File
-	buf []byte
-	err error // the first write error
+	f   *recfile.File
 	inc int
 	// lastDelivery is when the last delivery happened.
 	lastDelivery time.Time
-	done         chan struct{}
-	flushed      chan struct{}
 }
 
-func newRecorder(f *os.File) *recorder {
-	r := &recorder{f: f, inc: 1, lastDelivery: time.Now(), done: make(chan struct{}), flushed: make(chan struct{})}
-	go r.flushLoop()
-	return r
+func newRecorder(f *recfile.File) *recorder {
+	return &recorder{f: f, inc: 1, lastDelivery: time.Now()}
 }
 
-func (r *recorder) flushLoop() {
-	defer close(r.flushed)
-	t := time.NewTicker(flushInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			r.flush()
-		case <-r.done:
-			r.flush()
-			return
-		}
-	}
-}
-
-func (r *recorder) flush() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.flushLocked()
-}
-
-// flushLocked writes the buffered records out. REQUIRES: r.mu.
-func (r *recorder) flushLocked() {
-	if len(r.buf) == 0 {
-		return
-	}
-	if _, err := r.f.Write(r.buf); err != nil && r.err == nil {
-		r.err = err
-	}
-	r.buf = r.buf[:0]
-}
-
-// close stops the flusher after a last flush and returns the first write
-// error.
-func (r *recorder) close() error {
-	close(r.done)
-	<-r.flushed
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.err
-}
-
-// lineLocked encodes rec as one line, stamped with the incarnation.
-// REQUIRES: r.mu.
-func (r *recorder) lineLocked(rec record) []byte {
-	rec.Inc = r.inc
-	b, err := json.Marshal(rec)
-	if err != nil && r.err == nil {
-		r.err = err
-	}
-	return append(b, '\n')
-}
-
-// bufferLocked appends rec to the buffered records. REQUIRES: r.mu.
+// bufferLocked buffers rec, stamped with the incarnation. REQUIRES:
+// r.mu.
 func (r *recorder) bufferLocked(rec record) {
-	r.buf = append(r.buf, r.lineLocked(rec)...)
+	rec.Inc = r.inc
+	r.f.Add(rec)
 }
 
 // write records rec and writes it out at once, with what was buffered
@@ -259,20 +202,14 @@ func (r *recorder) bufferLocked(rec record) {
 func (r *recorder) write(rec record) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.bufferLocked(rec)
-	r.flushLocked()
+	rec.Inc = r.inc
+	r.f.Write(rec)
 }
 
-// ack records a payload reported durable: the records buffered before
-// it are written out, then the acknowledgement itself with one write
-// call on the O_APPEND file, before ack returns.
+// ack records a payload reported durable, written out with the records
+// buffered before it before ack returns.
 func (r *recorder) ack(payload string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.flushLocked()
-	if _, err := r.f.Write(r.lineLocked(record{Ack: payload})); err != nil && r.err == nil {
-		r.err = err
-	}
+	r.write(record{Ack: payload})
 }
 
 // view is the member's Config.OnView.
@@ -283,15 +220,14 @@ func (r *recorder) view(v convoy.View) {
 	for i, m := range v.Members {
 		out.Members[i] = uint64(m.ID)
 	}
-	if v.Excluded {
-		r.bufferLocked(record{Excluded: out})
-		r.inc++
-	} else {
-		r.bufferLocked(record{View: out})
-	}
 	// A view is rare and the checks hinge on it: write it out now, with
 	// every delivery before it.
-	r.flushLocked()
+	if v.Excluded {
+		r.f.Write(record{Inc: r.inc, Excluded: out})
+		r.inc++
+	} else {
+		r.f.Write(record{Inc: r.inc, View: out})
+	}
 }
 
 // deliver records a delivery.
@@ -323,14 +259,13 @@ func (r *recorder) sinceDelivery() time.Duration {
 // sends until SIGUSR1 or SIGTERM, and on SIGTERM records its final state
 // once deliveries have settled, then closes the group.
 func runMember(s memberSpec) (err error) {
-	f, err := os.OpenFile(s.out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := recfile.Open(s.out, flushInterval)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
 	rec := newRecorder(f)
 	defer func() {
-		if cerr := rec.close(); err == nil && cerr != nil {
+		if cerr := f.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("writing %s: %w", s.out, cerr)
 		}
 	}()

@@ -78,8 +78,9 @@ type etcdMember struct {
 	paused       bool
 }
 
-// member is one Convoy member (a "convoy node" process), on fixed
-// addresses and a data directory that outlive its processes.
+// member is one Convoy member (a "convoy node" process, or a
+// groupmember), on fixed addresses and a data directory that outlive its
+// processes.
 type member struct {
 	id        int
 	host      int    // on the network
@@ -97,6 +98,10 @@ type member struct {
 	filler *filler
 	// lost: killed for good (schedule.Lose).
 	lost bool
+	// runs counts the member's processes started; outs are the files of
+	// their records, one a run, for the group workload.
+	runs int
+	outs []string
 	// clock is how the member's clock is to be set off (by the
 	// schedule's latest clock step for it); running is how the clock of
 	// its latest process is. Their Member fields are zero.
@@ -113,8 +118,10 @@ func (m *member) up() bool { return m.proc != nil && !m.proc.done() }
 // from one goroutine.
 type cluster struct {
 	bins binaries
-	// app is the application the members serve ("convoy node -app").
+	// app is the application the members serve ("convoy node -app"), or
+	// workloadGroup: the members are groupmember processes.
 	app      string
+	seed     int64
 	dir      string
 	tl       *timeline
 	net      *network
@@ -132,7 +139,7 @@ type cluster struct {
 // members, and a disk of its own for each member s fills. Nothing runs
 // yet and nothing is mounted.
 func newCluster(bins binaries, app, dir string, tl *timeline, nw *network, s schedule.Schedule) (*cluster, error) {
-	c := &cluster{bins: bins, app: app, dir: dir, tl: tl, net: nw, leaseTTL: s.Config.LeaseTTL}
+	c := &cluster{bins: bins, app: app, seed: s.Seed, dir: dir, tl: tl, net: nw, leaseTTL: s.Config.LeaseTTL}
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
@@ -271,19 +278,28 @@ func (c *cluster) startMember(id int, wipe bool) error {
 		}
 		c.tl.add("member %d: data directory wiped", id)
 	}
-	args := []string{
-		"node", "-id", strconv.Itoa(id), "-app", c.app,
-		"-etcd", strings.Join(c.etcdEndpoints(), ","), "-prefix", "/jepsen/",
-		"-data", m.dir, "-listen", m.transport, "-http", m.http, "-http-url", m.url(),
-		"-initial", strconv.Itoa(len(c.members)), "-lease-ttl", c.leaseTTL.String(),
+	m.runs++
+	bin, args := c.bins.convoy, []string{"node", "-app", c.app, "-http-url", m.url()}
+	if c.app == workloadGroup {
+		// Each run records to a file of its own, beside the logs (off
+		// the member's disk, which a fault may fill).
+		out := filepath.Join(c.dir, "logs", fmt.Sprintf("member-%d-run-%d.jsonl", id, m.runs))
+		m.outs = append(m.outs, out)
+		bin, args = c.bins.group, []string{"-run", strconv.Itoa(m.runs), "-seed", strconv.FormatInt(c.seed, 10), "-out", out}
 	}
+	args = append(args,
+		"-id", strconv.Itoa(id),
+		"-etcd", strings.Join(c.etcdEndpoints(), ","), "-prefix", "/jepsen/",
+		"-data", m.dir, "-listen", m.transport, "-http", m.http,
+		"-initial", strconv.Itoa(len(c.members)), "-lease-ttl", c.leaseTTL.String(),
+	)
 	if m.clock.Offset != 0 {
 		args = append(args, "-clock-offset", m.clock.Offset.String())
 	}
 	if m.clock.Drift != 0 {
 		args = append(args, "-clock-drift-ppm", strconv.Itoa(m.clock.Drift))
 	}
-	p, err := startProc(fmt.Sprintf("member %d", id), m.log, c.net.command(m.host, c.bins.convoy, args...))
+	p, err := startProc(fmt.Sprintf("member %d", id), m.log, c.net.command(m.host, bin, args...))
 	if err != nil {
 		return err
 	}

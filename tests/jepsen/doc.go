@@ -1,15 +1,17 @@
 // Package jepsen is a Jepsen-style fault campaign against real Convoy
 // processes: the replicated key-value store of examples/paxos or the
-// shared log of examples/log, served by "convoy node" members with
-// durable delivery, its views in a three-member etcd cluster, under
-// faults chosen from a seed by package schedule, its clients' history
-// checked by package check: for linearizability (the store), or against
-// one dense, immutable log and the members' logs at the end (the log).
+// shared log of examples/log, served by "convoy node" members, or the
+// raw group itself; every member with durable delivery, its views in a
+// three-member etcd cluster, under faults chosen from a seed by package
+// schedule, the history checked by package check: the clients' for
+// linearizability (the store), or against one dense, immutable log and
+// the members' logs at the end (the log); the members' own (the group)
+// against the group's guarantees.
 //
 // # What runs
 //
-// The seed of each schedule draws its workload, kv or log (printed with
-// the schedule as "(workload kv)"), apart from its faults. For each
+// The seed of each schedule draws its workload, kv, log or group
+// (printed with the schedule as "(workload kv)"), apart from its faults. For each
 // schedule the test starts, from scratch and under a temporary
 // directory:
 //
@@ -17,8 +19,10 @@
 //     (internal/etcdembed) run as its own process
 //     (internal/etcdmember), with its own data directory;
 //   - N Convoy members (-jepsen.members, default 5), each a "convoy node
-//     -app kv" (or "-app log") process with its own durable data
-//     directory, founding the group together;
+//     -app kv" (or "-app log") process, or for the group workload an
+//     internal/groupmember process (the library alone, its group
+//     durable), with its own durable data directory, founding the group
+//     together;
 //   - concurrent clients (-jepsen.clients, default 4), each a Go client
 //     of the application (examples/paxos/client, examples/log/client)
 //     that starts at a member of its own and moves on to the others when
@@ -28,11 +32,24 @@
 //     reads of one position, range reads and stream reads near the
 //     highest position seen, tails, and trims that keep the last 30
 //     positions or so. The seed chooses the keys or streams and the
-//     mix.
+//     mix. The group workload has no clients: each member sends messages
+//     of its own, one at a time, a share of them (20% to 80%, as the
+//     seed chooses) waiting until the message is delivered, which in
+//     durable delivery means on every member's disk, the others only
+//     until the group accepts it, with a pause of 2ms to 10ms after
+//     each. Each run of a member (a process, from its start to its exit
+//     or kill) records, as JSON lines in a file of its own beside the
+//     logs (internal/grouprec), every view it installs, its exclusions,
+//     every message it delivers (replayed or not), and every call of
+//     Send, written out before the call, with what it returned; a
+//     message's payload names the run and the incarnation that sent it.
+//     Views and calls are written out at once, the rest within 5ms, so
+//     that SIGKILL loses only the tail.
 //
-// Both programs are built once per test run with "go build" (without the
-// race detector, whatever the test's build: the cluster shares the
-// machine's cores). Every process leads a process group of its own and is
+// The three programs (cmd/convoy, internal/etcdmember,
+// internal/groupmember) are built once per test run with "go build"
+// (without the race detector, whatever the test's build: the cluster
+// shares the machine's cores). Every process leads a process group of its own and is
 // killed with it, on every exit path; the kernel kills it too if the test
 // process dies.
 //
@@ -94,8 +111,8 @@
 //     node -clock-offset" and "-clock-drift-ppm" (the library's
 //     Config.Clock): each member running is killed and started again on
 //     its directory with its new clock (a member down or paused gets it
-//     at its next start); clock-reset starts them again with the
-//     machine's clock. Skew costs latency only: the checks are the same;
+//     at its next start; a groupmember takes the same flags);
+//     clock-reset starts them again with the machine's clock. Skew costs latency only: the checks are the same;
 //   - etcd-kill: SIGKILL to one etcd member, then a restart on its data
 //     directory; etcd-pause: SIGSTOP to one, then SIGCONT;
 //   - etcd-quorum-loss: SIGKILL to a majority of etcd for longer than
@@ -113,6 +130,7 @@
 //     disk-free removes the filler, kills the member's process if it
 //     still runs, and starts it on its data directory, which holds what
 //     its log wrote before the disk filled: it restarts as after a kill.
+//     (A group member's records lie off that disk, beside the logs.)
 //     The tmpfs are unmounted when the run ends, however it ends, and a
 //     later campaign unmounts those of a test process that died (their
 //     source names carry its process id). Mounting needs root: elsewhere
@@ -130,19 +148,25 @@
 //
 // # What is checked
 //
-// Every client operation is recorded as a check.KVOp or check.LogOp,
+// In the kv and log workloads, every client operation is recorded as a check.KVOp or check.LogOp,
 // from its first invocation to its last completion (the client retries a
 // write with the same idempotency key, within one call): OK with its
 // result; Unknown if it did not complete within its 10s bound (a timeout
 // or connection error: it may or may not have taken effect), never a
 // failure; Fail only when a member refused it with a 4xx answer (for the
 // log, as malformed or too large). After the quiet period the clients
-// stop and the run checks:
+// stop (in the group workload, every member running stops sending, and
+// the harness waits until each has: nothing is reported durable from
+// then on) and the run checks:
 //
 //   - liveness: every member not lost serves a linearizable read and a
 //     write (a get and a put, or a tail and an append), each through that
 //     member alone, within 60s (the time it took is printed; these
-//     operations join the history);
+//     operations join the history); in the group workload, it sends a
+//     message that waits until delivered, again until one is, and
+//     records that its incarnation finished: having delivered it, it
+//     delivered every message reported durable before, all of which
+//     precede it in the total order;
 //   - that no process exited without being killed, but for a member on a
 //     full disk;
 //   - for the store, check.CheckKV: the whole history is linearizable,
@@ -151,15 +175,26 @@
 //     member not lost, read back through that member alone (after a tail
 //     through it, so that it holds everything acknowledged: its trim
 //     point and tail from its status, the entries between them by range
-//     reads), agree with one dense, immutable log (see CheckLog).
+//     reads), agree with one dense, immutable log (see CheckLog);
+//   - for the group, check.CheckGroup over the records of every run of
+//     every member, lost or not, each a prefix (a torn last line
+//     dropped), each member's incarnations numbered across its runs
+//     (grouprec.History): one total order, virtual synchrony, per-sender
+//     FIFO, no duplicates, nothing delivered that was not sent, fencing
+//     of excluded incarnations, every message reported durable delivered
+//     by every incarnation that finished and kept at its index, and what
+//     a member was handed from its own log after a restart the same as
+//     every other member delivered at that index. A call without a
+//     recorded answer counts as an operation of unknown outcome.
 //
 // A schedule that fails prints its seed, the failure, the command that
 // replays it, and the path of its report: a directory (under
 // -jepsen.report, default the system's temporary directory, kept) with
 // the schedule, the timeline of faults and process events, the history
 // (kv-history.jsonl, and porcupine's kv.html for the keys that failed;
-// or log-history.jsonl, and log-dumps.jsonl with the members' logs) and
-// every process's log.
+// or log-history.jsonl, and log-dumps.jsonl with the members' logs; or
+// group-history.json, the history checked, with the records of every
+// run of every member among the logs) and every process's log.
 //
 // # Running it
 //
@@ -172,7 +207,7 @@
 //
 // On two cores a schedule takes 15s to 30s (the setup, the faults, the
 // quiet period and the checks; clock episodes last 5s to 15s), so the
-// short campaign runs about 10 schedules. Building the two programs comes
+// short campaign runs about 10 schedules. Building the programs comes
 // on top: seconds with a warm build cache, over a minute on a cache that
 // holds no build without the race detector.
 //
@@ -186,8 +221,8 @@
 // failure). Other flags: -jepsen.budget (the time after which no
 // schedule starts once those ran), -jepsen.members, -jepsen.clients,
 // -jepsen.workloads (the workloads the seeds draw from; replaying a
-// schedule of a campaign with other workloads than both needs the same
-// flag, which the printed command carries), -jepsen.keep (write the
+// schedule of a campaign with other workloads than all three needs the
+// same flag, which the printed command carries), -jepsen.keep (write the
 // report of passing schedules too), -jepsen.loopback (run on loopback
 // even where namespaces can be built; replaying a schedule of such a run
 // needs it too).

@@ -25,7 +25,7 @@ var (
 	flagReport    = flag.String("jepsen.report", "", "`directory` that receives the report of each failed schedule (default: the system's temporary directory)")
 	flagKeep      = flag.Bool("jepsen.keep", false, "write the report of every schedule, passed or failed")
 	flagLoopback  = flag.Bool("jepsen.loopback", false, "run every process on loopback, even where network namespaces can be built (the schedules then draw no network faults)")
-	flagWorkloads = flag.String("jepsen.workloads", strings.Join(workloads, ","), "the `workloads` the schedules draw from, comma-separated (kv, log)")
+	flagWorkloads = flag.String("jepsen.workloads", strings.Join(workloads, ","), "the `workloads` the schedules draw from, comma-separated (kv, log, group)")
 )
 
 // Campaign settings.
@@ -49,6 +49,7 @@ const (
 type binaries struct {
 	convoy string // cmd/convoy
 	etcd   string // internal/etcdmember
+	group  string // internal/groupmember
 }
 
 // build builds the programs into a temporary directory, without the race
@@ -60,12 +61,13 @@ func build(t *testing.T) binaries {
 	start := time.Now()
 	cmd := exec.Command("go", "build", "-race=false", "-o", dir+string(filepath.Separator),
 		"github.com/convoy-gcs/convoy/cmd/convoy",
-		"github.com/convoy-gcs/convoy/tests/jepsen/internal/etcdmember")
+		"github.com/convoy-gcs/convoy/tests/jepsen/internal/etcdmember",
+		"github.com/convoy-gcs/convoy/tests/jepsen/internal/groupmember")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	t.Logf("built the member and etcd programs in %v", time.Since(start).Round(time.Millisecond))
-	return binaries{convoy: filepath.Join(dir, "convoy"), etcd: filepath.Join(dir, "etcdmember")}
+	return binaries{convoy: filepath.Join(dir, "convoy"), etcd: filepath.Join(dir, "etcdmember"), group: filepath.Join(dir, "groupmember")}
 }
 
 // scheduleConfig is the configuration of every schedule of a campaign
@@ -145,8 +147,8 @@ func replay(s schedule.Schedule, nw *network) string {
 	return cmd
 }
 
-// TestCampaign is the campaign against the replicated key-value store
-// and the shared log: for each schedule, a fresh etcd cluster and group
+// TestCampaign is the campaign against the replicated key-value store,
+// the shared log and the raw group: for each schedule, a fresh etcd cluster and group
 // of members serving the schedule's workload, its clients under the
 // schedule's faults, liveness once they are over, and the check of the
 // history.

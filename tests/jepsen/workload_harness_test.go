@@ -97,6 +97,23 @@ func (f *fakeStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Write(answer)
 }
 
+// runClients runs three clients of w against url for 300ms, and on
+// until they recorded 50 operations (as count says), however loaded the
+// machine, within 10s.
+func runClients(w workload, url string, hc *http.Client, count func() int) {
+	stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() { w.runClient(stop, i, []string{url}, hc) })
+	}
+	for start := time.Now(); stop.Err() == nil && (time.Since(start) < 300*time.Millisecond || count() < 50); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+}
+
 // record runs the workload against f for a while and returns the history.
 func record(t *testing.T, f *fakeStore) []check.KVOp {
 	mux := http.NewServeMux()
@@ -108,13 +125,7 @@ func record(t *testing.T, f *fakeStore) []check.KVOp {
 	hc := newHTTPClient((&net.Dialer{Timeout: dialTimeout}).DialContext)
 	defer hc.CloseIdleConnections()
 	w := newKVWorkload(1, time.Now())
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i := range 3 {
-		wg.Go(func() { w.runClient(ctx, i, []string{srv.URL}, hc) })
-	}
-	wg.Wait()
+	runClients(w, srv.URL, hc, func() int { return len(w.rec.history()) })
 	ops := w.rec.history()
 	if len(ops) < 50 {
 		t.Fatalf("only %d operations recorded", len(ops))

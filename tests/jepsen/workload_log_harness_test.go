@@ -1,7 +1,6 @@
 package jepsen
 
 import (
-	"context"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -156,13 +155,7 @@ func recordLog(t *testing.T, f *fakeLog) ([]check.LogOp, check.Result) {
 	hc := newHTTPClient((&net.Dialer{Timeout: dialTimeout}).DialContext)
 	defer hc.CloseIdleConnections()
 	w := newLogWorkload(1, time.Now())
-	stop, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i := range 3 {
-		wg.Go(func() { w.runClient(stop, i, []string{srv.URL}, hc) })
-	}
-	wg.Wait()
+	runClients(w, srv.URL, hc, func() int { return len(w.rec.history()) })
 	m := &member{id: 1, http: strings.TrimPrefix(srv.URL, "http://")}
 	if err := w.serve(m.url(), m.id, 3, hc, 10*time.Second); err != nil {
 		t.Fatalf("the fake log did not serve: %v", err)

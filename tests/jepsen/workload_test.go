@@ -75,15 +75,24 @@ type workload interface {
 	report(dir string) error
 }
 
-// Workload names, as the schedules draw them; each is the application
-// its members serve ("convoy node -app").
+// stopper is a workload whose members send of their own accord (the
+// group workload): stop makes them stop, once the clients have stopped
+// and before liveness.
+type stopper interface {
+	stop(c *cluster, hc *http.Client) error
+}
+
+// Workload names, as the schedules draw them: the application its
+// members serve ("convoy node -app kv" or "-app log"), or the raw group
+// (internal/groupmember).
 const (
-	workloadKV  = "kv"
-	workloadLog = "log"
+	workloadKV    = "kv"
+	workloadLog   = "log"
+	workloadGroup = "group"
 )
 
 // workloads are the workloads a campaign's schedules draw from.
-var workloads = []string{workloadKV, workloadLog}
+var workloads = []string{workloadKV, workloadLog, workloadGroup}
 
 // appOf returns the application the members of schedule s serve.
 func appOf(s schedule.Schedule) string {
@@ -96,8 +105,11 @@ func appOf(s schedule.Schedule) string {
 // newWorkload returns the workload of schedule s, its history timed from
 // zero.
 func newWorkload(s schedule.Schedule, zero time.Time) workload {
-	if s.Workload == workloadLog {
+	switch s.Workload {
+	case workloadLog:
 		return newLogWorkload(s.Seed, zero)
+	case workloadGroup:
+		return newGroupWorkload(s.Seed)
 	}
 	return newKVWorkload(s.Seed, zero)
 }

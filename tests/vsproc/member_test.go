@@ -1,11 +1,8 @@
 package vsproc
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -17,6 +14,7 @@ import (
 
 	"github.com/convoy-gcs/convoy"
 	"github.com/convoy-gcs/convoy/internal/kvtest"
+	"github.com/convoy-gcs/convoy/internal/recfile"
 	"github.com/convoy-gcs/convoy/internal/vscheck"
 )
 
@@ -137,76 +135,39 @@ type final struct {
 	Err      string `json:"err,omitempty"`
 }
 
-// recorder writes a member's records, in the order they happen, to a
-// buffered file that a background goroutine flushes every flushInterval.
+// recorder writes a member's records, in the order they happen, to its
+// file, which writes them out every flushInterval.
 type recorder struct {
 	mu  sync.Mutex
-	w   *bufio.Writer
-	err error // the first write error
+	f   *recfile.File
 	inc int
 	// lastDelivery is when the last delivery happened.
 	lastDelivery time.Time
-	done         chan struct{}
-	flushed      chan struct{}
 }
 
-func newRecorder(f io.Writer) *recorder {
-	r := &recorder{w: bufio.NewWriterSize(f, 256<<10), inc: 1, lastDelivery: time.Now(),
-		done: make(chan struct{}), flushed: make(chan struct{})}
-	go r.flushLoop()
-	return r
+func newRecorder(f *recfile.File) *recorder {
+	return &recorder{f: f, inc: 1, lastDelivery: time.Now()}
 }
 
-func (r *recorder) flushLoop() {
-	defer close(r.flushed)
-	t := time.NewTicker(flushInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			r.flush()
-		case <-r.done:
-			r.flush()
-			return
-		}
-	}
-}
-
-func (r *recorder) flush() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.w.Flush(); err != nil && r.err == nil {
-		r.err = err
-	}
-}
-
-// close stops the flusher after a last flush and returns the first write
-// error.
-func (r *recorder) close() error {
-	close(r.done)
-	<-r.flushed
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.err
-}
-
-// writeLocked appends rec as one line. REQUIRES: r.mu.
-func (r *recorder) writeLocked(rec record) {
+// addLocked buffers rec, stamped with the incarnation. REQUIRES: r.mu.
+func (r *recorder) addLocked(rec record) {
 	rec.Inc = r.inc
-	b, err := json.Marshal(rec)
-	if err == nil {
-		b = append(b, '\n')
-		_, err = r.w.Write(b)
-	}
-	if err != nil && r.err == nil {
-		r.err = err
-	}
+	r.f.Add(rec)
 }
 
+// write buffers rec.
 func (r *recorder) write(rec record) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.writeLocked(rec)
+	r.addLocked(rec)
+}
+
+// writeNow writes rec out, with what was buffered, before it returns.
+func (r *recorder) writeNow(rec record) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec.Inc = r.inc
+	r.f.Write(rec)
 }
 
 // view is the member's Config.OnView.
@@ -217,15 +178,12 @@ func (r *recorder) view(v convoy.View) {
 	for i, m := range v.Members {
 		out.Members[i] = uint64(m.ID)
 	}
+	// A view is rare and the checks hinge on it: write it out now.
 	if v.Excluded {
-		r.writeLocked(record{Excluded: out})
+		r.f.Write(record{Inc: r.inc, Excluded: out})
 		r.inc++
 	} else {
-		r.writeLocked(record{View: out})
-	}
-	// A view is rare and the checks hinge on it: write it out now.
-	if err := r.w.Flush(); err != nil && r.err == nil {
-		r.err = err
+		r.f.Write(record{Inc: r.inc, View: out})
 	}
 }
 
@@ -234,7 +192,7 @@ func (r *recorder) deliver(d convoy.Delivery) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lastDelivery = time.Now()
-	r.writeLocked(record{Delivery: &vscheck.Delivery{
+	r.addLocked(record{Delivery: &vscheck.Delivery{
 		Epoch: d.Epoch, Index: d.Index, Sender: uint64(d.Sender), Seq: d.Seq, Payload: string(d.Payload),
 	}})
 }
@@ -262,14 +220,13 @@ func (r *recorder) sinceDelivery() time.Duration {
 // until SIGUSR1 or SIGTERM, and on SIGTERM records its final state once
 // deliveries have settled, then closes the group.
 func runMember(s memberSpec) (err error) {
-	f, err := os.OpenFile(s.out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := recfile.Open(s.out, flushInterval)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
 	rec := newRecorder(f)
 	defer func() {
-		if cerr := rec.close(); err == nil && cerr != nil {
+		if cerr := f.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("writing %s: %w", s.out, cerr)
 		}
 	}()
@@ -331,8 +288,7 @@ func runMember(s memberSpec) (err error) {
 			close(stop)
 			<-sent
 			stop = nil
-			rec.write(record{Stopped: true})
-			rec.flush()
+			rec.writeNow(record{Stopped: true})
 		}
 		if sig == syscall.SIGTERM {
 			break
@@ -347,8 +303,7 @@ func runMember(s memberSpec) (err error) {
 	if err := g.Err(); err != nil {
 		fin.Err = err.Error()
 	}
-	rec.write(record{Final: fin})
-	rec.flush()
+	rec.writeNow(record{Final: fin})
 	return nil
 }
 

@@ -36,6 +36,13 @@ type GroupDelivery struct {
 	Replayed bool `json:"replayed,omitempty"`
 }
 
+// A delivery is recovered, rather than delivered in a view of its
+// incarnation, if it is replayed or comes before the incarnation's first
+// view: in durable mode, a member restarted on its log hands the entries
+// that the group confirms after its replay (the group restarted from the
+// logs, or the member rejoins where its log ends), and a member that
+// rejoins is handed the messages it missed, before its first view.
+
 // GroupEvent is one entry of a history: exactly one of View and Delivery
 // is set.
 type GroupEvent struct {
@@ -109,15 +116,16 @@ type GroupHistory struct {
 	Sends        []Send        `json:"sends"`
 }
 
-// CheckGroup checks a history of the raw group. Deliveries not replayed
+// CheckGroup checks a history of the raw group. Deliveries not
+// recovered (neither replayed nor before the incarnation's first view)
 // are checked by package vscheck: one total order of messages and views
 // with consecutive indexes in each history (TotalOrder), virtual
 // synchrony (VirtualSynchrony), per-sender FIFO within an incarnation
 // (FIFO), and no message delivered twice (NoDuplicate). Besides:
 //
-//   - a replayed delivery holds the message every other history holds at
-//     its index, and no history delivers a message twice, replayed or not
-//     (TotalOrder, NoDuplicate);
+//   - a recovered delivery holds the message every other history holds
+//     at its index, and no history delivers a message twice, recovered or
+//     not (TotalOrder, NoDuplicate);
 //   - every message delivered was sent by the incarnation it names, and
 //     its send was not rejected (NoCreation);
 //   - a message is delivered only in a view that holds its sender, and no
@@ -132,13 +140,13 @@ type GroupHistory struct {
 //     first view (Delivery; Durability for the durable ones in durable
 //     mode);
 //   - in durable mode, a message reported durable is at the same index in
-//     every history that delivered that index, replayed or not
+//     every history that delivered that index, recovered or not
 //     (Durability).
 func CheckGroup(h GroupHistory) Result {
 	g := &groupChecker{c: newCollector("group"), h: h}
 	g.wellformed()
 	g.orderAndSynchrony()
-	g.replayed()
+	g.checkRecovered()
 	g.sent()
 	g.fencing()
 	g.delivered()
@@ -213,19 +221,32 @@ func (g *groupChecker) wellformed() {
 	}
 }
 
+// recovered reports, for each event of inc, whether it is a recovered
+// delivery: replayed, or before the first view.
+func recovered(inc Incarnation) []bool {
+	out := make([]bool, len(inc.Events))
+	viewed := false
+	for i, ev := range inc.Events {
+		viewed = viewed || ev.View != nil
+		out[i] = ev.View == nil && ev.Delivery != nil && (ev.Delivery.Replayed || !viewed)
+	}
+	return out
+}
+
 // events returns the history's events as package vscheck sees them,
-// without the replayed deliveries.
+// without the recovered deliveries.
 func events(inc Incarnation) []vscheck.Event {
 	out := make([]vscheck.Event, 0, len(inc.Events))
-	for _, ev := range inc.Events {
+	rec := recovered(inc)
+	for i, ev := range inc.Events {
+		if rec[i] {
+			continue
+		}
 		var v vscheck.Event
 		if ev.View != nil {
 			v.View = &vscheck.View{Epoch: ev.View.Epoch, Start: ev.View.Start, Members: ev.View.Members}
 		}
 		if d := ev.Delivery; d != nil {
-			if d.Replayed && ev.View == nil {
-				continue
-			}
 			v.Delivery = &vscheck.Delivery{Epoch: d.Epoch, Index: d.Index, Sender: d.Sender, Incarnation: d.Incarnation, Seq: d.Seq, Payload: d.Payload}
 		}
 		out = append(out, v)
@@ -234,7 +255,7 @@ func events(inc Incarnation) []vscheck.Event {
 }
 
 // orderAndSynchrony runs package vscheck over the deliveries not
-// replayed.
+// recovered.
 func (g *groupChecker) orderAndSynchrony() {
 	all := make(map[string][]vscheck.Event, len(g.incs))
 	for _, inc := range g.incs {
@@ -263,14 +284,15 @@ func (g *groupChecker) orderAndSynchrony() {
 		g.c.add(p, "histories", "%s", v.Msg)
 	}
 	g.c.omit(more)
-	// Index the messages, deliveries not replayed first, so that a
-	// replayed one that differs is the one reported.
+	// Index the messages, deliveries not recovered first, so that a
+	// recovered one that differs is the one reported.
 	g.at = make(map[string]placedMsg)
 	g.byIndex = make(map[uint64]placedMsg)
-	for _, replayed := range []bool{false, true} {
+	for _, recov := range []bool{false, true} {
 		for _, inc := range g.incs {
-			for _, ev := range inc.Events {
-				if d := ev.Delivery; d != nil && ev.View == nil && d.Replayed == replayed {
+			rec := recovered(inc)
+			for i, ev := range inc.Events {
+				if d := ev.Delivery; d != nil && ev.View == nil && rec[i] == recov {
 					if _, ok := g.at[d.Payload]; !ok {
 						g.at[d.Payload] = placedMsg{*d, inc.name()}
 					}
@@ -283,29 +305,30 @@ func (g *groupChecker) orderAndSynchrony() {
 	}
 }
 
-// replayed checks the replayed deliveries against the others, and every
-// history for duplicates that involve a replayed delivery.
-func (g *groupChecker) replayed() {
+// checkRecovered checks the recovered deliveries against the others, and
+// every history for duplicates that involve a recovered delivery.
+func (g *groupChecker) checkRecovered() {
 	for _, inc := range g.incs {
 		count := make(map[string]int)
-		replayed := make(map[string]bool)
-		for _, ev := range inc.Events {
+		recov := make(map[string]bool)
+		rec := recovered(inc)
+		for i, ev := range inc.Events {
 			d := ev.Delivery
 			if d == nil || ev.View != nil {
 				continue
 			}
 			count[d.Payload]++
-			if !d.Replayed {
+			if !rec[i] {
 				continue
 			}
-			replayed[d.Payload] = true
+			recov[d.Payload] = true
 			if p := g.byIndex[d.Index]; !sameMessage(p.d, *d) {
-				g.c.add(TotalOrder, inc.name(), "replayed %s at index %d, where %s delivered %s", d.describe(), d.Index, p.where, p.d.describe())
+				g.c.add(TotalOrder, inc.name(), "recovered %s at index %d, where %s delivered %s", d.describe(), d.Index, p.where, p.d.describe())
 			}
 		}
-		for _, p := range slices.Sorted(maps.Keys(replayed)) {
+		for _, p := range slices.Sorted(maps.Keys(recov)) {
 			if count[p] > 1 {
-				g.c.add(NoDuplicate, inc.name(), "delivered %q %d times, replayed among them", p, count[p])
+				g.c.add(NoDuplicate, inc.name(), "delivered %q %d times, recovered among them", p, count[p])
 			}
 		}
 	}

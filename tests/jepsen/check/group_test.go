@@ -150,6 +150,18 @@ func TestCheckGroup(t *testing.T) {
 			}
 			incOf(h, 3, 3).Events = []GroupEvent{gview(4, 7, 1, 2, 3), gdel(4, 8, 1, 2, 1), gdel(4, 9, 3, 3, 1)}
 		}},
+		{name: "correct: the rest of the log handed, not replayed, before the first view", durable: true, change: func(h *GroupHistory) {
+			// Members 1 and 2 replay up to index 6; the group restarts
+			// from their logs, which hold 7 and 8.
+			for _, m := range []uint64{1, 2} {
+				inc := incOf(h, m, 2)
+				inc.Events[6].Delivery.Replayed, inc.Events[7].Delivery.Replayed = false, false
+			}
+		}},
+		{name: "delivery before the first view differs", durable: true, want: TotalOrder, also: []Property{NoDuplicate, Durability}, change: func(h *GroupHistory) {
+			inc := incOf(h, 2, 2)
+			inc.Events[6], inc.Events[7] = gdel(3, 7, 1, 1, 4), gdel(3, 8, 3, 2, 1)
+		}},
 		{name: "replayed delivery differs", durable: true, want: TotalOrder, change: func(h *GroupHistory) {
 			m2 := incOf(h, 2, 2)
 			m2.Events[2] = replay(gdel(1, 3, 2, 1, 3))

@@ -1,4 +1,4 @@
-package main
+package skewclock
 
 import (
 	"math/rand/v2"
@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// TestSkewed checks the clock of -clock-offset and -clock-drift-ppm:
+// TestSkewed checks the clock:
 // readings at known elapsed times, no overflow over a century, and
 // never a step backwards.
 func TestSkewed(t *testing.T) {
@@ -23,15 +23,15 @@ func TestSkewed(t *testing.T) {
 		{0, 100_000, 10 * time.Second, 11 * time.Second},
 		{0, -500_000, 10 * time.Second, 5 * time.Second},
 		{time.Second, 250_000, 1500 * time.Millisecond, time.Second + 1875*time.Millisecond},
-		{0, maxClockDriftPPM, 100 * year, 150 * year},
-		{0, -maxClockDriftPPM, 100 * year, 50 * year},
+		{0, MaxDriftPPM, 100 * year, 150 * year},
+		{0, -MaxDriftPPM, 100 * year, 50 * year},
 	} {
 		if got := time.Duration(skewed(0, tc.offset, tc.drift, tc.elapsed)); got != tc.want {
 			t.Errorf("offset %v, drift %d ppm, after %v: %v, want %v", tc.offset, tc.drift, tc.elapsed, got, tc.want)
 		}
 	}
 	r := rand.New(rand.NewPCG(1, 2))
-	for _, drift := range []int{-maxClockDriftPPM, -123_457, -1, 0, 1, 7, 333_333, maxClockDriftPPM} {
+	for _, drift := range []int{-MaxDriftPPM, -123_457, -1, 0, 1, 7, 333_333, MaxDriftPPM} {
 		prev := skewed(1e18, -time.Second, drift, 0)
 		var e time.Duration
 		for range 100_000 {
