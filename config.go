@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/convoy-gcs/convoy/internal/plant"
 	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/multicast"
 	"github.com/convoy-gcs/convoy/ordering"
@@ -227,6 +228,9 @@ type Config struct {
 	// onHeld, for tests, is called when a data record from member rank
 	// with sequence seq arrives complete, before the core sees it.
 	onHeld func(rank int, seq uint64)
+	// plant, for tests, plants protocol faults in this member, each of
+	// which the tests must catch (TestPlantedFaults).
+	plant plant.Faults
 }
 
 // Errors returned by Open, Send and Close.

@@ -16,6 +16,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/convoy-gcs/convoy/internal/kvtest"
+	"github.com/convoy-gcs/convoy/internal/plant"
+	"github.com/convoy-gcs/convoy/membership"
+	"github.com/convoy-gcs/convoy/persistence"
 	"github.com/convoy-gcs/convoy/rdma"
 )
 
@@ -86,13 +89,92 @@ func TestGroupSimFound(t *testing.T) {
 
 // simulate runs seed in a synctest bubble of its own.
 func simulate(t *testing.T, seed uint64) {
-	synctest.Test(t, func(t *testing.T) { runSim(t, seed) })
-	// Pebble keeps objects holding channels in sync.Pools; one made in
-	// this bubble and used in the next would fail the run (a channel
-	// belongs to the bubble that made it). Two collections empty every
-	// pool.
+	synctest.Test(t, func(t *testing.T) { runSim(t, seed, simOptions{}) })
+	emptyPools()
+}
+
+// emptyPools follows a bubble. Pebble keeps objects holding channels in
+// sync.Pools; one made in a bubble and used in the next would fail the
+// run (a channel belongs to the bubble that made it). Two collections
+// empty every pool.
+func emptyPools() {
 	runtime.GC()
 	runtime.GC()
+}
+
+// simulateRecorded runs seed as simulate does, with opts, and returns the
+// violations its checks found instead of failing t.
+func simulateRecorded(t *testing.T, seed uint64, opts simOptions) []string {
+	rec := &simRecorder{}
+	synctest.Test(t, func(t *testing.T) {
+		rec.TB = t
+		defer func() {
+			if p := recover(); p != nil {
+				if _, ok := p.(simStop); !ok {
+					panic(p)
+				}
+			}
+		}()
+		runSim(rec, seed, opts)
+	})
+	emptyPools()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return rec.mu.found
+}
+
+// simRecorder stands for the test in a run whose violations are
+// collected rather than fail the test (simulateRecorded). A fatal one
+// ends the run: Fatal, Fatalf and FailNow panic with simStop, which
+// simulateRecorded recovers, so that, as with testing.T, they must be
+// called from the run's own goroutine. Error and Errorf may be called
+// from any.
+type simRecorder struct {
+	testing.TB
+	mu struct {
+		sync.Mutex
+		found []string
+	}
+}
+
+// simStop ends a recorded run at its first fatal violation.
+type simStop struct{}
+
+func (r *simRecorder) add(v string) {
+	r.TB.Log("violation: " + v)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mu.found = append(r.mu.found, v)
+}
+
+func (r *simRecorder) Error(args ...any)                 { r.add(fmt.Sprint(args...)) }
+func (r *simRecorder) Errorf(format string, args ...any) { r.add(fmt.Sprintf(format, args...)) }
+func (r *simRecorder) Fail()                             { r.add("Fail") }
+func (r *simRecorder) Fatal(args ...any)                 { r.Error(args...); panic(simStop{}) }
+func (r *simRecorder) Fatalf(format string, args ...any) { r.Errorf(format, args...); panic(simStop{}) }
+
+func (r *simRecorder) FailNow() {
+	if !r.Failed() {
+		r.add("FailNow")
+	}
+	panic(simStop{})
+}
+
+func (r *simRecorder) Failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.mu.found) > 0
+}
+
+// simOptions changes what a seed draws, for the tests that want a kind
+// of run (TestPlantedFaults); the zero value changes nothing.
+type simOptions struct {
+	// plant plants faults in every member.
+	plant plant.Faults
+	// durable makes delivery durable.
+	durable bool
+	// faults, if set, replace the schedule of faults drawn.
+	faults []simFault
 }
 
 // simFault is one fault of a schedule, at a time since the load started.
@@ -197,11 +279,14 @@ func sorted(ids []NodeID) []NodeID { return slices.Sorted(slices.Values(ids)) }
 
 // simRun is one seed's run.
 type simRun struct {
-	t    *testing.T
-	c    *vsCluster
-	plan *simPlan
-	rng  *rand.Rand
-	stop chan struct{} // ends the load
+	t     testing.TB
+	c     *vsCluster
+	plan  *simPlan
+	plant plant.Faults
+	rng   *rand.Rand
+	stop  chan struct{} // ends the load
+	// ended is closed when the run ends: restarts still waiting give up.
+	ended chan struct{}
 
 	mu sync.Mutex
 	// disks holds each member's disk, in durable runs.
@@ -213,15 +298,37 @@ type simRun struct {
 	acked []string
 	// dead holds the incarnations crashed (or being crashed).
 	dead map[*vsNode]bool
+	// shown holds, for each member, the views its application has been
+	// shown as a member (in any incarnation).
+	shown map[NodeID]map[uint64]bool
 }
 
-// runSim runs one seed, inside a synctest bubble.
-func runSim(t *testing.T, seed uint64) {
+// seedPlan returns the plan seed draws, and the random source the run
+// goes on drawing from.
+func seedPlan(seed uint64) (*simPlan, *rand.Rand) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
-	plan := simSchedule(rng)
-	t.Logf("seed %d: %v", seed, plan)
+	return simSchedule(rng), rng
+}
+
+// runSim runs one seed, inside a synctest bubble, and reports what its
+// checks find to t.
+func runSim(t testing.TB, seed uint64, opts simOptions) {
+	plan, rng := seedPlan(seed)
+	if opts.durable {
+		plan.durable = true
+	}
+	if opts.faults != nil {
+		plan.faults = opts.faults
+	}
+	if opts.plant != 0 {
+		t.Logf("seed %d, planted fault %v: %v", seed, opts.plant, plan)
+	} else {
+		t.Logf("seed %d: %v", seed, plan)
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
+	// opening ends the members' opens under way when the run ends.
+	opening, stopOpens := context.WithCancel(context.Background())
 	sim := newSimEtcd("/sim/", 2*time.Second)
 	var bg sync.WaitGroup
 	bg.Add(1)
@@ -229,12 +336,19 @@ func runSim(t *testing.T, seed uint64) {
 		defer bg.Done()
 		sim.run(ctx, 10*time.Millisecond)
 	}()
-	c := &vsCluster{t: t, leaseTTL: 2 * time.Second, sim: sim, prefix: "/sim/", openTimeout: time.Minute,
+	c := &vsCluster{t: t, leaseTTL: 2 * time.Second, sim: sim, prefix: "/sim/", openTimeout: time.Minute, ctx: opening,
 		fabric: rdma.NewMemFabric(rdma.MemOptions{Seed: int64(seed), MaxDelay: plan.maxDelay}),
 		nodes:  make(map[NodeID]*vsNode)}
-	r := &simRun{t: t, c: c, plan: plan, rng: rng, stop: make(chan struct{}),
-		disks: make(map[NodeID]*vfs.MemFS), dead: make(map[*vsNode]bool)}
+	r := &simRun{t: t, c: c, plan: plan, plant: opts.plant, rng: rng, stop: make(chan struct{}), ended: make(chan struct{}),
+		disks: make(map[NodeID]*vfs.MemFS), dead: make(map[*vsNode]bool), shown: make(map[NodeID]map[uint64]bool)}
+	sim.checkPut = r.checkPut
+	var stopLoad sync.Once
 	defer func() {
+		// The run may end at a violation, with the load and restarts
+		// still going: they stop.
+		stopLoad.Do(func() { close(r.stop) })
+		close(r.ended)
+		stopOpens()
 		c.mu.Lock()
 		nodes := mapValues(c.nodes)
 		c.mu.Unlock()
@@ -261,7 +375,9 @@ func runSim(t *testing.T, seed uint64) {
 	start := time.Now()
 	var undo sync.WaitGroup
 	for _, f := range plan.faults {
-		time.Sleep(time.Until(start.Add(f.at)))
+		if !r.sleep(time.Until(start.Add(f.at))) {
+			break // a violation ends the run
+		}
 		switch f.kind {
 		case "crash", "wipe":
 			// Without durable logs, a group whose view lost its majority
@@ -279,8 +395,9 @@ func runSim(t *testing.T, seed uint64) {
 			undo.Add(1)
 			go func() {
 				defer undo.Done()
-				time.Sleep(f.lasts)
-				r.restart(id, n)
+				if r.wait(f.lasts) {
+					r.restart(id, n)
+				}
 			}()
 		case "crash-all":
 			live := c.live()
@@ -290,7 +407,9 @@ func runSim(t *testing.T, seed uint64) {
 			undo.Add(1)
 			go func() {
 				defer undo.Done()
-				time.Sleep(f.lasts)
+				if !r.wait(f.lasts) {
+					return
+				}
 				var wg sync.WaitGroup
 				for _, nd := range live {
 					wg.Go(func() { r.restart(nd.id, n) })
@@ -299,23 +418,36 @@ func runSim(t *testing.T, seed uint64) {
 			}()
 		case "partition":
 			c.fabric.Partition(f.who...)
-			time.Sleep(f.lasts)
+			r.sleep(f.lasts)
 			c.fabric.Heal()
 		case "break":
 			c.fabric.BreakLink(f.who[0][0], f.who[0][1])
 		case "etcd-down":
 			sim.srv.Down()
-			time.Sleep(f.lasts)
+			r.sleep(f.lasts)
 			sim.srv.Up()
 			sim.poke()
 		case "etcd-cut":
 			sim.setCut(f.who[0][0], true)
-			time.Sleep(f.lasts)
+			r.sleep(f.lasts)
 			sim.setCut(f.who[0][0], false)
 			sim.poke()
 		}
 	}
-	undo.Wait()
+	// The restarts are over, unless a violation (a restart that failed)
+	// ends the run first.
+	undone := make(chan struct{})
+	go func() {
+		undo.Wait()
+		close(undone)
+	}()
+	for waiting := true; waiting && !t.Failed(); {
+		select {
+		case <-undone:
+			waiting = false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	if !t.Failed() {
 		// The faults are over: the group comes back whole and delivers.
 		live := c.live()
@@ -324,7 +456,7 @@ func runSim(t *testing.T, seed uint64) {
 			c.waitCount(nd, nd.delivered()+20)
 		}
 	}
-	close(r.stop)
+	stopLoad.Do(func() { close(r.stop) })
 	r.mu.Lock()
 	loads := slices.Clone(r.loads)
 	r.mu.Unlock()
@@ -342,10 +474,47 @@ func runSim(t *testing.T, seed uint64) {
 	r.checkAcked(live)
 }
 
+// sleep waits for d, or until a violation is found; it reports whether
+// none was.
+func (r *simRun) sleep(d time.Duration) bool {
+	end := time.Now().Add(d)
+	for !r.t.Failed() {
+		left := time.Until(end)
+		if left <= 0 {
+			return true
+		}
+		time.Sleep(min(left, 100*time.Millisecond))
+	}
+	return false
+}
+
+// wait waits for d, and reports whether the run is still going.
+func (r *simRun) wait(d time.Duration) bool {
+	select {
+	case <-time.After(d):
+		return true
+	case <-r.ended:
+		return false
+	}
+}
+
 // config sets a member's configuration for the plan.
 func (r *simRun) config(cfg *Config) {
 	cfg.BeaconInterval = 5 * time.Millisecond
 	cfg.WindowMessages = 256
+	cfg.plant = r.plant
+	onView, self := cfg.OnView, cfg.Self
+	cfg.OnView = func(v View) {
+		if !v.Excluded {
+			r.mu.Lock()
+			if r.shown[self] == nil {
+				r.shown[self] = make(map[uint64]bool)
+			}
+			r.shown[self][v.Epoch] = true
+			r.mu.Unlock()
+		}
+		onView(v)
+	}
 	i := int(cfg.Self) - 1
 	if skew, drift := r.plan.skew[i], r.plan.drift[i]; skew != 0 || drift != 0 {
 		base := time.Now()
@@ -359,6 +528,58 @@ func (r *simRun) config(cfg *Config) {
 		disk := r.disks[cfg.Self]
 		r.mu.Unlock()
 		cfg.Durable = &DurableConfig{Dir: "db", FS: disk, RestartWait: 200 * time.Millisecond}
+		onView := cfg.OnView
+		cfg.OnView = func(v View) {
+			onView(v)
+			if !v.Excluded {
+				r.checkViewOnDisk(self, disk, v.Epoch)
+			}
+		}
+	}
+}
+
+// checkPut checks a write of member id to etcd as it is made. A joiner
+// marks itself caught up (and so counts towards majorities) only once it
+// holds the group's state: once its application has been shown the view
+// that admitted it, which it is only after its state transfer.
+func (r *simRun) checkPut(id NodeID, key, value []byte) {
+	rest, ok := strings.CutPrefix(string(key), r.c.prefix+"caughtup/")
+	if !ok {
+		return
+	}
+	var epoch uint64
+	if _, err := fmt.Sscanf(rest, "%d/", &epoch); err != nil {
+		r.t.Errorf("member %d: caught-up mark %q: %v", id, key, err)
+		return
+	}
+	r.mu.Lock()
+	shown := r.shown[id][epoch]
+	r.mu.Unlock()
+	if !shown {
+		r.t.Errorf("member %d marked itself caught up in view %d before it was shown the view (before its state came)", id, epoch)
+	}
+}
+
+// checkViewOnDisk checks that the record of view epoch, which member
+// id's application was just shown, is on the member's disk (synced): a
+// durable member puts a view's record, and waits for its fsync, before it
+// delivers anything of the view or of the cut that ends the view before
+// (its application sees the view after that cut).
+func (r *simRun) checkViewOnDisk(id NodeID, disk *vfs.MemFS, epoch uint64) {
+	ctx := context.Background()
+	l, err := persistence.Open(ctx, persistence.Options{Dir: "db", FS: disk.CrashClone(vfs.CrashCloneCfg{})})
+	if err != nil {
+		r.t.Errorf("member %d: its disk as a crash would leave it: %v", id, err)
+		return
+	}
+	defer l.Close()
+	views, err := l.Views(ctx)
+	if err != nil {
+		r.t.Errorf("member %d: the view records on its disk: %v", id, err)
+		return
+	}
+	if !slices.ContainsFunc(views, func(v membership.View) bool { return v.Epoch == epoch }) {
+		r.t.Errorf("member %d was shown view %d, whose record is not on its disk", id, epoch)
 	}
 }
 
@@ -487,12 +708,12 @@ func (c *vsCluster) node(id NodeID) (*vsNode, bool) {
 // joins the running group and gets its state by transfer.
 // Like a process supervisor, it tries again while Open fails (etcd is
 // out of reach, or the member was not admitted within a minute), for up
-// to two minutes.
+// to two minutes, or until c.ctx is done.
 func (c *vsCluster) openJoin(id NodeID, initial int, opts ...func(*Config)) (*vsNode, error) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		n, err := c.open(id, initial, opts...)
-		if err == nil || time.Now().After(deadline) {
+		if err == nil || time.Now().After(deadline) || c.ctx != nil && c.ctx.Err() != nil {
 			return n, err
 		}
 		time.Sleep(100 * time.Millisecond)

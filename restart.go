@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/convoy-gcs/convoy/internal/plant"
 	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/persistence"
 )
@@ -141,6 +142,9 @@ func (g *Group) replayLog(ctx context.Context) (uint64, error) {
 	// The rest waits until the group says it does (enterRecovered,
 	// suffixed) or is dropped (a transfer replaces the state).
 	to := min(l.Last(), max(l.Durable(), applied))
+	if g.cfg.plant.Has(plant.ReplayBeyondDurable) {
+		to = l.Last() // the planted fault: the whole log
+	}
 	last, err := g.replayEntries(ctx, from, to)
 	if err != nil {
 		return 0, err

@@ -32,6 +32,9 @@ type simEtcd struct {
 		// cut holds the members whose calls fail.
 		cut map[NodeID]bool
 	}
+	// checkPut, if set before the members start, is called with every
+	// put a member makes, before it is made.
+	checkPut func(id NodeID, key, value []byte)
 }
 
 func newSimEtcd(prefix string, ttl time.Duration) *simEtcd {
@@ -247,6 +250,9 @@ func (k simKV) RangeStream(ctx context.Context, r *pb.RangeRequest, opts ...grpc
 func (k simKV) Put(ctx context.Context, r *pb.PutRequest, opts ...grpc.CallOption) (*pb.PutResponse, error) {
 	if err := k.check(); err != nil {
 		return nil, err
+	}
+	if k.b.s.checkPut != nil {
+		k.b.s.checkPut(k.b.id, r.Key, r.Value)
 	}
 	defer k.b.s.poke()
 	return k.b.s.srv.Put(ctx, r, opts...)

@@ -101,6 +101,7 @@ func (g *Group) openView(ctx context.Context, rec membership.View, self int, now
 	core, err := ordering.NewCore(ordering.Config{
 		Self: self, Members: len(rec.Members), Mode: g.cfg.Mode, Epoch: rec.Epoch, Start: rec.Start,
 		BeaconInterval: g.cfg.BeaconInterval, BeaconGap: g.cfg.BeaconGap, FanOut: g.cfg.FanOut, MaxPayload: g.cfg.MaxMessageBytes,
+		Plant: g.cfg.plant,
 	}, now)
 	if err != nil {
 		return nil, err

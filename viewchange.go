@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/convoy-gcs/convoy/internal/plant"
 	"github.com/convoy-gcs/convoy/internal/vsync"
 	"github.com/convoy-gcs/convoy/membership"
 )
@@ -189,6 +190,12 @@ func (r *runner) report() {
 		r.change.AddEvent("final report", trace.WithAttributes(attribute.Int("convoy.hears", len(rep.Hears))))
 	}
 	r.putReport(rep)
+	if g.cfg.plant.Has(plant.EarlyDelivery) {
+		// The planted fault: the member delivers what it holds as if that
+		// were the cut, before the cut is committed.
+		ds, _, _ := v.core.Finish(rep.Held)
+		r.deliver(ds)
+	}
 }
 
 // hears returns whom this wedged member hears now: the members whose
@@ -250,7 +257,10 @@ func (r *runner) install(rec membership.View) bool {
 	// In durable delivery the view record is on disk before any message
 	// of its cut is delivered: a log that holds a message delivered at the
 	// cut also holds the cut, with the view it starts.
-	if g.disk != nil && in {
+	// (The planted fault leaves the record out: the log fsyncs its writes
+	// in order, so a record put before the cut's entries, waited for or
+	// not, is on disk before them.)
+	if g.disk != nil && in && !g.cfg.plant.Has(plant.UnsyncedView) {
 		if err := g.disk.PutView(g.ctx, rec); err != nil {
 			g.log.Error("durable log: view record", "epoch", rec.Epoch, "err", err)
 		}
@@ -416,6 +426,9 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 	}
 	if joining && g.cfg.State != nil && len(donors) > 0 {
 		r.restoring = true
+		if g.cfg.plant.Has(plant.EarlyCaughtUp) {
+			r.caughtUp() // the planted fault: before the state has come
+		}
 		r.fetch(v)
 		return true
 	}

@@ -26,7 +26,7 @@ import (
 // vsCluster runs members of a view-managed group in this process, on the
 // in-memory transport, around one embedded etcd.
 type vsCluster struct {
-	t      *testing.T
+	t      testing.TB
 	etcd   *etcdembed.Server
 	fabric *rdma.MemFabric
 	prefix string
@@ -43,6 +43,8 @@ type vsCluster struct {
 	// openTimeout, if set, bounds how long open waits for a member to take
 	// part in a view.
 	openTimeout time.Duration
+	// ctx, if set, ends the opens under way when it is done.
+	ctx context.Context
 }
 
 // vsNode is one incarnation of a member and what it saw.
@@ -126,6 +128,9 @@ func (c *vsCluster) open(id NodeID, initial int, opts ...func(*Config)) (*vsNode
 		o(&cfg)
 	}
 	ctx := context.Background()
+	if c.ctx != nil {
+		ctx = c.ctx
+	}
 	if c.openTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.openTimeout)
@@ -352,7 +357,8 @@ func (n *vsNode) delivered() int {
 }
 
 // check verifies the guarantees over every history, live or gone:
-// one message per global index everywhere, consecutive indexes, no
+// one message per global index everywhere (the messages replayed from
+// durable logs included), consecutive indexes, no
 // duplicates, per-sender order, the same views (members and start) with
 // every view placed at its start index, and virtual synchrony: a member
 // that installed view e+1 delivered in view e exactly the messages every
@@ -370,7 +376,18 @@ func (c *vsCluster) check() {
 	for _, n := range all {
 		n.mu.Lock()
 		events := slices.Clone(n.events)
+		replayed := slices.Clone(n.replayed)
 		n.mu.Unlock()
+		// What a durable member replays from its log is what it was told
+		// is durable (or the group confirmed since): each message stands
+		// at its index.
+		for _, d := range replayed {
+			msg := fmt.Sprintf("%d:%d:%s", d.Sender, d.Seq, d.Payload)
+			if prev, ok := byIndex[d.Index]; ok && prev != msg {
+				c.t.Fatalf("index %d: %s on one member, %s replayed on member %d", d.Index, prev, msg, n.id)
+			}
+			byIndex[d.Index] = msg
+		}
 		var last uint64
 		var epoch uint64
 		var inEpoch strings.Builder
@@ -590,7 +607,7 @@ func (c *vsCluster) waitCount(n *vsNode, k int) {
 // until its state is transferred again): it waits until the nodes are
 // settled at one index, and fails if they are there with different
 // states, or never get there.
-func sameState(t *testing.T, nodes ...*vsNode) {
+func sameState(t testing.TB, nodes ...*vsNode) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {

@@ -35,6 +35,8 @@ var (
 type Promises struct {
 	senders []senderState
 	window  uint64
+	// early: beacons apply at once (PlantEarlyBeacons).
+	early bool
 }
 
 type senderState struct {
@@ -66,6 +68,11 @@ type beacon struct {
 func NewPromises(n int, window uint64) *Promises {
 	return &Promises{senders: make([]senderState, n), window: window}
 }
+
+// PlantEarlyBeacons plants a fault, for the project's own tests only
+// (package plant): from now on a beacon applies at once, whether or not
+// its sender's messages up to it are held.
+func (p *Promises) PlantEarlyBeacons() { p.early = true }
 
 func (p *Promises) sender(rank int) (*senderState, error) {
 	if rank < 0 || rank >= len(p.senders) {
@@ -108,7 +115,7 @@ func (p *Promises) Hold(rank int, seq uint64, ts Timestamp) error {
 		}
 		s.early[seq] = ts
 	}
-	s.add(beacon{seq, ts + 1})
+	s.add(beacon{seq, ts + 1}, p.early)
 	return nil
 }
 
@@ -152,12 +159,13 @@ func (p *Promises) Beacon(rank int, n uint64, t Timestamp) error {
 		}
 	}
 	s.lastBeacon = t
-	s.add(beacon{n, t})
+	s.add(beacon{n, t}, p.early)
 	return nil
 }
 
-// add queues b and applies every pending beacon whose messages are held.
-func (s *senderState) add(b beacon) {
+// add queues b and applies every pending beacon whose messages are held
+// (every one, if early).
+func (s *senderState) add(b beacon, early bool) {
 	// Keep pending sorted by n; a beacon with a larger n and a smaller t
 	// than another is redundant once both apply, so only order matters.
 	i := len(s.pending)
@@ -168,7 +176,7 @@ func (s *senderState) add(b beacon) {
 	copy(s.pending[i+1:], s.pending[i:])
 	s.pending[i] = b
 	k := 0
-	for k < len(s.pending) && s.pending[k].n <= s.held {
+	for k < len(s.pending) && (s.pending[k].n <= s.held || early) {
 		if s.pending[k].t > s.applied {
 			s.applied = s.pending[k].t
 		}

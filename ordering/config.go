@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/convoy-gcs/convoy/internal/plant"
 )
 
 // Mode is a delivery guarantee.
@@ -87,6 +89,10 @@ type Config struct {
 	Window uint64
 	// MaxPayload bounds one message.
 	MaxPayload int
+	// Plant plants protocol faults, for the project's own tests only
+	// (package plant); it is zero in every real use. Of the faults, the
+	// core acts on plant.EarlyBeacon.
+	Plant plant.Faults
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -9,6 +9,7 @@ import (
 	"github.com/google/btree"
 
 	"github.com/convoy-gcs/convoy/barrier"
+	"github.com/convoy-gcs/convoy/internal/plant"
 )
 
 // Errors for records the core rejects, besides those of package barrier
@@ -186,6 +187,9 @@ func NewCore(cfg Config, now int64) (*Core, error) {
 		unstableSeq: 1,
 		lastSent:    now,
 		lastTree:    now,
+	}
+	if c.Plant.Has(plant.EarlyBeacon) {
+		core.prom.PlantEarlyBeacons()
 	}
 	for i := range core.nextSeq {
 		core.nextSeq[i] = 1
