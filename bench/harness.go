@@ -167,7 +167,7 @@ func startClusterOnce(ctx context.Context, exe, root string, sys system, n int, 
 			id:      i + 1,
 			dir:     fmt.Sprintf("%s/%d", dir, i+1),
 			peers:   peers,
-			client:  c.clientAddrs[i],
+			clients: c.clientAddrs,
 			durable: sys.durable,
 		}
 		p, err := startProc(exe, fmt.Sprintf("%s replica %d", sys.name, i+1), args.argv(), verbose)

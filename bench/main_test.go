@@ -40,7 +40,7 @@ func TestQuickRun(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	err := run(ctx, []string{
 		"-quick", "-duration", "500ms", "-warmup", "100ms",
-		"-systems", "convoy,etcd,convoy-nosync,etcd-nosync",
+		"-systems", "convoy,etcd,raft,convoy-nosync,etcd-nosync,raft-nosync",
 		"-workloads", "a,c,d,f", "-big-clients", "1",
 		"-dir", dataDir, "-out", out,
 	}, &stdout, &stderr)
@@ -82,9 +82,9 @@ func TestQuickRun(t *testing.T) {
 	// The nosync systems run only workload a; the physical limits are two
 	// rows of their own.
 	want := []string{
-		"a/convoy", "a/etcd", "a/convoy-nosync", "a/etcd-nosync",
-		"c/convoy", "c/etcd",
-		"d/convoy", "d/etcd",
+		"a/convoy", "a/etcd", "a/raft", "a/convoy-nosync", "a/etcd-nosync", "a/raft-nosync",
+		"c/convoy", "c/etcd", "c/raft",
+		"d/convoy", "d/etcd", "d/raft",
 		"f/pebble-3x", "f/fsync",
 	}
 	var got []string

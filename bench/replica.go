@@ -15,12 +15,13 @@ import (
 
 // replicaArgs is the command line of one replica process.
 type replicaArgs struct {
-	kind string // "convoy" or "etcd"
+	kind string // "convoy", "etcd" or "raft"
 	id   int    // from 1
 	dir  string // data directory
-	// peers are the replicas' addresses for each other, in id order;
-	// client is where this replica serves clients.
+	// peers are the replicas' addresses for each other, clients where
+	// they serve clients, both in id order; client is this replica's.
 	peers   []string
+	clients []string
 	client  string
 	durable bool
 }
@@ -32,7 +33,7 @@ func (a replicaArgs) argv() []string {
 		"-id", strconv.Itoa(a.id),
 		"-dir", a.dir,
 		"-peers", strings.Join(a.peers, ","),
-		"-client", a.client,
+		"-clients", strings.Join(a.clients, ","),
 		"-durable=" + strconv.FormatBool(a.durable),
 	}
 }
@@ -41,22 +42,26 @@ func parseReplicaArgs(args []string) (replicaArgs, error) {
 	fs := flag.NewFlagSet("replica", flag.ContinueOnError)
 	var a replicaArgs
 	var peers string
-	fs.StringVar(&a.kind, "kind", "", "the system: convoy or etcd")
+	fs.StringVar(&a.kind, "kind", "", "the system: convoy, etcd or raft")
 	fs.IntVar(&a.id, "id", 0, "this replica's id, from 1")
 	fs.StringVar(&a.dir, "dir", "", "data directory")
 	fs.StringVar(&peers, "peers", "", "every replica's address for the others, comma-separated, in id order")
-	fs.StringVar(&a.client, "client", "", "address to serve clients on")
+	clients := fs.String("clients", "", "every replica's address for clients, comma-separated, in id order")
 	fs.BoolVar(&a.durable, "durable", true, "fsync before acknowledging a write")
 	if err := fs.Parse(args); err != nil {
 		return a, err
 	}
-	a.peers = strings.Split(peers, ",")
+	a.peers, a.clients = strings.Split(peers, ","), strings.Split(*clients, ",")
+	if len(a.clients) != len(a.peers) {
+		return a, errors.New("-peers and -clients list different counts")
+	}
 	if a.id < 1 || a.id > len(a.peers) {
 		return a, fmt.Errorf("-id %d: want 1 to %d", a.id, len(a.peers))
 	}
-	if a.dir == "" || a.client == "" {
-		return a, errors.New("-dir and -client are required")
+	if a.dir == "" {
+		return a, errors.New("-dir is required")
 	}
+	a.client = a.clients[a.id-1]
 	return a, nil
 }
 
@@ -83,7 +88,9 @@ func runReplica(ctx context.Context, args []string, log *slog.Logger) error {
 		return runConvoyReplica(ctx, a, ready, log)
 	case "etcd":
 		return runEtcdReplica(ctx, a, ready, log)
+	case "raft":
+		return runRaftReplica(ctx, a, ready, log)
 	default:
-		return fmt.Errorf("-kind %q: want convoy or etcd", a.kind)
+		return fmt.Errorf("-kind %q: want convoy, etcd or raft", a.kind)
 	}
 }

@@ -38,8 +38,10 @@ func allSystems() []system {
 	return []system{
 		{name: "convoy", kind: "convoy", durable: true, reference: "convoy", dial: dialConvoy},
 		{name: "etcd", kind: "etcd", durable: true, reference: "convoy", dial: dialEtcd},
+		{name: "raft", kind: "raft", durable: true, reference: "convoy", dial: dialConvoy},
 		{name: "convoy-nosync", kind: "convoy", durable: false, reference: "convoy-nosync", dial: dialConvoy},
 		{name: "etcd-nosync", kind: "etcd", durable: false, reference: "convoy-nosync", dial: dialEtcd},
+		{name: "raft-nosync", kind: "raft", durable: false, reference: "convoy-nosync", dial: dialConvoy},
 	}
 }
 
