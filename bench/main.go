@@ -1,0 +1,252 @@
+// Command bench compares Convoy with its peers in one run, on the
+// reader's machine: every system as three replica processes on loopback
+// TCP, going through the same workloads, the systems alternating within
+// each repetition, medians reported. See the repository's README,
+// "Performance".
+//
+//	cd bench && go run . -out results/
+//
+// It re-executes itself as each replica process ("bench replica ...").
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(os.Args) > 1 && os.Args[1] == "replica" {
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		if err := runReplica(ctx, os.Args[2:], log); err != nil {
+			log.Error("replica failed", "err", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+// config is a parsed command line.
+type config struct {
+	out        string
+	systems    []system
+	workloads  []workload
+	reps       int
+	timing     timing
+	clients    []int
+	conns      int
+	startLimit time.Duration
+	dir        string
+	verbose    bool
+}
+
+func parseConfig(args []string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &config{}
+	fs.StringVar(&c.out, "out", "results", "directory to write results.json to (empty: none)")
+	systems := fs.String("systems", "convoy,etcd,raft,convoy-nosync,etcd-nosync,raft-nosync", "systems to measure, comma-separated")
+	workloads := fs.String("workloads", "a,b,c,d,f", "workloads to run, comma-separated letters (see the README)")
+	fs.IntVar(&c.reps, "reps", 3, "repetitions; the tables report medians")
+	fs.DurationVar(&c.timing.duration, "duration", 5*time.Second, "how long each point is measured")
+	fs.DurationVar(&c.timing.warmup, "warmup", time.Second, "how long each point runs before it is measured")
+	fs.DurationVar(&c.timing.callTimeout, "timeout", 10*time.Second, "bound on one write; writes that take longer count as timeouts")
+	clients := fs.String("clients", "64,256,1024,4096", "client counts swept by the saturation workloads")
+	bigClients := fs.Int("big-clients", 8, "client count of the 1 MiB workload")
+	fs.IntVar(&c.conns, "conns", 12, "connections (etcd: clientv3 clients) the clients share")
+	fs.DurationVar(&c.startLimit, "start-timeout", time.Minute, "bound on starting one cluster")
+	fs.StringVar(&c.dir, "dir", "", "where the replicas' data directories go (default: the system's temporary directory); removed at the end")
+	quick := fs.Bool("quick", false, "a smoke run: unless set explicitly, -reps 1 -duration 1s -warmup 250ms -clients 64 -big-clients 2 -timeout 5s")
+	fs.BoolVar(&c.verbose, "v", false, "log progress and the replicas' standard error to stderr")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if *quick {
+		set := make(map[string]bool)
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		quickValues := map[string]string{
+			"reps": "1", "duration": "1s", "warmup": "250ms", "clients": "64", "big-clients": "2", "timeout": "5s",
+		}
+		for name, v := range quickValues {
+			if !set[name] {
+				if err := fs.Set(name, v); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+
+	var err error
+	if c.systems, err = parseSystems(*systems); err != nil {
+		return nil, err
+	}
+	for _, s := range strings.Split(*clients, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-clients: %q is not a positive count", s)
+		}
+		c.clients = append(c.clients, n)
+	}
+	if *bigClients < 1 {
+		return nil, errors.New("-big-clients: want at least 1")
+	}
+	if c.workloads, err = parseWorkloads(*workloads, workloadSet(c.clients, *bigClients)); err != nil {
+		return nil, err
+	}
+	if c.reps < 1 || c.conns < 1 || c.timing.duration <= 0 || c.timing.warmup < 0 || c.timing.callTimeout <= 0 {
+		return nil, errors.New("-reps and -conns want at least 1, -duration and -timeout a positive duration, -warmup one not negative")
+	}
+	return c, nil
+}
+
+// run runs the benchmark that args describe, prints its tables on stdout
+// and writes results.json.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parseConfig(args, stderr)
+	if err != nil {
+		return err
+	}
+	level := slog.LevelWarn
+	var verbose io.Writer
+	if c.verbose {
+		level, verbose = slog.LevelInfo, stderr
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	root, err := os.MkdirTemp(c.dir, "convoy-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(root)
+
+	res := results{Started: time.Now().UTC(), Machine: thisMachine(), Settings: c.settings()}
+	for rep := 1; rep <= c.reps; rep++ {
+		for _, sys := range c.systems {
+			samples, err := c.measureSystem(ctx, exe, root, sys, verbose, log)
+			if err != nil {
+				return fmt.Errorf("repetition %d: %w", rep, err)
+			}
+			for i := range samples {
+				samples[i].Rep = rep
+			}
+			res.Samples = append(res.Samples, samples...)
+		}
+		for _, w := range c.workloads {
+			if !w.physical {
+				continue
+			}
+			samples, err := runPhysical(ctx, root, c.timing)
+			if err != nil {
+				return fmt.Errorf("repetition %d: physical limits: %w", rep, err)
+			}
+			for i := range samples {
+				samples[i].Rep = rep
+				logSample(log, samples[i])
+			}
+			res.Samples = append(res.Samples, samples...)
+		}
+	}
+	res.Summary = summarize(res.Samples, c.workloads, c.systems)
+	if err := printTables(stdout, res.Summary, c.workloads); err != nil {
+		return err
+	}
+	if c.out == "" {
+		return nil
+	}
+	return writeResults(c.out, res)
+}
+
+// measureSystem starts a cluster of sys and measures every point of the
+// workloads that apply to it, in order, on that cluster.
+func (c *config) measureSystem(ctx context.Context, exe, root string, sys system, verbose io.Writer, log *slog.Logger) (_ []sample, err error) {
+	var workloads []workload
+	for _, w := range c.workloads {
+		if w.appliesTo(sys) {
+			workloads = append(workloads, w)
+		}
+	}
+	if len(workloads) == 0 {
+		return nil, nil
+	}
+	log.Info("starting", "system", sys.name)
+	cl, err := startCluster(ctx, exe, root, sys, 3, c.startLimit, verbose)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		// A replica that fails while its cluster stops spoils none of the
+		// measurements taken: it is logged, not returned.
+		if stopErr := cl.stop(); stopErr != nil {
+			log.Warn("stopping the cluster", "system", sys.name, "err", stopErr)
+		}
+	}()
+	kv, err := sys.dial(ctx, cl.clientAddrs, c.conns)
+	if err != nil {
+		return nil, fmt.Errorf("%s: connect: %w", sys.name, err)
+	}
+	defer func() { err = errors.Join(err, kv.Close()) }()
+
+	var samples []sample
+	for _, w := range workloads {
+		counts := w.clients
+		if w.rate > 0 {
+			counts = []int{0}
+		}
+		for _, n := range counts {
+			s := runPoint(ctx, w, kv, cl, n, c.timing)
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			s.System = sys.name
+			logSample(log, s)
+			samples = append(samples, s)
+		}
+	}
+	return samples, nil
+}
+
+func logSample(log *slog.Logger, s sample) {
+	log.Info("measured", "workload", s.Workload, "system", s.System, "clients", s.Clients,
+		"ops_per_sec", int(s.OpsPerSec), "p50", formatUs(s.P50Us), "p99", formatUs(s.P99Us),
+		"cpu_cores", fmt.Sprintf("%.2f", s.CPUCores), "timeouts", s.Timeouts, "errors", s.Errors)
+}
+
+func (c *config) settings() settings {
+	s := settings{
+		Reps:     c.reps,
+		Warmup:   c.timing.warmup.String(),
+		Duration: c.timing.duration.String(),
+		Clients:  c.clients,
+		Conns:    c.conns,
+	}
+	for _, sys := range c.systems {
+		s.Systems = append(s.Systems, sys.name)
+	}
+	for _, w := range c.workloads {
+		s.Workloads = append(s.Workloads, w.name)
+	}
+	return s
+}

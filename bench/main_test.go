@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain makes the test binary serve as a replica process too: run
+// re-executes its own executable, which under go test is this binary.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "replica" {
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		if err := runReplica(context.Background(), os.Args[2:], log); err != nil {
+			log.Error("replica failed", "err", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestQuickRun runs a short quick-mode benchmark of every system and
+// checks the structure of what it prints and writes, not the speeds.
+func TestQuickRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts clusters of replica processes")
+	}
+	dataDir, out := t.TempDir(), t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{
+		"-quick", "-duration", "500ms", "-warmup", "100ms",
+		"-systems", "convoy,etcd,raft,convoy-nosync,etcd-nosync,raft-nosync",
+		"-workloads", "a,c,d,f", "-big-clients", "1",
+		"-dir", dataDir, "-out", out,
+	}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+
+	for _, header := range []string{
+		"(a) 64-byte writes at saturation",
+		"(c) 64-byte durable writes at a fixed open-loop load",
+		"(d) 1 MiB durable writes at saturation",
+		"(f) physical limits",
+	} {
+		if !strings.Contains(stdout.String(), header) {
+			t.Errorf("no table %q in the output:\n%s", header, stdout.String())
+		}
+	}
+	headers := 0
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == "system" && strings.Contains(line, "ratio") {
+			headers++
+		}
+	}
+	if headers != 4 {
+		t.Errorf("%d column headers, want 4, output:\n%s", headers, stdout.String())
+	}
+
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res results
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("results.json: %v", err)
+	}
+	if res.Machine.CPUs < 1 || res.Settings.Reps != 1 {
+		t.Errorf("machine %+v, settings %+v", res.Machine, res.Settings)
+	}
+	// The nosync systems run only workload a; the physical limits are two
+	// rows of their own.
+	want := []string{
+		"a/convoy", "a/etcd", "a/raft", "a/convoy-nosync", "a/etcd-nosync", "a/raft-nosync",
+		"c/convoy", "c/etcd", "c/raft",
+		"d/convoy", "d/etcd", "d/raft",
+		"f/pebble-3x", "f/fsync",
+	}
+	var got []string
+	for _, s := range res.Summary {
+		got = append(got, s.Workload+"/"+s.System)
+		for _, x := range []float64{s.OpsPerSec, s.P50Us, s.P99Us, s.CPUCores} {
+			if x < 0 || math.IsNaN(x) || math.IsInf(x, 0) {
+				t.Errorf("%s/%s: a value out of range: %+v", s.Workload, s.System, s)
+			}
+		}
+		if s.System == "convoy" || s.System == "convoy-nosync" {
+			if s.Ratio != nil {
+				t.Errorf("%s/%s: a ratio to itself", s.Workload, s.System)
+			}
+			if s.Errors != 0 {
+				t.Errorf("%s/%s: %d failed writes", s.Workload, s.System, s.Errors)
+			}
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("summary rows %v, want %v", got, want)
+	}
+	if len(res.Samples) != len(want) {
+		t.Errorf("%d samples, want %d (one per row at one repetition)", len(res.Samples), len(want))
+	}
+	for _, s := range res.Samples {
+		if s.System == "convoy" && s.FirstError != "" {
+			t.Errorf("%s/%s: %s", s.Workload, s.System, s.FirstError)
+		}
+	}
+
+	left, err := os.ReadDir(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Errorf("data directories left behind: %v", left)
+	}
+}
+
+func TestPercentiles(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Microsecond)
+	}
+	p50, p99 := percentiles(ds)
+	if p50 != 50 || p99 != 99 {
+		t.Errorf("percentiles of 1..100µs: p50 %v, p99 %v; want 50, 99", p50, p99)
+	}
+	if p50, p99 := percentiles(nil); p50 != 0 || p99 != 0 {
+		t.Errorf("percentiles of none: %v, %v", p50, p99)
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		xs   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{3}, 3},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	} {
+		if got := median(tc.xs); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.xs, got, tc.want)
+		}
+	}
+}
+
+func TestWriteMessage(t *testing.T) {
+	key, value, err := decodeWrite(encodeWrite([]byte("k1"), []byte("value")))
+	if err != nil || string(key) != "k1" || string(value) != "value" {
+		t.Errorf("round trip: %q %q %v", key, value, err)
+	}
+	if _, _, err := decodeWrite([]byte{0, 9, 'x'}); err == nil {
+		t.Error("a key longer than the message decoded")
+	}
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// system is one system under test in one configuration: three replica
+// processes of kind, with or without fsync before the acknowledgement.
+type system struct {
+	name    string // as in -systems and in the tables
+	kind    string // the replica process's -kind
+	durable bool
+	// reference names the Convoy configuration the system's results are
+	// compared with: the one with the same durability.
+	reference string
+	dial      func(ctx context.Context, addrs []string, conns int) (client, error)
+}
+
+// client writes to a running cluster. Callers are numbered: those with
+// the same number share a connection.
+type client interface {
+	Put(ctx context.Context, caller int, key, value []byte) error
+	Close() error
+}
+
+func dialConvoy(ctx context.Context, addrs []string, conns int) (client, error) {
+	return dialKVClients(ctx, addrs, conns)
+}
+
+func dialEtcd(ctx context.Context, addrs []string, conns int) (client, error) {
+	return dialEtcdClients(ctx, addrs, conns)
+}
+
+// allSystems lists every system, in the order they alternate in.
+func allSystems() []system {
+	return []system{
+		{name: "convoy", kind: "convoy", durable: true, reference: "convoy", dial: dialConvoy},
+		{name: "etcd", kind: "etcd", durable: true, reference: "convoy", dial: dialEtcd},
+		{name: "raft", kind: "raft", durable: true, reference: "convoy", dial: dialConvoy},
+		{name: "convoy-nosync", kind: "convoy", durable: false, reference: "convoy-nosync", dial: dialConvoy},
+		{name: "etcd-nosync", kind: "etcd", durable: false, reference: "convoy-nosync", dial: dialEtcd},
+		{name: "raft-nosync", kind: "raft", durable: false, reference: "convoy-nosync", dial: dialConvoy},
+	}
+}
+
+// parseSystems returns the systems a comma-separated list names, in the
+// order of allSystems.
+func parseSystems(list string) ([]system, error) {
+	want := make(map[string]bool)
+	for _, name := range strings.Split(list, ",") {
+		want[strings.TrimSpace(name)] = true
+	}
+	var out []system
+	for _, s := range allSystems() {
+		if want[s.name] {
+			out = append(out, s)
+			delete(want, s.name)
+		}
+	}
+	for name := range want {
+		return nil, fmt.Errorf("-systems: unknown system %q", name)
+	}
+	return out, nil
+}
