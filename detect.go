@@ -85,10 +85,13 @@ func (v *view) reopenControl(ctx context.Context, now int64) {
 }
 
 // linkDown records that the control stream to rank r broke at now: the
-// detector hears of it, and the stream is opened again a suspect timeout
-// later.
+// detector, if the view has one (a group with fixed membership has none,
+// its control streams carry only durable delivery's signals), hears of
+// it, and the stream is opened again a suspect timeout later.
 func (v *view) linkDown(now int64, r int) {
-	v.det.Disconnected(r)
+	if v.det != nil {
+		v.det.Disconnected(r)
+	}
 	if v.ctrlRetry[r] == 0 {
 		v.ctrlRetry[r] = now + int64(v.g.cfg.SuspectTimeout)
 	}
@@ -136,6 +139,13 @@ func (h *ctrlHandler) Failed(err error) {
 // signal applies a detector signal from rank from.
 func (r *runner) signal(now int64, from int, imm uint64) {
 	v := r.v
+	if v.det == nil {
+		// A group with fixed membership runs no detector: a detector
+		// signal from a peer is not for it.
+		r.g.m.rejected.Add(r.g.ctx, 1)
+		r.g.log.Warn("rejected detector signal: this group runs no failure detector", "from", v.ids[from], "epoch", v.rec.Epoch)
+		return
+	}
 	local := membership.FrontierUnits(uint64(v.core.Frontier()))
 	m, err := membership.DecodeSignal(imm, from, v.self, len(v.ids), local)
 	if err == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -18,8 +19,10 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/convoy-gcs/convoy/internal/kvtest"
+	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/persistence"
 	"github.com/convoy-gcs/convoy/rdma"
 )
@@ -877,4 +880,24 @@ func checkAcked(t *testing.T, state *kvtest.Map, acked []string) {
 			t.Fatalf("%q was reported durable and is lost", p)
 		}
 	}
+}
+
+// TestFixedGroupDetectorEvents: a group with fixed membership runs no
+// failure detector, though its control streams carry durable delivery's
+// signals: a broken control stream is only reopened later, and a
+// detector signal from a peer is rejected, instead of reaching a
+// detector that does not exist.
+func TestFixedGroupDetectorEvents(t *testing.T) {
+	m, err := newMetrics(metricnoop.NewMeterProvider())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Group{cfg: Config{SuspectTimeout: time.Second}, m: m, log: slog.New(slog.DiscardHandler), ctx: context.Background()}
+	v := &view{g: g, ids: []NodeID{1, 2, 3}, ctrlRetry: make([]int64, 3)}
+	r := &runner{g: g, v: v}
+	v.linkDown(5, 1)
+	if got, want := v.ctrlRetry[1], int64(5)+int64(time.Second); got != want {
+		t.Errorf("control stream to rank 1 reopened at %d, want %d", got, want)
+	}
+	r.signal(5, 2, membership.EncodeSignal(membership.Message{Kind: membership.MsgHeartbeat, From: 2, To: 0}))
 }

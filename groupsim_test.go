@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/convoy-gcs/convoy/internal/kvtest"
 	"github.com/convoy-gcs/convoy/internal/plant"
@@ -37,7 +38,8 @@ var (
 // seed draws the group's size (3 to 7), durable delivery or not, each
 // member's clock offset and drift, and a schedule of faults: crashes and
 // restarts (of one member, of the whole durable group, with a wiped
-// disk), partitions and heals, broken links, etcd outages shorter and
+// disk; the whole group also by a power cut in the middle of a member's
+// fsync, see powercut_test.go), partitions and heals, broken links, etcd outages shorter and
 // longer than the leases, members cut off from etcd. Then the faults stop
 // and every check runs: the group must come back to all its members in
 // one view and deliver again (liveness), every history must hold the
@@ -180,7 +182,7 @@ type simOptions struct {
 // simFault is one fault of a schedule, at a time since the load started.
 type simFault struct {
 	at   time.Duration
-	kind string // crash, crash-all, wipe, partition, break, etcd-down, etcd-cut
+	kind string // crash, crash-all, power-cut, wipe, partition, break, etcd-down, etcd-cut
 	// who is the member crashed or cut off, or the sides of a
 	// partition, or the two ends of a broken link.
 	who [][]NodeID
@@ -298,6 +300,8 @@ type simRun struct {
 	acked []string
 	// dead holds the incarnations crashed (or being crashed).
 	dead map[*vsNode]bool
+	// cut is the power cut under way, if any (powercut_test.go).
+	cut *powerCut
 	// shown holds, for each member, the views its application has been
 	// shown as a member (in any incarnation).
 	shown map[NodeID]map[uint64]bool
@@ -307,7 +311,17 @@ type simRun struct {
 // goes on drawing from.
 func seedPlan(seed uint64) (*simPlan, *rand.Rand) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
-	return simSchedule(rng), rng
+	plan := simSchedule(rng)
+	// A second stream turns half the whole-group crashes into power cuts,
+	// leaving every other draw of the seed as it was.
+	cuts := rand.New(rand.NewPCG(seed, seed^0xc075))
+	for i, f := range plan.faults {
+		if f.kind == "crash-all" && cuts.IntN(2) == 0 {
+			plan.faults[i].kind = "power-cut"
+			plan.faults[i].who = [][]NodeID{{NodeID(1 + cuts.IntN(plan.n))}}
+		}
+	}
+	return plan, rng
 }
 
 // runSim runs one seed, inside a synctest bubble, and reports what its
@@ -404,18 +418,9 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 			for _, nd := range live {
 				r.crash(nd.id, false)
 			}
-			undo.Add(1)
-			go func() {
-				defer undo.Done()
-				if !r.wait(f.lasts) {
-					return
-				}
-				var wg sync.WaitGroup
-				for _, nd := range live {
-					wg.Go(func() { r.restart(nd.id, n) })
-				}
-				wg.Wait()
-			}()
+			r.restartAll(live, f.lasts, 0, n, &undo)
+		case "power-cut":
+			r.powerCut(f, n, &undo)
 		case "partition":
 			c.fabric.Partition(f.who...)
 			r.sleep(f.lasts)
@@ -527,7 +532,7 @@ func (r *simRun) config(cfg *Config) {
 		r.mu.Lock()
 		disk := r.disks[cfg.Self]
 		r.mu.Unlock()
-		cfg.Durable = &DurableConfig{Dir: "db", FS: disk, RestartWait: 200 * time.Millisecond}
+		cfg.Durable = &DurableConfig{Dir: "db", FS: errorfs.Wrap(disk, powerSwitch{r, cfg.Self, disk}), RestartWait: 200 * time.Millisecond}
 		onView := cfg.OnView
 		cfg.OnView = func(v View) {
 			onView(v)
