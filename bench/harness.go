@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,18 +9,15 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/convoy-gcs/convoy/internal/childproc"
 )
 
 // stopTimeout bounds how long a replica may take to exit after its
 // standard input closes before it is killed.
 const stopTimeout = 10 * time.Second
-
-// stderrTail is how much of a replica's standard error is kept to show
-// when it fails.
-const stderrTail = 4 << 10
 
 // readyEvent is the line a replica prints on standard output once it
 // serves clients.
@@ -30,91 +25,17 @@ type readyEvent struct {
 	Ready bool `json:"ready"`
 }
 
-// proc is one replica process: this program re-executed as
-// "bench replica ...". It exits when its standard input closes.
-type proc struct {
-	name  string
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	// ready receives nil once the replica reports it serves, or the error
-	// that ended it first; it is written once.
-	ready  chan error
-	stderr *tailBuffer
-	// exited is closed once Wait returned; err is its result.
-	exited chan struct{}
-	err    error
-}
-
-// startProc starts this program's executable with args as a replica
-// process in a process group of its own, killed by the kernel if this
-// process dies first (see childAttr). Its standard error goes to a buffer
-// that keeps the tail, and to verbose if not nil.
-func startProc(exe, name string, args []string, verbose io.Writer) (*proc, error) {
-	p := &proc{
-		name:   name,
-		cmd:    exec.Command(exe, args...),
-		ready:  make(chan error, 1),
-		stderr: &tailBuffer{max: stderrTail},
-		exited: make(chan struct{}),
-	}
-	p.cmd.SysProcAttr = childAttr()
-	if verbose != nil {
-		p.cmd.Stderr = io.MultiWriter(p.stderr, verbose)
-	} else {
-		p.cmd.Stderr = p.stderr
-	}
-	in, err := p.cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := p.cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p.stdin = in
-	go func() {
-		sc := bufio.NewScanner(out)
-		reported := false
-		for sc.Scan() {
-			var ev readyEvent
-			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Ready && !reported {
-				reported = true
-				p.ready <- nil
-			}
-		}
-		p.err = p.cmd.Wait()
-		if !reported {
-			p.ready <- fmt.Errorf("%s exited before it was ready (%v): %s", name, p.err, p.stderr.String())
-		}
-		close(p.exited)
-	}()
-	return p, nil
-}
-
-// stop closes the replica's standard input, which asks it to exit, and
-// waits until it does; after stopTimeout it kills the replica's process
-// group.
-func (p *proc) stop() error {
-	p.stdin.Close()
-	select {
-	case <-p.exited:
-	case <-time.After(stopTimeout):
-		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.exited
-		return fmt.Errorf("%s did not exit within %v of being asked: killed", p.name, stopTimeout)
-	}
-	if p.err != nil {
-		return fmt.Errorf("%s: %w: %s", p.name, p.err, p.stderr.String())
-	}
-	return nil
+// isReady reports whether line is a replica's readyEvent.
+func isReady(line []byte) bool {
+	var ev readyEvent
+	return json.Unmarshal(line, &ev) == nil && ev.Ready
 }
 
 // cluster is the three replica processes of one system.
 type cluster struct {
-	procs []*proc
+	// procs are this program re-executed as "bench replica ...", each
+	// exiting when its standard input closes.
+	procs []*childproc.Proc
 	// clientAddrs are the addresses the replicas serve clients on, in
 	// replica order.
 	clientAddrs []string
@@ -170,24 +91,21 @@ func startClusterOnce(ctx context.Context, exe, root string, sys system, n int, 
 			clients: c.clientAddrs,
 			durable: sys.durable,
 		}
-		p, err := startProc(exe, fmt.Sprintf("%s replica %d", sys.name, i+1), args.argv(), verbose)
+		p, err := childproc.Start(exec.Command(exe, args.argv()...), childproc.Options{
+			Name:   fmt.Sprintf("%s replica %d", sys.name, i+1),
+			Stderr: verbose,
+			Ready:  isReady,
+		})
 		if err != nil {
 			return nil, err
 		}
 		c.procs = append(c.procs, p)
 	}
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("not ready within %v", timeout))
+	defer cancel()
 	for _, p := range c.procs {
-		select {
-		case err := <-p.ready:
-			if err != nil {
-				return nil, err
-			}
-		case <-deadline.C:
-			return nil, fmt.Errorf("%s not ready within %v: %s", p.name, timeout, p.stderr.String())
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		if err := p.WaitReady(ctx); err != nil {
+			return nil, err
 		}
 	}
 	return c, nil
@@ -197,7 +115,7 @@ func startClusterOnce(ctx context.Context, exe, root string, sys system, n int, 
 func (c *cluster) cpu() time.Duration {
 	var total time.Duration
 	for _, p := range c.procs {
-		total += procCPU(p.cmd.Process.Pid)
+		total += p.CPU()
 	}
 	return total
 }
@@ -205,13 +123,7 @@ func (c *cluster) cpu() time.Duration {
 // stop stops every replica, all at once, and removes the cluster's
 // directory.
 func (c *cluster) stop() error {
-	errs := make([]error, len(c.procs))
-	var wg sync.WaitGroup
-	for i, p := range c.procs {
-		wg.Go(func() { errs[i] = p.stop() })
-	}
-	wg.Wait()
-	return errors.Join(errors.Join(errs...), os.RemoveAll(c.dir))
+	return errors.Join(childproc.StopAll(stopTimeout, c.procs...), os.RemoveAll(c.dir))
 }
 
 // freePorts asks the kernel for n distinct free loopback ports, holding
@@ -227,29 +139,6 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.buf = b.buf[over:]
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(bytes.TrimSpace(b.buf))
 }
 
 // selfCPU returns the user and system CPU time this process has used, or
