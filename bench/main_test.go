@@ -164,3 +164,31 @@ func TestWriteMessage(t *testing.T) {
 		t.Error("a key longer than the message decoded")
 	}
 }
+
+func TestDistribution(t *testing.T) {
+	var ds []time.Duration
+	for i := 1000; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Microsecond)
+	}
+	got := distribution(ds)
+	if len(got) != len(latencyQuantiles) {
+		t.Fatalf("%d quantiles, want %d", len(got), len(latencyQuantiles))
+	}
+	for i, q := range got {
+		if want := math.Round(latencyQuantiles[i] * 1000); q.Q != latencyQuantiles[i] || q.Us != want {
+			t.Errorf("quantile %d: %+v, want q %v at %vµs", i, q, latencyQuantiles[i], want)
+		}
+	}
+	if got := distribution(nil); got != nil {
+		t.Errorf("distribution of none: %v", got)
+	}
+	var ten []time.Duration
+	for i := 1; i <= 10; i++ {
+		ten = append(ten, time.Duration(i)*time.Microsecond)
+	}
+	for q, want := range map[float64]float64{0: 1, 0.01: 1, 0.1: 1, 0.3: 3, 0.7: 7, 0.95: 10, 1: 10} {
+		if got := quantileOf(ten, q); got != want {
+			t.Errorf("quantile %v of 1..10µs: %v, want %v", q, got, want)
+		}
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -84,6 +83,9 @@ type sample struct {
 	OpsPerSec float64 `json:"ops_per_sec"`
 	P50Us     float64 `json:"p50_us"`
 	P99Us     float64 `json:"p99_us"`
+	// Latency is the distribution of the same latencies, at every
+	// quantile of latencyQuantiles; empty if no write was acknowledged.
+	Latency []quantile `json:"latency,omitempty"`
 	// CPUCores is the CPU time the system's processes used in the
 	// measured interval over its length: 1 is one core busy throughout.
 	CPUCores float64 `json:"cpu_cores"`
@@ -141,6 +143,7 @@ func (r *recorder) fill(s *sample, measured time.Duration) {
 	s.Ops = len(r.latencies)
 	s.OpsPerSec = float64(s.Ops) / measured.Seconds()
 	s.P50Us, s.P99Us = percentiles(r.latencies)
+	s.Latency = distribution(r.latencies)
 	s.Timeouts, s.Errors = r.timeouts, r.errors
 	if r.firstErr != nil {
 		s.FirstError = r.firstErr.Error()
@@ -154,11 +157,7 @@ func percentiles(ds []time.Duration) (p50, p99 float64) {
 		return 0, 0
 	}
 	slices.Sort(ds)
-	at := func(q float64) float64 {
-		i := int(math.Ceil(q*float64(len(ds)))) - 1
-		return float64(ds[max(i, 0)]) / float64(time.Microsecond)
-	}
-	return at(0.5), at(0.99)
+	return quantileOf(ds, 0.5), quantileOf(ds, 0.99)
 }
 
 // keyOf names key number i.
