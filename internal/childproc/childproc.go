@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -238,6 +239,20 @@ func (p *Proc) Kill() error {
 	}
 	if err := kill(p.cmd.Process); err != nil {
 		return fmt.Errorf("kill %s: %w", p.name, err)
+	}
+	return nil
+}
+
+// Signal sends sig to the child alone, as a request: what follows is up
+// to the child (a Go program that stops on os.Interrupt, for one).
+func (p *Proc) Signal(sig os.Signal) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal %s: %w", p.name, err)
 	}
 	return nil
 }

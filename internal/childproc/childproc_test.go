@@ -223,6 +223,29 @@ func TestKill(t *testing.T) {
 	}
 }
 
+// TestSignal interrupts a child that does not handle the signal: it dies
+// of it.
+func TestSignal(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no interrupt signal to send")
+	}
+	p := startChild(t, "linger", Options{})
+	if err := p.WaitReady(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	if err := p.Err(); err == nil || !strings.Contains(err.Error(), "interrupt") {
+		t.Errorf("Err after an interrupt: %v", err)
+	}
+	if err := p.Signal(os.Interrupt); err != nil {
+		t.Errorf("Signal after the end: %v", err)
+	}
+	_ = p.Stop(time.Second)
+}
+
 // TestWaitReadyContext gives up on a child that never reports ready.
 func TestWaitReadyContext(t *testing.T) {
 	p := startChild(t, "silent", Options{Name: "quiet one"})
