@@ -41,7 +41,7 @@ func TestQuickRun(t *testing.T) {
 	err := run(ctx, []string{
 		"-quick", "-duration", "500ms", "-warmup", "100ms",
 		"-systems", "convoy,etcd,raft,convoy-nosync,etcd-nosync,raft-nosync",
-		"-workloads", "a,c,d,f", "-big-clients", "1",
+		"-workloads", "a,c,d,f,m", "-big-clients", "1",
 		"-dir", dataDir, "-out", out,
 	}, &stdout, &stderr)
 	if err != nil {
@@ -53,6 +53,7 @@ func TestQuickRun(t *testing.T) {
 		"(c) 64-byte durable writes at a fixed open-loop load",
 		"(d) 1 MiB durable writes at saturation",
 		"(f) physical limits",
+		"(m) multicast of one message to a group",
 	} {
 		if !strings.Contains(stdout.String(), header) {
 			t.Errorf("no table %q in the output:\n%s", header, stdout.String())
@@ -113,6 +114,21 @@ func TestQuickRun(t *testing.T) {
 	for _, s := range res.Samples {
 		if s.System == "convoy" && s.FirstError != "" {
 			t.Errorf("%s/%s: %s", s.Workload, s.System, s.FirstError)
+		}
+	}
+
+	// Workload m: every algorithm at each group size of -quick.
+	if len(res.Multicast) != 4*3 || len(res.MulticastSummary) != 4*3 {
+		t.Errorf("%d multicast points, %d summary rows; want 12 of each", len(res.Multicast), len(res.MulticastSummary))
+	}
+	for _, r := range res.MulticastSummary {
+		if r.Reps != 1 || r.Nodes < 2 || r.Nodes > 4 || r.Bytes != 2<<20 || !(r.Seconds > 0) || !(r.UnicastSeconds > 0) {
+			t.Errorf("multicast row %+v", r)
+		}
+	}
+	for _, name := range []string{"throughput-a", "latency-c", "multicast"} {
+		for _, ext := range []string{".png", ".svg"} {
+			checkImage(t, filepath.Join(out, name+ext))
 		}
 	}
 

@@ -28,6 +28,8 @@ type workload struct {
 	durableOnly bool
 	// physical measures the machine's limits instead of a system.
 	physical bool
+	// multicast runs convoy bench multicast instead of measuring a system.
+	multicast bool
 	// ratioOf is what the tables compare with Convoy's: "ops/s" (higher
 	// is better) or "p50" (lower is better).
 	ratioOf string
@@ -42,6 +44,7 @@ func workloadSet(clients []int, bigClients int) []workload {
 		{name: "c", title: "64-byte durable writes at a fixed open-loop load of 1,000 ops/s", size: 64, keys: 10000, rate: 1000, durableOnly: true, ratioOf: "p50"},
 		{name: "d", title: "1 MiB durable writes at saturation", size: 1 << 20, keys: 64, clients: []int{bigClients}, durableOnly: true, ratioOf: "ops/s"},
 		{name: "f", title: "physical limits: three Pebble instances appending synced 1 KiB batches on one disk; one synced 1 KiB write", physical: true},
+		{name: multicastWorkload, title: "multicast of one message to a group, against unicast to one receiver (convoy bench multicast)", multicast: true},
 	}
 }
 
@@ -64,7 +67,7 @@ func parseWorkloads(list string, all []workload) ([]workload, error) {
 }
 
 func (w workload) appliesTo(s system) bool {
-	return !w.physical && (s.durable || !w.durableOnly)
+	return !w.physical && !w.multicast && (s.durable || !w.durableOnly)
 }
 
 // sample is one measured point.
