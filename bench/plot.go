@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"fmt"
 	"image/color"
 	"maps"
@@ -82,72 +81,87 @@ func writePlots(dir string, res results, workloads []workload) ([]string, error)
 	return files, nil
 }
 
-// newPlot returns an empty plot with its title and axis labels, the legend
-// in the top left corner.
-func newPlot(title, x, y string) *plot.Plot {
+// point is one measurement on its way into a line of a plot.
+type point struct {
+	line string // the legend's name for the line
+	x, y float64
+}
+
+// linePlot returns a plot with its title and axis labels, a grid, the
+// legend in the top left corner, and one line per name in points, in the
+// order the names first appear: at each x, the median of the ys of that
+// name there. It returns nil for no points.
+func linePlot(title, xLabel, yLabel string, points []point) *plot.Plot {
+	if len(points) == 0 {
+		return nil
+	}
+	var names []string
+	ys := make(map[string]map[float64][]float64)
+	for _, pt := range points {
+		if _, ok := ys[pt.line]; !ok {
+			names = append(names, pt.line)
+			ys[pt.line] = make(map[float64][]float64)
+		}
+		ys[pt.line][pt.x] = append(ys[pt.line][pt.x], pt.y)
+	}
+	var lines []any
+	for _, name := range names {
+		var xys plotter.XYs
+		for _, x := range slices.Sorted(maps.Keys(ys[name])) {
+			xys = append(xys, plotter.XY{X: x, Y: median(ys[name][x])})
+		}
+		lines = append(lines, name, xys)
+	}
 	p := plot.New()
 	p.Title.Text = title
-	p.X.Label.Text = x
-	p.Y.Label.Text = y
+	p.X.Label.Text = xLabel
+	p.Y.Label.Text = yLabel
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Add(plotter.NewGrid())
+	if err := plotutil.AddLinePoints(p, lines...); err != nil {
+		panic(err) // the arguments are strings and XYs
+	}
 	return p
 }
 
-// bySystem groups the samples of workload w by system, the systems in
-// the order they first appear.
-func bySystem(samples []sample, w string) (systems []string, groups map[string][]sample) {
-	groups = make(map[string][]sample)
-	for _, s := range samples {
-		if s.Workload != w {
-			continue
-		}
-		if _, ok := groups[s.System]; !ok {
-			systems = append(systems, s.System)
-		}
-		groups[s.System] = append(groups[s.System], s)
+// xsOf returns the distinct xs of points, in increasing order.
+func xsOf(points []point) []float64 {
+	var xs []float64
+	for _, pt := range points {
+		xs = append(xs, pt.x)
 	}
-	return systems, groups
+	slices.Sort(xs)
+	return slices.Compact(xs)
+}
+
+// lineCount returns how many lines points make.
+func lineCount(points []point) int {
+	names := make(map[string]bool)
+	for _, pt := range points {
+		names[pt.line] = true
+	}
+	return len(names)
 }
 
 // plotThroughput draws the throughput of each system against the client
 // count in workload w, the median over the repetitions at each count; nil
 // if w has no closed-loop samples.
 func plotThroughput(samples []sample, w, title string) *plot.Plot {
-	systems, groups := bySystem(samples, w)
-	var lines []any
-	var counts []float64
-	for _, sys := range systems {
-		byClients := make(map[int][]float64)
-		for _, s := range groups[sys] {
-			if s.Clients > 0 {
-				byClients[s.Clients] = append(byClients[s.Clients], s.OpsPerSec)
-			}
-		}
-		var xys plotter.XYs
-		for _, n := range slices.Sorted(maps.Keys(byClients)) {
-			xys = append(xys, plotter.XY{X: float64(n), Y: median(byClients[n])})
-			if !slices.Contains(counts, float64(n)) {
-				counts = append(counts, float64(n))
-			}
-		}
-		if len(xys) > 0 {
-			lines = append(lines, sys, xys)
+	var points []point
+	for _, s := range samples {
+		if s.Workload == w && s.Clients > 0 {
+			points = append(points, point{s.System, float64(s.Clients), s.OpsPerSec})
 		}
 	}
-	if len(lines) == 0 {
+	p := linePlot(title, "clients (closed loop)", "writes per second", points)
+	if p == nil {
 		return nil
 	}
-	p := newPlot(title, "clients (closed loop)", "writes per second")
-	if err := plotutil.AddLinePoints(p, lines...); err != nil {
-		panic(err) // the arguments are strings and XYs
-	}
-	slices.Sort(counts)
 	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = labelledTicks(counts, func(x float64) string { return strconv.Itoa(int(x)) })
+	p.X.Tick.Marker = labelledTicks(xsOf(points), func(x float64) string { return strconv.Itoa(int(x)) })
 	widenLog(&p.X)
 	p.Y.Min = 0
-	roomForLegend(p, len(lines)/2)
+	roomForLegend(p, lineCount(points))
 	return p
 }
 
@@ -156,37 +170,20 @@ func plotThroughput(samples []sample, w, title string) *plot.Plot {
 // a scale that spreads the tail (90%, 99%, 99.9% equally apart); nil if
 // no sample of w holds a distribution.
 func plotLatency(samples []sample, w, title string) *plot.Plot {
-	systems, groups := bySystem(samples, w)
-	var lines []any
-	maxX := 0.0
-	for _, sys := range systems {
-		byQ := make(map[float64][]float64)
-		for _, s := range groups[sys] {
-			for _, q := range s.Latency {
-				byQ[q.Q] = append(byQ[q.Q], q.Us)
+	var points []point
+	for _, s := range samples {
+		for _, q := range s.Latency {
+			// Neither 100% nor no time has a place on the axes.
+			if s.Workload == w && q.Q < 1 && q.Us > 0 {
+				points = append(points, point{s.System, ninesOf(q.Q), q.Us / 1000})
 			}
-		}
-		var xys plotter.XYs
-		for _, q := range slices.Sorted(maps.Keys(byQ)) {
-			us := median(byQ[q])
-			if q >= 1 || us <= 0 {
-				continue // neither has a place on the axes
-			}
-			x := ninesOf(q)
-			xys = append(xys, plotter.XY{X: x, Y: us / 1000})
-			maxX = max(maxX, x)
-		}
-		if len(xys) > 0 {
-			lines = append(lines, sys, xys)
 		}
 	}
-	if len(lines) == 0 {
+	p := linePlot(title, "percentile", "latency (ms)", points)
+	if p == nil {
 		return nil
 	}
-	p := newPlot(title, "percentile", "latency (ms)")
-	if err := plotutil.AddLinePoints(p, lines...); err != nil {
-		panic(err) // the arguments are strings and XYs
-	}
+	maxX := slices.Max(xsOf(points))
 	var ticks []plot.Tick
 	for _, q := range []float64{0, 0.5, 0.9, 0.99, 0.999, 0.9999} {
 		if x := ninesOf(q); x <= maxX+1e-9 {
@@ -210,33 +207,17 @@ func ninesOf(q float64) float64 { return -math.Log10(1 - q) }
 // with the median unicast time (one receiver) as a reference line; nil
 // for no rows.
 func plotMulticast(rows []multicastPoint, title string) *plot.Plot {
-	var algos []string
-	byAlgo := make(map[string]plotter.XYs)
-	var sizes, unicast []float64
+	var points []point
+	var unicast []float64
 	for _, r := range rows {
-		if _, ok := byAlgo[r.Algo]; !ok {
-			algos = append(algos, r.Algo)
-		}
-		byAlgo[r.Algo] = append(byAlgo[r.Algo], plotter.XY{X: float64(r.Nodes), Y: r.Seconds})
-		if !slices.Contains(sizes, float64(r.Nodes)) {
-			sizes = append(sizes, float64(r.Nodes))
-		}
+		points = append(points, point{r.Algo, float64(r.Nodes), r.Seconds})
 		unicast = append(unicast, r.UnicastSeconds)
 	}
-	if len(rows) == 0 {
+	p := linePlot(title, "group size (members, the sender included)", "seconds until every member has the message", points)
+	if p == nil {
 		return nil
 	}
-	p := newPlot(title, "group size (members, the sender included)", "seconds until every member has the message")
-	var lines []any
-	for _, a := range algos {
-		xys := byAlgo[a]
-		slices.SortFunc(xys, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
-		lines = append(lines, a, xys)
-	}
-	if err := plotutil.AddLinePoints(p, lines...); err != nil {
-		panic(err) // the arguments are strings and XYs
-	}
-	slices.Sort(sizes)
+	sizes := xsOf(points)
 	u := median(unicast)
 	ref, err := plotter.NewLine(plotter.XYs{{X: sizes[0], Y: u}, {X: sizes[len(sizes)-1], Y: u}})
 	if err != nil {
@@ -247,11 +228,11 @@ func plotMulticast(rows []multicastPoint, title string) *plot.Plot {
 	p.Add(ref)
 	p.Legend.Add("unicast (one receiver)", ref)
 	p.X.Tick.Marker = labelledTicks(sizes, func(x float64) string { return strconv.Itoa(int(x)) })
-	if sizes[0] == sizes[len(sizes)-1] {
+	if len(sizes) == 1 {
 		p.X.Min, p.X.Max = sizes[0]-1, sizes[0]+1
 	}
 	p.Y.Min = 0
-	roomForLegend(p, len(algos)+1)
+	roomForLegend(p, lineCount(points)+1)
 	return p
 }
 
