@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/convoy-gcs/convoy/internal/benchout"
 	"github.com/convoy-gcs/convoy/internal/childproc"
 )
 
@@ -18,23 +19,14 @@ import (
 // instead of measuring a system.
 const multicastWorkload = "m"
 
-// multicastPoint is one line of "convoy bench multicast -json": one
-// algorithm at one group size.
+// multicastPoint is one line of "convoy bench multicast -json", or a row
+// of medians of such lines.
 type multicastPoint struct {
 	// Rep is the repetition that measured the point; Reps, in a summary
 	// row, how many repetitions its medians are over.
-	Rep        int    `json:"rep,omitempty"`
-	Reps       int    `json:"reps,omitempty"`
-	Algo       string `json:"algo"`
-	Nodes      int    `json:"nodes"`
-	Bytes      int    `json:"bytes"`
-	BlockBytes int    `json:"block_bytes"`
-	// Seconds runs from the send to the last member's completion,
-	// UnicastSeconds the same to a single receiver; Ratio is Seconds over
-	// UnicastSeconds.
-	Seconds        float64 `json:"seconds"`
-	UnicastSeconds float64 `json:"unicast_seconds"`
-	Ratio          float64 `json:"ratio"`
+	Rep  int `json:"rep,omitempty"`
+	Reps int `json:"reps,omitempty"`
+	benchout.Multicast
 }
 
 // convoyModule is the module whose convoy command workload m runs.
@@ -143,8 +135,7 @@ func summarizeMulticast(points []multicastPoint) []multicastPoint {
 			}
 			return median(xs)
 		}
-		rows = append(rows, multicastPoint{
-			Reps:           len(g),
+		rows = append(rows, multicastPoint{Reps: len(g), Multicast: benchout.Multicast{
 			Algo:           k.algo,
 			Nodes:          k.nodes,
 			Bytes:          g[0].Bytes,
@@ -152,7 +143,7 @@ func summarizeMulticast(points []multicastPoint) []multicastPoint {
 			Seconds:        pick(func(p multicastPoint) float64 { return p.Seconds }),
 			UnicastSeconds: pick(func(p multicastPoint) float64 { return p.UnicastSeconds }),
 			Ratio:          pick(func(p multicastPoint) float64 { return p.Ratio }),
-		})
+		}})
 	}
 	return rows
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/convoy-gcs/convoy/internal/benchout"
 )
 
 // syntheticSamples returns samples of workload w: every system at every
@@ -34,8 +36,8 @@ func syntheticMulticast(algos []string, nodes []int) []multicastPoint {
 	var out []multicastPoint
 	for i, a := range algos {
 		for _, n := range nodes {
-			out = append(out, multicastPoint{Reps: 3, Algo: a, Nodes: n, Bytes: 16 << 20, BlockBytes: 1 << 20,
-				Seconds: 0.1 * float64(n) / float64(i+1), UnicastSeconds: 0.1, Ratio: float64(n) / float64(i+1)})
+			out = append(out, multicastPoint{Reps: 3, Multicast: benchout.Multicast{Algo: a, Nodes: n, Bytes: 16 << 20, BlockBytes: 1 << 20,
+				Seconds: 0.1 * float64(n) / float64(i+1), UnicastSeconds: 0.1, Ratio: float64(n) / float64(i+1)}})
 		}
 	}
 	return out
@@ -139,17 +141,15 @@ func checkImage(t *testing.T, path string) {
 }
 
 func TestSummarizeMulticast(t *testing.T) {
-	points := []multicastPoint{
-		{Rep: 1, Algo: "chain", Nodes: 2, Seconds: 3, UnicastSeconds: 1, Ratio: 3},
-		{Rep: 1, Algo: "chain", Nodes: 4, Seconds: 5, UnicastSeconds: 1, Ratio: 5},
-		{Rep: 2, Algo: "chain", Nodes: 2, Seconds: 1, UnicastSeconds: 1, Ratio: 1},
-		{Rep: 2, Algo: "chain", Nodes: 4, Seconds: 7, UnicastSeconds: 2, Ratio: 3.5},
-		{Rep: 3, Algo: "chain", Nodes: 2, Seconds: 2, UnicastSeconds: 1, Ratio: 2},
+	point := func(rep, nodes int, seconds, unicast float64) multicastPoint {
+		return multicastPoint{Rep: rep, Multicast: benchout.Multicast{Algo: "chain", Nodes: nodes,
+			Seconds: seconds, UnicastSeconds: unicast, Ratio: seconds / unicast}}
 	}
+	points := []multicastPoint{point(1, 2, 3, 1), point(1, 4, 5, 1), point(2, 2, 1, 1), point(2, 4, 7, 2), point(3, 2, 2, 1)}
 	got := summarizeMulticast(points)
 	want := []multicastPoint{
-		{Reps: 3, Algo: "chain", Nodes: 2, Seconds: 2, UnicastSeconds: 1, Ratio: 2},
-		{Reps: 2, Algo: "chain", Nodes: 4, Seconds: 6, UnicastSeconds: 1.5, Ratio: 4.25},
+		{Reps: 3, Multicast: benchout.Multicast{Algo: "chain", Nodes: 2, Seconds: 2, UnicastSeconds: 1, Ratio: 2}},
+		{Reps: 2, Multicast: benchout.Multicast{Algo: "chain", Nodes: 4, Seconds: 6, UnicastSeconds: 1.5, Ratio: 4.25}},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("summary %+v, want %+v", got, want)
