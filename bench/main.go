@@ -22,12 +22,14 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/convoy-gcs/convoy/bench/internal/replica"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if len(os.Args) > 1 && os.Args[1] == "replica" {
+	if len(os.Args) > 1 && os.Args[1] == replica.Command {
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		if err := runReplica(ctx, os.Args[2:], log); err != nil {
 			log.Error("replica failed", "err", err)

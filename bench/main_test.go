@@ -12,12 +12,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/convoy-gcs/convoy/bench/internal/replica"
 )
 
 // TestMain makes the test binary serve as a replica process too: run
 // re-executes its own executable, which under go test is this binary.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "replica" {
+	if len(os.Args) > 1 && os.Args[1] == replica.Command {
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		if err := runReplica(context.Background(), os.Args[2:], log); err != nil {
 			log.Error("replica failed", "err", err)
@@ -152,15 +154,5 @@ func TestMedian(t *testing.T) {
 		if got := median(tc.xs); got != tc.want {
 			t.Errorf("median(%v) = %v, want %v", tc.xs, got, tc.want)
 		}
-	}
-}
-
-func TestWriteMessage(t *testing.T) {
-	key, value, err := decodeWrite(encodeWrite([]byte("k1"), []byte("value")))
-	if err != nil || string(key) != "k1" || string(value) != "value" {
-		t.Errorf("round trip: %q %q %v", key, value, err)
-	}
-	if _, _, err := decodeWrite([]byte{0, 9, 'x'}); err == nil {
-		t.Error("a key longer than the message decoded")
 	}
 }
