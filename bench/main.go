@@ -64,7 +64,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.SetOutput(stderr)
 	c := &config{}
 	fs.StringVar(&c.out, "out", "results", "directory to write results.json to (empty: none)")
-	systems := fs.String("systems", "convoy,etcd,raft,convoy-nosync,etcd-nosync,raft-nosync", "systems to measure, comma-separated")
+	systems := fs.String("systems", systemNames(allSystems()), "systems to measure, comma-separated")
 	workloads := fs.String("workloads", "a,b,c,d,f", "workloads to run, comma-separated letters (see the README)")
 	fs.IntVar(&c.reps, "reps", 3, "repetitions; the tables report medians")
 	fs.DurationVar(&c.timing.duration, "duration", 5*time.Second, "how long each point is measured")
@@ -134,20 +134,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		level, verbose = slog.LevelInfo, stderr
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	root, err := os.MkdirTemp(c.dir, "convoy-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(root)
+	exes, err := replicaPrograms(ctx, c.systems, root, log)
+	if err != nil {
+		return err
+	}
 
 	res := results{Started: time.Now().UTC(), Machine: thisMachine(), Settings: c.settings()}
 	for rep := 1; rep <= c.reps; rep++ {
 		for _, sys := range c.systems {
-			samples, err := c.measureSystem(ctx, exe, root, sys, verbose, log)
+			samples, err := c.measureSystem(ctx, exes[sys.binary], root, sys, verbose, log)
 			if err != nil {
 				return fmt.Errorf("repetition %d: %w", rep, err)
 			}
@@ -181,8 +181,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return writeResults(c.out, res)
 }
 
-// measureSystem starts a cluster of sys and measures every point of the
-// workloads that apply to it, in order, on that cluster.
+// measureSystem starts a cluster of sys, its replicas running exe, and
+// measures every point of the workloads that apply to it, in order, on
+// that cluster.
 func (c *config) measureSystem(ctx context.Context, exe, root string, sys system, verbose io.Writer, log *slog.Logger) (_ []sample, err error) {
 	var workloads []workload
 	for _, w := range c.workloads {

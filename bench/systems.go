@@ -9,8 +9,12 @@ import (
 // system is one system under test in one configuration: three replica
 // processes of kind, with or without fsync before the acknowledgement.
 type system struct {
-	name    string // as in -systems and in the tables
-	kind    string // the replica process's -kind
+	name string // as in -systems and in the tables
+	kind string // the replica process's -kind
+	// binary names the replica program: "" for this program, or the
+	// module in the bench module's directory that replicaPrograms builds
+	// it from.
+	binary  string
 	durable bool
 	// reference names the Convoy configuration the system's results are
 	// compared with: the one with the same durability.
@@ -39,10 +43,21 @@ func allSystems() []system {
 		{name: "convoy", kind: "convoy", durable: true, reference: "convoy", dial: dialConvoy},
 		{name: "etcd", kind: "etcd", durable: true, reference: "convoy", dial: dialEtcd},
 		{name: "raft", kind: "raft", durable: true, reference: "convoy", dial: dialConvoy},
+		{name: "dragonboat", kind: "dragonboat", binary: "dragonboat", durable: true, reference: "convoy", dial: dialConvoy},
 		{name: "convoy-nosync", kind: "convoy", durable: false, reference: "convoy-nosync", dial: dialConvoy},
 		{name: "etcd-nosync", kind: "etcd", durable: false, reference: "convoy-nosync", dial: dialEtcd},
 		{name: "raft-nosync", kind: "raft", durable: false, reference: "convoy-nosync", dial: dialConvoy},
+		{name: "dragonboat-nosync", kind: "dragonboat", binary: "dragonboat", durable: false, reference: "convoy-nosync", dial: dialConvoy},
 	}
+}
+
+// systemNames returns the names of systems, comma-separated.
+func systemNames(systems []system) string {
+	var names []string
+	for _, s := range systems {
+		names = append(names, s.name)
+	}
+	return strings.Join(names, ",")
 }
 
 // parseSystems returns the systems a comma-separated list names, in the
