@@ -110,6 +110,9 @@ func (p *proc) stop() error {
 // cluster is the replica processes of one system.
 type cluster struct {
 	procs []*proc
+	// views is the etcd that holds the group's views, for a system that
+	// keeps them there (system.views), else nil.
+	views *proc
 	// clientAddrs are the addresses the replicas serve clients on, in
 	// replica order.
 	clientAddrs []string
@@ -118,9 +121,11 @@ type cluster struct {
 
 // startCluster starts n replicas of sys from the executable exe, with data
 // directories under a fresh directory in root, and waits until every one
-// serves clients, ctx ends, or timeout passes. Ports are picked free just
-// before the start; another process may take one in between, so a cluster
-// that fails to start is started again on other ports, up to three times.
+// serves clients, ctx ends, or timeout passes. For a system that keeps
+// its views in etcd, it first starts a one-member etcd (exe's replica of
+// kind etcd) and waits until it serves. Ports are picked free just before
+// the start; another process may take one in between, so a cluster that
+// fails to start is started again on other ports, up to three times.
 func startCluster(ctx context.Context, exe, root string, sys system, n int, timeout time.Duration, verbose io.Writer) (*cluster, error) {
 	var errs []error
 	for range 3 {
@@ -147,13 +152,31 @@ func startClusterOnce(ctx context.Context, exe, root string, sys system, n int, 
 			err = errors.Join(err, c.stop())
 		}
 	}()
-	ports, err := freePorts(2 * n)
+	ports, err := freePorts(2*n + 2)
 	if err != nil {
 		return nil, err
 	}
 	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
+	var etcd string
+	if sys.views {
+		args := replica.Args{
+			Kind:    "etcd",
+			ID:      1,
+			Dir:     dir + "/views",
+			Peers:   []string{addr(2 * n)},
+			Clients: []string{addr(2*n + 1)},
+			Durable: true,
+		}
+		if c.views, err = startProc(exe, sys.name+" views etcd", args.Argv(), verbose); err != nil {
+			return nil, err
+		}
+		if err := waitReady(ctx, deadline.C, timeout, c.views); err != nil {
+			return nil, err
+		}
+		etcd = "http://" + args.Clients[0]
+	}
 	var peers []string
 	for i := range n {
 		peers = append(peers, addr(i))
@@ -167,6 +190,7 @@ func startClusterOnce(ctx context.Context, exe, root string, sys system, n int, 
 			Peers:   peers,
 			Clients: c.clientAddrs,
 			Durable: sys.durable,
+			Etcd:    etcd,
 		}
 		p, err := startProc(exe, fmt.Sprintf("%s replica %d", sys.name, i+1), args.Argv(), verbose)
 		if err != nil {
@@ -204,18 +228,24 @@ func (c *cluster) cpu() time.Duration {
 	for _, p := range c.procs {
 		total += procCPU(p.cmd.Process.Pid)
 	}
+	if c.views != nil {
+		total += procCPU(c.views.cmd.Process.Pid)
+	}
 	return total
 }
 
-// stop stops every replica, all at once, and removes the cluster's
-// directory.
+// stop stops every replica, all at once, then the etcd that holds their
+// views, and removes the cluster's directory.
 func (c *cluster) stop() error {
-	errs := make([]error, len(c.procs))
+	errs := make([]error, len(c.procs), len(c.procs)+1)
 	var wg sync.WaitGroup
 	for i, p := range c.procs {
 		wg.Go(func() { errs[i] = p.stop() })
 	}
 	wg.Wait()
+	if c.views != nil {
+		errs = append(errs, c.views.stop())
+	}
 	return errors.Join(errors.Join(errs...), os.RemoveAll(c.dir))
 }
 

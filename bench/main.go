@@ -1,12 +1,19 @@
 // Command bench compares Convoy with its peers in one run, on the
-// reader's machine: every system as three replica processes on loopback
-// TCP, going through the same workloads, the systems alternating within
-// each repetition, medians reported. See the repository's README,
-// "Performance".
+// reader's machine: every system as replica processes on loopback TCP,
+// the systems alternating within each repetition, medians reported. The
+// replication engines (the raw Convoy library, etcd, hashicorp/raft,
+// dragonboat) go through workloads a to d; the key-value services as
+// users run them (Convoy's example store over HTTP, etcd through
+// clientv3, and the example's server without replication) through
+// workload e. See the repository's README, "Performance".
 //
 //	cd bench && go run . -out results/
 //
-// It re-executes itself as each replica process ("bench replica ...").
+// It re-executes itself as each replica process ("bench replica ..."),
+// but for dragonboat's: a program of its own module (dragonboat/: it
+// needs Pebble v1, this module Pebble v2), which it builds with go build
+// at the start. The replica command line and protocol they share are the
+// module internal/replica.
 package main
 
 import (
@@ -65,14 +72,14 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
 	fs.StringVar(&c.out, "out", "results", "directory to write results.json to (empty: none)")
 	systems := fs.String("systems", systemNames(allSystems()), "systems to measure, comma-separated")
-	workloads := fs.String("workloads", "a,b,c,d,f", "workloads to run, comma-separated letters (see the README)")
+	workloads := fs.String("workloads", "a,b,c,d,e,f", "workloads to run, comma-separated letters (see the README)")
 	fs.IntVar(&c.reps, "reps", 3, "repetitions; the tables report medians")
 	fs.DurationVar(&c.timing.duration, "duration", 5*time.Second, "how long each point is measured")
 	fs.DurationVar(&c.timing.warmup, "warmup", time.Second, "how long each point runs before it is measured")
 	fs.DurationVar(&c.timing.callTimeout, "timeout", 10*time.Second, "bound on one write; writes that take longer count as timeouts")
 	clients := fs.String("clients", "64,256,1024,4096", "client counts swept by the saturation workloads")
 	bigClients := fs.Int("big-clients", 8, "client count of the 1 MiB workload")
-	fs.IntVar(&c.conns, "conns", 12, "connections (etcd: clientv3 clients) the clients share")
+	fs.IntVar(&c.conns, "conns", 12, "connections the clients share (etcd: clientv3 clients; HTTP services: Go clients)")
 	fs.DurationVar(&c.startLimit, "start-timeout", time.Minute, "bound on starting one cluster")
 	fs.StringVar(&c.dir, "dir", "", "where the replicas' data directories go (default: the system's temporary directory); removed at the end")
 	quick := fs.Bool("quick", false, "a smoke run: unless set explicitly, -reps 1 -duration 1s -warmup 250ms -clients 64 -big-clients 2 -timeout 5s")
@@ -195,7 +202,7 @@ func (c *config) measureSystem(ctx context.Context, exe, root string, sys system
 		return nil, nil
 	}
 	log.Info("starting", "system", sys.name)
-	cl, err := startCluster(ctx, exe, root, sys, 3, c.startLimit, verbose)
+	cl, err := startCluster(ctx, exe, root, sys, sys.replicaCount(), c.startLimit, verbose)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +46,7 @@ func TestQuickRun(t *testing.T) {
 	err := run(ctx, []string{
 		"-quick", "-duration", "500ms", "-warmup", "100ms",
 		"-systems", systemNames(allSystems()),
-		"-workloads", "a,c,d,f", "-big-clients", "1",
+		"-workloads", "a,c,d,e,f", "-big-clients", "1",
 		"-dir", dataDir, "-out", out,
 	}, &stdout, &stderr)
 	if err != nil {
@@ -56,6 +57,7 @@ func TestQuickRun(t *testing.T) {
 		"(a) 64-byte writes at saturation",
 		"(c) 64-byte durable writes at a fixed open-loop load",
 		"(d) 1 MiB durable writes at saturation",
+		"(e) the service as users run it",
 		"(f) physical limits",
 	} {
 		if !strings.Contains(stdout.String(), header) {
@@ -68,8 +70,8 @@ func TestQuickRun(t *testing.T) {
 			headers++
 		}
 	}
-	if headers != 4 {
-		t.Errorf("%d column headers, want 4, output:\n%s", headers, stdout.String())
+	if headers != 5 {
+		t.Errorf("%d column headers, want 5, output:\n%s", headers, stdout.String())
 	}
 
 	b, err := os.ReadFile(filepath.Join(out, "results.json"))
@@ -83,13 +85,15 @@ func TestQuickRun(t *testing.T) {
 	if res.Machine.CPUs < 1 || res.Settings.Reps != 1 {
 		t.Errorf("machine %+v, settings %+v", res.Machine, res.Settings)
 	}
-	// The nosync systems run only workload a; the physical limits are two
-	// rows of their own.
+	// The nosync systems run only workload a; the services (convoy-kv,
+	// etcd, kv-local) workload e; the physical limits are two rows of
+	// their own.
 	want := []string{
 		"a/convoy", "a/etcd", "a/raft", "a/dragonboat",
 		"a/convoy-nosync", "a/etcd-nosync", "a/raft-nosync", "a/dragonboat-nosync",
 		"c/convoy", "c/etcd", "c/raft", "c/dragonboat",
 		"d/convoy", "d/etcd", "d/raft", "d/dragonboat",
+		"e/convoy-kv", "e/etcd", "e/kv-local",
 		"f/pebble-3x", "f/fsync",
 	}
 	var got []string
@@ -100,13 +104,22 @@ func TestQuickRun(t *testing.T) {
 				t.Errorf("%s/%s: a value out of range: %+v", s.Workload, s.System, s)
 			}
 		}
-		if s.System == "convoy" || s.System == "convoy-nosync" {
+		switch {
+		case s.Workload == "f":
+		case s.System == "convoy" || s.System == "convoy-nosync" || s.System == "convoy-kv":
 			if s.Ratio != nil {
 				t.Errorf("%s/%s: a ratio to itself", s.Workload, s.System)
 			}
 			if s.Errors != 0 {
 				t.Errorf("%s/%s: %d failed writes", s.Workload, s.System, s.Errors)
 			}
+		case s.Workload == "e" && s.Ratio == nil:
+			t.Errorf("e/%s: no ratio to convoy-kv", s.System)
+		}
+		// Every replica process works throughout a point: /proc counts
+		// its CPU time in 10 ms ticks.
+		if s.Workload != "f" && runtime.GOOS == "linux" && s.CPUCores == 0 {
+			t.Errorf("%s/%s: no CPU time recorded", s.Workload, s.System)
 		}
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -116,7 +129,7 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("%d samples, want %d (one per row at one repetition)", len(res.Samples), len(want))
 	}
 	for _, s := range res.Samples {
-		if s.System == "convoy" && s.FirstError != "" {
+		if (s.System == "convoy" || s.System == "convoy-kv") && s.FirstError != "" {
 			t.Errorf("%s/%s: %s", s.Workload, s.System, s.FirstError)
 		}
 	}

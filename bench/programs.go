@@ -36,7 +36,9 @@ func replicaPrograms(ctx context.Context, systems []system, dir string, log *slo
 		}
 		exe := filepath.Join(dir, s.binary+"-replica")
 		log.Info("building", "program", s.binary)
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", exe, ".")
+		// Without version control stamping, which needs git and a
+		// repository git trusts, and tells a replica nothing.
+		cmd := exec.CommandContext(ctx, "go", "build", "-buildvcs=false", "-o", exe, ".")
 		cmd.Dir = filepath.Join(mod, s.binary)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("build the %s replica program in %s: %w\n%s", s.binary, cmd.Dir, err, bytes.TrimSpace(out))

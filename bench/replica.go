@@ -20,8 +20,12 @@ func runReplica(ctx context.Context, args []string, log *slog.Logger) error {
 			return runEtcdReplica(ctx, a, ready, log)
 		case "raft":
 			return runRaftReplica(ctx, a, ready, log)
+		case "kv":
+			return runKVReplica(ctx, a, ready, log)
+		case "kv-local":
+			return runKVLocalReplica(ctx, a, ready, log)
 		default:
-			return fmt.Errorf("-kind %q: want convoy, etcd or raft", a.Kind)
+			return fmt.Errorf("-kind %q: want convoy, etcd, raft, kv or kv-local", a.Kind)
 		}
 	})
 }
