@@ -36,8 +36,9 @@ const leaderTimeout = 30 * time.Second
 
 // proposeTimeout bounds one write. dragonboat needs a bound (a proposal
 // that a follower forwards may be dropped, and is then never answered);
-// this one is longer than any client's, so that such a write counts as a
-// timeout on the client's side rather than as a failure.
+// this one is well above the clients' (the bench's -timeout, 10 s by
+// default), so that such a write counts as a timeout on the client's side
+// rather than as a failure.
 const proposeTimeout = 2 * time.Minute
 
 // runReplica runs one member of the shard until ctx ends: a NodeHost with
