@@ -60,6 +60,10 @@ func runReplica(ctx context.Context, a replica.Args, ready func() error, log *sl
 		RTTMillisecond: rttMillisecond,
 		RaftAddress:    a.Peers[a.ID-1],
 	}
+	// The default LogDB may take up to 8 GB a NodeHost; three of them on
+	// one machine would make the run about memory. The small one (up to
+	// 1 GB) keeps write buffers of 16 MiB, larger than Convoy's log's.
+	nhc.Expert.LogDB = config.GetSmallMemLogDBConfig()
 	if !a.Durable {
 		nhc.Expert.FS = newNoSyncFS()
 	}
