@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/convoy-gcs/convoy/bench/internal/replica"
 )
 
 // stopTimeout bounds how long a replica may take to exit after its
@@ -24,14 +25,9 @@ const stopTimeout = 10 * time.Second
 // when it fails.
 const stderrTail = 4 << 10
 
-// readyEvent is the line a replica prints on standard output once it
-// serves clients.
-type readyEvent struct {
-	Ready bool `json:"ready"`
-}
-
 // proc is one replica process: this program re-executed as
-// "bench replica ...". It exits when its standard input closes.
+// "bench replica ...", or a replica program of its own
+// (system.binary). It exits when its standard input closes.
 type proc struct {
 	name  string
 	cmd   *exec.Cmd
@@ -45,9 +41,9 @@ type proc struct {
 	err    error
 }
 
-// startProc starts this program's executable with args as a replica
-// process in a process group of its own, killed by the kernel if this
-// process dies first (see childAttr). Its standard error goes to a buffer
+// startProc starts the executable exe with args as a replica process in
+// a process group of its own, killed by the kernel if this process dies
+// first (see childAttr). Its standard error goes to a buffer
 // that keeps the tail, and to verbose if not nil.
 func startProc(exe, name string, args []string, verbose io.Writer) (*proc, error) {
 	p := &proc{
@@ -79,8 +75,7 @@ func startProc(exe, name string, args []string, verbose io.Writer) (*proc, error
 		sc := bufio.NewScanner(out)
 		reported := false
 		for sc.Scan() {
-			var ev readyEvent
-			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Ready && !reported {
+			if replica.IsReady(sc.Bytes()) && !reported {
 				reported = true
 				p.ready <- nil
 			}
@@ -112,20 +107,25 @@ func (p *proc) stop() error {
 	return nil
 }
 
-// cluster is the three replica processes of one system.
+// cluster is the replica processes of one system.
 type cluster struct {
 	procs []*proc
+	// views is the etcd that holds the group's views, for a system that
+	// keeps them there (system.views), else nil.
+	views *proc
 	// clientAddrs are the addresses the replicas serve clients on, in
 	// replica order.
 	clientAddrs []string
 	dir         string // removed by stop
 }
 
-// startCluster starts n replicas of sys, with data directories under a
-// fresh directory in root, and waits until every one serves clients, ctx
-// ends, or timeout passes. Ports are picked free just before the start;
-// another process may take one in between, so a cluster that fails to
-// start is started again on other ports, up to three times.
+// startCluster starts n replicas of sys from the executable exe, with data
+// directories under a fresh directory in root, and waits until every one
+// serves clients, ctx ends, or timeout passes. For a system that keeps
+// its views in etcd, it first starts a one-member etcd (exe's replica of
+// kind etcd) and waits until it serves. Ports are picked free just before
+// the start; another process may take one in between, so a cluster that
+// fails to start is started again on other ports, up to three times.
 func startCluster(ctx context.Context, exe, root string, sys system, n int, timeout time.Duration, verbose io.Writer) (*cluster, error) {
 	var errs []error
 	for range 3 {
@@ -152,45 +152,74 @@ func startClusterOnce(ctx context.Context, exe, root string, sys system, n int, 
 			err = errors.Join(err, c.stop())
 		}
 	}()
-	ports, err := freePorts(2 * n)
+	ports, err := freePorts(2*n + 2)
 	if err != nil {
 		return nil, err
 	}
+	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	var etcd string
+	if sys.views {
+		args := replica.Args{
+			Kind:    "etcd",
+			ID:      1,
+			Dir:     dir + "/views",
+			Peers:   []string{addr(2 * n)},
+			Clients: []string{addr(2*n + 1)},
+			Durable: true,
+		}
+		if c.views, err = startProc(exe, sys.name+" views etcd", args.Argv(), verbose); err != nil {
+			return nil, err
+		}
+		if err := waitReady(ctx, deadline.C, timeout, c.views); err != nil {
+			return nil, err
+		}
+		etcd = "http://" + args.Clients[0]
+	}
 	var peers []string
 	for i := range n {
-		peers = append(peers, fmt.Sprintf("127.0.0.1:%d", ports[i]))
-		c.clientAddrs = append(c.clientAddrs, fmt.Sprintf("127.0.0.1:%d", ports[n+i]))
+		peers = append(peers, addr(i))
+		c.clientAddrs = append(c.clientAddrs, addr(n+i))
 	}
 	for i := range n {
-		args := replicaArgs{
-			kind:    sys.kind,
-			id:      i + 1,
-			dir:     fmt.Sprintf("%s/%d", dir, i+1),
-			peers:   peers,
-			clients: c.clientAddrs,
-			durable: sys.durable,
+		args := replica.Args{
+			Kind:    sys.kind,
+			ID:      i + 1,
+			Dir:     fmt.Sprintf("%s/%d", dir, i+1),
+			Peers:   peers,
+			Clients: c.clientAddrs,
+			Durable: sys.durable,
+			Etcd:    etcd,
 		}
-		p, err := startProc(exe, fmt.Sprintf("%s replica %d", sys.name, i+1), args.argv(), verbose)
+		p, err := startProc(exe, fmt.Sprintf("%s replica %d", sys.name, i+1), args.Argv(), verbose)
 		if err != nil {
 			return nil, err
 		}
 		c.procs = append(c.procs, p)
 	}
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for _, p := range c.procs {
+	if err := waitReady(ctx, deadline.C, timeout, c.procs...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// waitReady waits until every one of procs serves clients, ctx ends, or
+// deadline (timeout after the start) fires.
+func waitReady(ctx context.Context, deadline <-chan time.Time, timeout time.Duration, procs ...*proc) error {
+	for _, p := range procs {
 		select {
 		case err := <-p.ready:
 			if err != nil {
-				return nil, err
+				return err
 			}
-		case <-deadline.C:
-			return nil, fmt.Errorf("%s not ready within %v: %s", p.name, timeout, p.stderr.String())
+		case <-deadline:
+			return fmt.Errorf("%s not ready within %v: %s", p.name, timeout, p.stderr.String())
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // cpu returns the CPU time the cluster's processes have used so far.
@@ -199,18 +228,24 @@ func (c *cluster) cpu() time.Duration {
 	for _, p := range c.procs {
 		total += procCPU(p.cmd.Process.Pid)
 	}
+	if c.views != nil {
+		total += procCPU(c.views.cmd.Process.Pid)
+	}
 	return total
 }
 
-// stop stops every replica, all at once, and removes the cluster's
-// directory.
+// stop stops every replica, all at once, then the etcd that holds their
+// views, and removes the cluster's directory.
 func (c *cluster) stop() error {
-	errs := make([]error, len(c.procs))
+	errs := make([]error, len(c.procs), len(c.procs)+1)
 	var wg sync.WaitGroup
 	for i, p := range c.procs {
 		wg.Go(func() { errs[i] = p.stop() })
 	}
 	wg.Wait()
+	if c.views != nil {
+		errs = append(errs, c.views.stop())
+	}
 	return errors.Join(errors.Join(errs...), os.RemoveAll(c.dir))
 }
 

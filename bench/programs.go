@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// benchModule is the bench command's module path.
+const benchModule = "github.com/convoy-gcs/convoy/bench"
+
+// replicaPrograms returns the executable of each replica program that
+// systems run, by system.binary: for "", this program's own; for any
+// other name, a program built with go build, into dir, from the module of
+// that name in the bench module's directory.
+func replicaPrograms(ctx context.Context, systems []system, dir string, log *slog.Logger) (map[string]string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	exes := map[string]string{"": self}
+	for _, s := range systems {
+		if _, ok := exes[s.binary]; ok {
+			continue
+		}
+		mod, err := moduleDir()
+		if err != nil {
+			return nil, fmt.Errorf("build the %s replica program: %w", s.binary, err)
+		}
+		exe := filepath.Join(dir, s.binary+"-replica")
+		log.Info("building", "program", s.binary)
+		// Without version control stamping, which needs git and a
+		// repository git trusts, and tells a replica nothing.
+		cmd := exec.CommandContext(ctx, "go", "build", "-buildvcs=false", "-o", exe, ".")
+		cmd.Dir = filepath.Join(mod, s.binary)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("build the %s replica program in %s: %w\n%s", s.binary, cmd.Dir, err, bytes.TrimSpace(out))
+		}
+		exes[s.binary] = exe
+	}
+	return exes, nil
+}
+
+// moduleDir returns the bench module's directory: the working directory
+// or the closest of its parents whose go.mod declares benchModule.
+func moduleDir() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modulePath(b) == benchModule {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("the working directory is not in the bench module: run the benchmark from its directory (cd bench)")
+		}
+		dir = parent
+	}
+}
+
+// modulePath returns the module path a go.mod file declares, or "".
+func modulePath(gomod []byte) string {
+	sc := bufio.NewScanner(bytes.NewReader(gomod))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "module"); ok {
+			return strings.Trim(strings.TrimSpace(rest), `"`)
+		}
+	}
+	return ""
+}
