@@ -62,7 +62,8 @@ func runReplica(ctx context.Context, a replica.Args, ready func() error, log *sl
 	}
 	// The default LogDB may take up to 8 GB a NodeHost; three of them on
 	// one machine would make the run about memory. The small one (up to
-	// 1 GB) keeps write buffers of 16 MiB, larger than Convoy's log's.
+	// 1 GB) keeps up to four write buffers of 16 MiB each (Convoy's log
+	// keeps memtables of 64 MiB).
 	nhc.Expert.LogDB = config.GetSmallMemLogDBConfig()
 	if !a.Durable {
 		nhc.Expert.FS = newNoSyncFS()
