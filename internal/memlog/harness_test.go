@@ -220,7 +220,7 @@ func errName(err error) string {
 
 // payloadFor is the deterministic payload of entry index: 0 to 49 bytes.
 func payloadFor(index uint64) []byte {
-	p := make([]byte, int(index*7919)%50)
+	p := make([]byte, index*7919%50)
 	for i := range p {
 		p[i] = byte(index>>(8*(i%8))) ^ byte(i)
 	}
@@ -235,6 +235,9 @@ func entries(from, to uint64) []persistence.Entry {
 	var es []persistence.Entry
 	for i := from; i <= to; i++ {
 		es = append(es, entryFor(i))
+		if i == to { // to may be math.MaxUint64
+			break
+		}
 	}
 	return es
 }
