@@ -467,3 +467,21 @@ func TestBadInput(t *testing.T) {
 	_, _ = c.Get(1)
 	_ = c.Scan(ctx, c.First(), math.MaxUint64, func(persistence.Entry) error { return nil })
 }
+
+// BenchmarkAppendSync appends 100-byte entries one by one, syncing after
+// every eighth, as a simulated member's durable delivery does.
+func BenchmarkAppendSync(b *testing.B) {
+	l := memlog.New()
+	p := make([]byte, 100)
+	b.ReportAllocs()
+	for i := range uint64(b.N) {
+		if err := l.Append(persistence.Entry{Index: i + 1, Epoch: 1, Payload: p}); err != nil {
+			b.Fatal(err)
+		}
+		if i%8 == 7 {
+			if err := l.Sync(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
