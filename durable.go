@@ -15,8 +15,7 @@ import (
 // 61 bits are the highest delivery index it has on disk.
 const persistedSignal = 4
 
-// openLog opens the durable log, if configured; the loop hears of each
-// synced batch through g.synced.
+// openLog opens the durable log, if configured.
 func (g *Group) openLog(ctx context.Context) error {
 	d := g.cfg.Durable
 	if d == nil {
@@ -26,6 +25,13 @@ func (g *Group) openLog(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("convoy: open the durable log: %w", err)
 	}
+	g.useLog(l)
+	return nil
+}
+
+// useLog makes l the durable log; the loop hears of each sync through
+// g.synced.
+func (g *Group) useLog(l durableLog) {
 	g.disk, g.synced = l, make(chan struct{}, 1)
 	l.OnSynced(func(uint64) {
 		select {
@@ -33,7 +39,6 @@ func (g *Group) openLog(ctx context.Context) error {
 		default:
 		}
 	})
-	return nil
 }
 
 // durableBarrier returns the durable barrier of view rec. A joiner gets
