@@ -328,11 +328,6 @@ var scenarios = []struct {
 		}
 		c.durable(10)
 		c.crashWith(func(durableLog) {})
-		if c.impl == "persistence" && c.l().Durable() == 40 {
-			// Its batch sets the mark to 10, then to the mark held in
-			// memory, which differs from the one last written.
-			c.t.Skip("known bug: persistence.Log's InstallSnapshot wrote the durable mark 40, not the snapshot's 10")
-		}
 		c.durable(10)
 	}},
 	{"a crash keeps exactly what was synced", func(c *check) {

@@ -136,12 +136,6 @@ func randomOp(rng *rand.Rand) op {
 		return op{fmt.Sprintf("install snapshot %+d %q", 3*off, meta), func(d disk) string {
 			l := d.log()
 			idx := uint64(max(int64(l.Last())+3*off, 0))
-			// A synchronous write first, which writes the durable mark:
-			// persistence.Log's InstallSnapshot writes a mark raised
-			// since the last one written over the snapshot's (see
-			// TestConformance's "install a snapshot over a mark not yet
-			// written"). InstallSnapshot replaces the snapshot record.
-			_ = l.SetSnapshot(context.Background(), idx, []byte(meta))
 			err := l.InstallSnapshot(context.Background(), idx, []byte(meta))
 			return fmt.Sprintf("%s %s durable %d", errName(err), bounds(l, true), l.Durable())
 		}}
