@@ -80,6 +80,13 @@ func (v *view) reopenControl(ctx context.Context, now int64) {
 		v.openControlTo(ctx, r)
 		if v.ctrl[r] == nil {
 			v.ctrlRetry[r] = now + int64(v.g.cfg.SuspectTimeout)
+			continue
+		}
+		if v.dur != nil {
+			// The persisted index announced before the break may be lost
+			// with it, and this member announces again only when its log
+			// syncs more, which a quiet group may never do.
+			_ = v.ctrl[r].Signal(persistedImm(v.dur.Persisted(v.self)))
 		}
 	}
 }

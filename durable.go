@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/convoy-gcs/convoy/barrier"
+	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/persistence"
 )
 
@@ -13,8 +15,7 @@ import (
 // 61 bits are the highest delivery index it has on disk.
 const persistedSignal = 4
 
-// openLog opens the durable log, if configured; the loop hears of each
-// synced batch through g.synced.
+// openLog opens the durable log, if configured.
 func (g *Group) openLog(ctx context.Context) error {
 	d := g.cfg.Durable
 	if d == nil {
@@ -24,6 +25,13 @@ func (g *Group) openLog(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("convoy: open the durable log: %w", err)
 	}
+	g.useLog(l)
+	return nil
+}
+
+// useLog makes l the durable log; the loop hears of each sync through
+// g.synced.
+func (g *Group) useLog(l durableLog) {
 	g.disk, g.synced = l, make(chan struct{}, 1)
 	l.OnSynced(func(uint64) {
 		select {
@@ -31,7 +39,27 @@ func (g *Group) openLog(ctx context.Context) error {
 		default:
 		}
 	})
-	return nil
+}
+
+// durableBarrier returns the durable barrier of view rec. A joiner gets
+// the state as of the view's start by transfer, from donors whose logs
+// hold it, and a restart from the logs counts only members that caught
+// up: up to the start, a joiner counts as persisted. Waiting for its own
+// announcement instead would let a view change that overtakes a transfer
+// stall the group: the joiner's log ends where the view it joined
+// started, the messages of that view would never be durable in the next,
+// and the next view's donors, which snapshot only once the messages
+// before its start are durable, would never serve it (nor any joiner
+// with it). It also spares a joiner's first announcement from being the
+// only one.
+func durableBarrier(rec *membership.View) *barrier.Durable {
+	d := barrier.NewDurable(len(rec.Members))
+	for _, id := range rec.Joining {
+		if r := rec.Rank(id); r >= 0 {
+			_ = d.Announce(r, rec.Start)
+		}
+	}
+	return d
 }
 
 // logDelivery writes a delivery to the durable log and holds it until it
@@ -66,7 +94,7 @@ func (r *runner) announcePersisted() {
 	if v.dur != nil {
 		_ = v.dur.Announce(v.self, max(idx, v.dur.Persisted(v.self)))
 	}
-	imm := uint64(persistedSignal)<<61 | idx&(1<<61-1)
+	imm := persistedImm(idx)
 	for _, qp := range v.ctrl {
 		if qp != nil {
 			_ = qp.Signal(imm)
@@ -74,6 +102,9 @@ func (r *runner) announcePersisted() {
 	}
 	r.flushDurable()
 }
+
+// persistedImm encodes a persisted index as a control signal.
+func persistedImm(idx uint64) uint64 { return uint64(persistedSignal)<<61 | idx&(1<<61-1) }
 
 // persisted applies a member's persisted index.
 func (r *runner) persisted(from int, imm uint64) {

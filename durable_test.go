@@ -901,3 +901,44 @@ func TestFixedGroupDetectorEvents(t *testing.T) {
 	}
 	r.signal(5, 2, membership.EncodeSignal(membership.Message{Kind: membership.MsgHeartbeat, From: 2, To: 0}))
 }
+
+// TestDurableBarrierJoiners: in a view's durable barrier, a joiner
+// counts as persisted up to the view's start (its state comes by
+// transfer), every other member from 0 until it announces.
+func TestDurableBarrierJoiners(t *testing.T) {
+	members := func(ids ...uint64) []membership.Member {
+		var out []membership.Member
+		for _, id := range ids {
+			out = append(out, membership.Member{ID: id, Incarnation: 1})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		rec  membership.View
+		want []uint64 // persisted, by rank
+	}{
+		{"no joiner", membership.View{Epoch: 2, Start: 40, Members: members(1, 2, 3)}, []uint64{0, 0, 0}},
+		{"one joiner", membership.View{Epoch: 3, Start: 40, Members: members(1, 2, 3, 4), Joining: []membership.ID{4}}, []uint64{0, 0, 0, 40}},
+		{"two joiners", membership.View{Epoch: 3, Start: 77, Members: members(1, 2, 3, 4, 5), Joining: []membership.ID{2, 5}}, []uint64{0, 77, 0, 0, 77}},
+		{"joiner not a member", membership.View{Epoch: 3, Start: 9, Members: members(1, 2), Joining: []membership.ID{7}}, []uint64{0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := durableBarrier(&tc.rec)
+			for r, want := range tc.want {
+				if got := d.Persisted(r); got != want {
+					t.Errorf("rank %d persisted %d, want %d", r, got, want)
+				}
+			}
+			// The donors' announcements alone make the view's start durable.
+			for r := range tc.want {
+				if !slices.Contains(tc.rec.Joining, tc.rec.Members[r].ID) {
+					_ = d.Announce(r, tc.rec.Start)
+				}
+			}
+			if got := d.Barrier(); got != tc.rec.Start {
+				t.Errorf("barrier %d once every donor announced the start, want %d", got, tc.rec.Start)
+			}
+		})
+	}
+}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/ordering"
-	"github.com/convoy-gcs/convoy/persistence"
 	"github.com/convoy-gcs/convoy/rdma"
 )
 
@@ -64,7 +63,7 @@ type Group struct {
 	mem *member
 	// disk is the durable log (Config.Durable); synced gets a value when
 	// it has synced more.
-	disk   *persistence.Log
+	disk   durableLog
 	synced chan struct{}
 
 	events chan event

@@ -127,7 +127,7 @@ func (g *Group) openView(ctx context.Context, rec membership.View, self int, now
 		v.openControl(ctx)
 	}
 	if g.disk != nil {
-		v.dur = barrier.NewDurable(len(v.ids))
+		v.dur = durableBarrier(&rec)
 		v.announced = make([]bool, len(v.ids))
 	}
 	return v, nil

@@ -12,6 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/convoy-gcs/convoy/bench/internal/replica"
 )
 
 // etcdStartTimeout bounds how long a member waits for the cluster to
@@ -23,19 +25,19 @@ const etcdStartTimeout = time.Minute
 const etcdQuota = 8 << 30
 
 // runEtcdReplica runs one member of a three-member etcd cluster, embedded
-// in this process, until ctx ends. Its client URL is a.client; with
-// a.durable false it runs with etcd's --unsafe-no-fsync.
-func runEtcdReplica(ctx context.Context, a replicaArgs, ready func() error, log *slog.Logger) error {
+// in this process, until ctx ends. Its client URL is a.Client; with
+// a.Durable false it runs with etcd's --unsafe-no-fsync.
+func runEtcdReplica(ctx context.Context, a replica.Args, ready func() error, log *slog.Logger) error {
 	cfg := embed.NewConfig()
-	cfg.Name = fmt.Sprintf("m%d", a.id)
-	cfg.Dir = a.dir
-	clientURL := url.URL{Scheme: "http", Host: a.client}
+	cfg.Name = fmt.Sprintf("m%d", a.ID)
+	cfg.Dir = a.Dir
+	clientURL := url.URL{Scheme: "http", Host: a.Client}
 	cfg.ListenClientUrls = []url.URL{clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{clientURL}
 	var cluster []string
-	for i, p := range a.peers {
+	for i, p := range a.Peers {
 		u := url.URL{Scheme: "http", Host: p}
-		if i+1 == a.id {
+		if i+1 == a.ID {
 			cfg.ListenPeerUrls = []url.URL{u}
 			cfg.AdvertisePeerUrls = []url.URL{u}
 		}
@@ -44,7 +46,7 @@ func runEtcdReplica(ctx context.Context, a replicaArgs, ready func() error, log 
 	cfg.InitialCluster = strings.Join(cluster, ",")
 	cfg.InitialClusterToken = "bench"
 	cfg.ClusterState = embed.ClusterStateFlagNew
-	cfg.UnsafeNoFsync = !a.durable
+	cfg.UnsafeNoFsync = !a.Durable
 	cfg.QuotaBackendBytes = etcdQuota
 	cfg.Logger = "zap"
 	cfg.LogLevel = "error"
@@ -52,15 +54,15 @@ func runEtcdReplica(ctx context.Context, a replicaArgs, ready func() error, log 
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return fmt.Errorf("etcd member %d: %w", a.id, err)
+		return fmt.Errorf("etcd member %d: %w", a.ID, err)
 	}
 	defer e.Close()
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
-		return fmt.Errorf("etcd member %d: %w", a.id, err)
+		return fmt.Errorf("etcd member %d: %w", a.ID, err)
 	case <-time.After(etcdStartTimeout):
-		return fmt.Errorf("etcd member %d: not serving after %v", a.id, etcdStartTimeout)
+		return fmt.Errorf("etcd member %d: not serving after %v", a.ID, etcdStartTimeout)
 	case <-ctx.Done():
 		return nil
 	}
@@ -71,7 +73,7 @@ func runEtcdReplica(ctx context.Context, a replicaArgs, ready func() error, log 
 	case <-ctx.Done():
 		return nil
 	case err := <-e.Err():
-		return fmt.Errorf("etcd member %d: %w", a.id, err)
+		return fmt.Errorf("etcd member %d: %w", a.ID, err)
 	}
 }
 

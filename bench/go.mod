@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/convoy-gcs/convoy v0.0.0
+	github.com/convoy-gcs/convoy/bench/internal/replica v0.0.0
 	github.com/hashicorp/raft v1.8.0
 	github.com/hashicorp/raft-boltdb v0.0.0-20230125174641-2a8082862702
 	go.etcd.io/etcd/client/v3 v3.7.3
@@ -110,4 +111,7 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-replace github.com/convoy-gcs/convoy => ../
+replace (
+	github.com/convoy-gcs/convoy => ../
+	github.com/convoy-gcs/convoy/bench/internal/replica => ./internal/replica
+)

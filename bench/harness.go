@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/convoy-gcs/convoy/bench/internal/replica"
 	"github.com/convoy-gcs/convoy/internal/childproc"
 )
 
@@ -19,34 +19,39 @@ import (
 // standard input closes before it is killed.
 const stopTimeout = 10 * time.Second
 
-// readyEvent is the line a replica prints on standard output once it
-// serves clients.
-type readyEvent struct {
-	Ready bool `json:"ready"`
+// startProc starts the executable exe with args as a replica process,
+// named name in errors, its standard error going to verbose too if not
+// nil. The process has a process group of its own and, on Linux, is
+// killed by the kernel if this process dies first (see
+// childproc.SysProcAttr).
+func startProc(exe, name string, args []string, verbose io.Writer) (*childproc.Proc, error) {
+	return childproc.Start(exec.Command(exe, args...), childproc.Options{
+		Name:   name,
+		Stderr: verbose,
+		Ready:  replica.IsReady,
+	})
 }
 
-// isReady reports whether line is a replica's readyEvent.
-func isReady(line []byte) bool {
-	var ev readyEvent
-	return json.Unmarshal(line, &ev) == nil && ev.Ready
-}
-
-// cluster is the three replica processes of one system.
+// cluster is the replica processes of one system.
 type cluster struct {
-	// procs are this program re-executed as "bench replica ...", each
-	// exiting when its standard input closes.
+	// procs exit when their standard input closes.
 	procs []*childproc.Proc
+	// views is the etcd that holds the group's views, for a system that
+	// keeps them there (system.views), else nil.
+	views *childproc.Proc
 	// clientAddrs are the addresses the replicas serve clients on, in
 	// replica order.
 	clientAddrs []string
 	dir         string // removed by stop
 }
 
-// startCluster starts n replicas of sys, with data directories under a
-// fresh directory in root, and waits until every one serves clients, ctx
-// ends, or timeout passes. Ports are picked free just before the start;
-// another process may take one in between, so a cluster that fails to
-// start is started again on other ports, up to three times.
+// startCluster starts n replicas of sys from the executable exe, with data
+// directories under a fresh directory in root, and waits until every one
+// serves clients, ctx ends, or timeout passes. For a system that keeps
+// its views in etcd, it first starts a one-member etcd (exe's replica of
+// kind etcd) and waits until it serves. Ports are picked free just before
+// the start; another process may take one in between, so a cluster that
+// fails to start is started again on other ports, up to three times.
 func startCluster(ctx context.Context, exe, root string, sys system, n int, timeout time.Duration, verbose io.Writer) (*cluster, error) {
 	var errs []error
 	for range 3 {
@@ -73,36 +78,52 @@ func startClusterOnce(ctx context.Context, exe, root string, sys system, n int, 
 			err = errors.Join(err, c.stop())
 		}
 	}()
-	ports, err := freePorts(2 * n)
+	ports, err := freePorts(2*n + 2)
 	if err != nil {
 		return nil, err
 	}
+	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("not ready within %v", timeout))
+	defer cancel()
+	var etcd string
+	if sys.views {
+		args := replica.Args{
+			Kind:    "etcd",
+			ID:      1,
+			Dir:     dir + "/views",
+			Peers:   []string{addr(2 * n)},
+			Clients: []string{addr(2*n + 1)},
+			Durable: true,
+		}
+		if c.views, err = startProc(exe, sys.name+" views etcd", args.Argv(), verbose); err != nil {
+			return nil, err
+		}
+		if err := c.views.WaitReady(ctx); err != nil {
+			return nil, err
+		}
+		etcd = "http://" + args.Clients[0]
+	}
 	var peers []string
 	for i := range n {
-		peers = append(peers, fmt.Sprintf("127.0.0.1:%d", ports[i]))
-		c.clientAddrs = append(c.clientAddrs, fmt.Sprintf("127.0.0.1:%d", ports[n+i]))
+		peers = append(peers, addr(i))
+		c.clientAddrs = append(c.clientAddrs, addr(n+i))
 	}
 	for i := range n {
-		args := replicaArgs{
-			kind:    sys.kind,
-			id:      i + 1,
-			dir:     fmt.Sprintf("%s/%d", dir, i+1),
-			peers:   peers,
-			clients: c.clientAddrs,
-			durable: sys.durable,
+		args := replica.Args{
+			Kind:    sys.kind,
+			ID:      i + 1,
+			Dir:     fmt.Sprintf("%s/%d", dir, i+1),
+			Peers:   peers,
+			Clients: c.clientAddrs,
+			Durable: sys.durable,
+			Etcd:    etcd,
 		}
-		p, err := childproc.Start(exec.Command(exe, args.argv()...), childproc.Options{
-			Name:   fmt.Sprintf("%s replica %d", sys.name, i+1),
-			Stderr: verbose,
-			Ready:  isReady,
-		})
+		p, err := startProc(exe, fmt.Sprintf("%s replica %d", sys.name, i+1), args.Argv(), verbose)
 		if err != nil {
 			return nil, err
 		}
 		c.procs = append(c.procs, p)
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("not ready within %v", timeout))
-	defer cancel()
 	for _, p := range c.procs {
 		if err := p.WaitReady(ctx); err != nil {
 			return nil, err
@@ -117,13 +138,20 @@ func (c *cluster) cpu() time.Duration {
 	for _, p := range c.procs {
 		total += p.CPU()
 	}
+	if c.views != nil {
+		total += c.views.CPU()
+	}
 	return total
 }
 
-// stop stops every replica, all at once, and removes the cluster's
-// directory.
+// stop stops every replica, all at once, then the etcd that holds their
+// views, and removes the cluster's directory.
 func (c *cluster) stop() error {
-	return errors.Join(childproc.StopAll(stopTimeout, c.procs...), os.RemoveAll(c.dir))
+	errs := []error{childproc.StopAll(stopTimeout, c.procs...)}
+	if c.views != nil {
+		errs = append(errs, c.views.Stop(stopTimeout))
+	}
+	return errors.Join(append(errs, os.RemoveAll(c.dir))...)
 }
 
 // freePorts asks the kernel for n distinct free loopback ports, holding

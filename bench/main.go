@@ -1,12 +1,19 @@
 // Command bench compares Convoy with its peers in one run, on the
-// reader's machine: every system as three replica processes on loopback
-// TCP, going through the same workloads, the systems alternating within
-// each repetition, medians reported. See the repository's README,
-// "Performance".
+// reader's machine: every system as replica processes on loopback TCP,
+// the systems alternating within each repetition, medians reported. The
+// replication engines (the raw Convoy library, etcd, hashicorp/raft,
+// dragonboat) go through workloads a to d; the key-value services as
+// users run them (Convoy's example store over HTTP, etcd through
+// clientv3, and the example's server without replication) through
+// workload e. See the repository's README, "Performance".
 //
 //	cd bench && go run . -out results/
 //
-// It re-executes itself as each replica process ("bench replica ...").
+// It re-executes itself as each replica process ("bench replica ..."),
+// but for dragonboat's: a program of its own module (dragonboat/: it
+// needs Pebble v1, this module Pebble v2), which it builds with go build
+// at the start. The replica command line and protocol they share are the
+// module internal/replica.
 package main
 
 import (
@@ -23,12 +30,14 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/convoy-gcs/convoy/bench/internal/replica"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if len(os.Args) > 1 && os.Args[1] == "replica" {
+	if len(os.Args) > 1 && os.Args[1] == replica.Command {
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		if err := runReplica(ctx, os.Args[2:], log); err != nil {
 			log.Error("replica failed", "err", err)
@@ -67,15 +76,15 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.SetOutput(stderr)
 	c := &config{}
 	fs.StringVar(&c.out, "out", "results", "directory to write results.json to (empty: none)")
-	systems := fs.String("systems", "convoy,etcd,raft,convoy-nosync,etcd-nosync,raft-nosync", "systems to measure, comma-separated")
-	workloads := fs.String("workloads", "a,b,c,d,f", "workloads to run, comma-separated letters (see the README)")
+	systems := fs.String("systems", systemNames(allSystems()), "systems to measure, comma-separated")
+	workloads := fs.String("workloads", "a,b,c,d,e,f", "workloads to run, comma-separated letters (see the README)")
 	fs.IntVar(&c.reps, "reps", 3, "repetitions; the tables report medians")
 	fs.DurationVar(&c.timing.duration, "duration", 5*time.Second, "how long each point is measured")
 	fs.DurationVar(&c.timing.warmup, "warmup", time.Second, "how long each point runs before it is measured")
 	fs.DurationVar(&c.timing.callTimeout, "timeout", 10*time.Second, "bound on one write; writes that take longer count as timeouts")
 	clients := fs.String("clients", "64,256,1024,4096", "client counts swept by the saturation workloads")
 	bigClients := fs.Int("big-clients", 8, "client count of the 1 MiB workload")
-	fs.IntVar(&c.conns, "conns", 12, "connections (etcd: clientv3 clients) the clients share")
+	fs.IntVar(&c.conns, "conns", 12, "connections the clients share (etcd: clientv3 clients; HTTP services: Go clients)")
 	fs.DurationVar(&c.startLimit, "start-timeout", time.Minute, "bound on starting one cluster")
 	fs.StringVar(&c.dir, "dir", "", "where the replicas' data directories go (default: the system's temporary directory); removed at the end")
 	fs.StringVar(&c.convoy, "convoy", "", "the convoy command workload m runs (default: built from this repository with go build, which needs the go command and this directory)")
@@ -141,15 +150,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		level, verbose = slog.LevelInfo, stderr
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	root, err := os.MkdirTemp(c.dir, "convoy-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(root)
+	exes, err := replicaPrograms(ctx, c.systems, root, log)
+	if err != nil {
+		return err
+	}
 
 	convoy := c.convoy
 	if convoy == "" && slices.ContainsFunc(c.workloads, func(w workload) bool { return w.multicast }) {
@@ -162,7 +171,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	res := results{Started: time.Now().UTC(), Machine: thisMachine(), Settings: c.settings()}
 	for rep := 1; rep <= c.reps; rep++ {
 		for _, sys := range c.systems {
-			samples, err := c.measureSystem(ctx, exe, root, sys, verbose, log)
+			samples, err := c.measureSystem(ctx, exes[sys.binary], root, sys, verbose, log)
 			if err != nil {
 				return fmt.Errorf("repetition %d: %w", rep, err)
 			}
@@ -227,8 +236,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// measureSystem starts a cluster of sys and measures every point of the
-// workloads that apply to it, in order, on that cluster.
+// measureSystem starts a cluster of sys, its replicas running exe, and
+// measures every point of the workloads that apply to it, in order, on
+// that cluster.
 func (c *config) measureSystem(ctx context.Context, exe, root string, sys system, verbose io.Writer, log *slog.Logger) (_ []sample, err error) {
 	var workloads []workload
 	for _, w := range c.workloads {
@@ -240,7 +250,7 @@ func (c *config) measureSystem(ctx context.Context, exe, root string, sys system
 		return nil, nil
 	}
 	log.Info("starting", "system", sys.name)
-	cl, err := startCluster(ctx, exe, root, sys, 3, c.startLimit, verbose)
+	cl, err := startCluster(ctx, exe, root, sys, sys.replicaCount(), c.startLimit, verbose)
 	if err != nil {
 		return nil, err
 	}

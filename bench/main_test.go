@@ -9,15 +9,18 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/convoy-gcs/convoy/bench/internal/replica"
 )
 
 // TestMain makes the test binary serve as a replica process too: run
 // re-executes its own executable, which under go test is this binary.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "replica" {
+	if len(os.Args) > 1 && os.Args[1] == replica.Command {
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		if err := runReplica(context.Background(), os.Args[2:], log); err != nil {
 			log.Error("replica failed", "err", err)
@@ -29,19 +32,21 @@ func TestMain(m *testing.M) {
 }
 
 // TestQuickRun runs a short quick-mode benchmark of every system and
-// checks the structure of what it prints and writes, not the speeds.
+// checks the structure of what it prints and writes, not the speeds. It
+// builds the replica programs of their own modules too, which takes
+// minutes the first time.
 func TestQuickRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts clusters of replica processes")
 	}
 	dataDir, out := t.TempDir(), t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	err := run(ctx, []string{
 		"-quick", "-duration", "500ms", "-warmup", "100ms",
-		"-systems", "convoy,etcd,raft,convoy-nosync,etcd-nosync,raft-nosync",
-		"-workloads", "a,c,d,f,m", "-big-clients", "1",
+		"-systems", systemNames(allSystems()),
+		"-workloads", "a,c,d,e,f,m", "-big-clients", "1",
 		"-dir", dataDir, "-out", out,
 	}, &stdout, &stderr)
 	if err != nil {
@@ -52,6 +57,7 @@ func TestQuickRun(t *testing.T) {
 		"(a) 64-byte writes at saturation",
 		"(c) 64-byte durable writes at a fixed open-loop load",
 		"(d) 1 MiB durable writes at saturation",
+		"(e) the service as users run it",
 		"(f) physical limits",
 		"(m) multicast of one message to a group",
 	} {
@@ -65,8 +71,8 @@ func TestQuickRun(t *testing.T) {
 			headers++
 		}
 	}
-	if headers != 4 {
-		t.Errorf("%d column headers, want 4, output:\n%s", headers, stdout.String())
+	if headers != 5 {
+		t.Errorf("%d column headers, want 5, output:\n%s", headers, stdout.String())
 	}
 
 	b, err := os.ReadFile(filepath.Join(out, "results.json"))
@@ -80,12 +86,15 @@ func TestQuickRun(t *testing.T) {
 	if res.Machine.CPUs < 1 || res.Settings.Reps != 1 {
 		t.Errorf("machine %+v, settings %+v", res.Machine, res.Settings)
 	}
-	// The nosync systems run only workload a; the physical limits are two
-	// rows of their own.
+	// The nosync systems run only workload a; the services (convoy-kv,
+	// etcd, kv-local) workload e; the physical limits are two rows of
+	// their own.
 	want := []string{
-		"a/convoy", "a/etcd", "a/raft", "a/convoy-nosync", "a/etcd-nosync", "a/raft-nosync",
-		"c/convoy", "c/etcd", "c/raft",
-		"d/convoy", "d/etcd", "d/raft",
+		"a/convoy", "a/etcd", "a/raft", "a/dragonboat",
+		"a/convoy-nosync", "a/etcd-nosync", "a/raft-nosync", "a/dragonboat-nosync",
+		"c/convoy", "c/etcd", "c/raft", "c/dragonboat",
+		"d/convoy", "d/etcd", "d/raft", "d/dragonboat",
+		"e/convoy-kv", "e/etcd", "e/kv-local",
 		"f/pebble-3x", "f/fsync",
 	}
 	var got []string
@@ -96,13 +105,22 @@ func TestQuickRun(t *testing.T) {
 				t.Errorf("%s/%s: a value out of range: %+v", s.Workload, s.System, s)
 			}
 		}
-		if s.System == "convoy" || s.System == "convoy-nosync" {
+		switch {
+		case s.Workload == "f":
+		case s.System == "convoy" || s.System == "convoy-nosync" || s.System == "convoy-kv":
 			if s.Ratio != nil {
 				t.Errorf("%s/%s: a ratio to itself", s.Workload, s.System)
 			}
 			if s.Errors != 0 {
 				t.Errorf("%s/%s: %d failed writes", s.Workload, s.System, s.Errors)
 			}
+		case s.Workload == "e" && s.Ratio == nil:
+			t.Errorf("e/%s: no ratio to convoy-kv", s.System)
+		}
+		// Every replica process works throughout a point: /proc counts
+		// its CPU time in 10 ms ticks.
+		if s.Workload != "f" && runtime.GOOS == "linux" && s.CPUCores == 0 {
+			t.Errorf("%s/%s: no CPU time recorded", s.Workload, s.System)
 		}
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -112,7 +130,7 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("%d samples, want %d (one per row at one repetition)", len(res.Samples), len(want))
 	}
 	for _, s := range res.Samples {
-		if s.System == "convoy" && s.FirstError != "" {
+		if (s.System == "convoy" || s.System == "convoy-kv") && s.FirstError != "" {
 			t.Errorf("%s/%s: %s", s.Workload, s.System, s.FirstError)
 		}
 	}
@@ -170,17 +188,6 @@ func TestMedian(t *testing.T) {
 		}
 	}
 }
-
-func TestWriteMessage(t *testing.T) {
-	key, value, err := decodeWrite(encodeWrite([]byte("k1"), []byte("value")))
-	if err != nil || string(key) != "k1" || string(value) != "value" {
-		t.Errorf("round trip: %q %q %v", key, value, err)
-	}
-	if _, _, err := decodeWrite([]byte{0, 9, 'x'}); err == nil {
-		t.Error("a key longer than the message decoded")
-	}
-}
-
 func TestDistribution(t *testing.T) {
 	var ds []time.Duration
 	for i := 1000; i >= 1; i-- {

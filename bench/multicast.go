@@ -43,10 +43,8 @@ func buildConvoy(ctx context.Context, dir string) (string, error) {
 		return "", fmt.Errorf("finding %s (run in the bench directory, or pass -convoy): %w%s", convoyModule, err, exitStderr(err))
 	}
 	exe := filepath.Join(dir, "convoy")
-	build := exec.CommandContext(ctx, "go", "build", "-o", exe, "./cmd/convoy")
-	build.Dir = strings.TrimSpace(string(out))
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/convoy in %s: %w: %s", build.Dir, err, strings.TrimSpace(string(out)))
+	if err := goBuild(ctx, strings.TrimSpace(string(out)), "./cmd/convoy", exe); err != nil {
+		return "", err
 	}
 	return exe, nil
 }

@@ -19,7 +19,7 @@ import (
 // The plots writePlots draws, by workload.
 var (
 	// throughputPlots sweep the client count: throughput against it.
-	throughputPlots = []string{"a", "b"}
+	throughputPlots = []string{"a", "b", "e"}
 	// latencyPlots run at a fixed load: their latency distribution.
 	latencyPlots = []string{"c"}
 )

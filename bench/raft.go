@@ -16,6 +16,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb"
+
+	"github.com/convoy-gcs/convoy/bench/internal/replica"
 )
 
 // raftLeaderTimeout bounds how long a replica waits for the cluster to
@@ -24,30 +26,30 @@ const raftLeaderTimeout = 30 * time.Second
 
 // runRaftReplica runs one member of a three-member hashicorp/raft cluster
 // (TCP transport, raft-boltdb for the log, without fsync unless
-// a.durable) whose state machine is an in-memory map. It serves the bench
-// protocol (kvproto.go): the leader applies a write and answers once it
+// a.Durable) whose state machine is an in-memory map. It serves the bench
+// protocol (package replica): the leader applies a write and answers once it
 // is committed and applied; a follower forwards the write to the leader's
 // client address and relays the answer.
-func runRaftReplica(ctx context.Context, a replicaArgs, ready func() error, log *slog.Logger) error {
-	if err := os.MkdirAll(a.dir, 0o700); err != nil {
+func runRaftReplica(ctx context.Context, a replica.Args, ready func() error, log *slog.Logger) error {
+	if err := os.MkdirAll(a.Dir, 0o700); err != nil {
 		return err
 	}
-	l, err := net.Listen("tcp", a.client)
+	l, err := net.Listen("tcp", a.Client)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
 
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(a.dir, "raft.db"), NoSync: !a.durable})
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(a.Dir, "raft.db"), NoSync: !a.Durable})
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	snaps, err := raft.NewFileSnapshotStore(a.dir, 1, io.Discard)
+	snaps, err := raft.NewFileSnapshotStore(a.Dir, 1, io.Discard)
 	if err != nil {
 		return err
 	}
-	self := a.peers[a.id-1]
+	self := a.Peers[a.ID-1]
 	addr, err := net.ResolveTCPAddr("tcp", self)
 	if err != nil {
 		return err
@@ -59,11 +61,11 @@ func runRaftReplica(ctx context.Context, a replicaArgs, ready func() error, log 
 	defer trans.Close()
 
 	conf := raft.DefaultConfig()
-	conf.LocalID = raft.ServerID(strconv.Itoa(a.id))
+	conf.LocalID = raft.ServerID(strconv.Itoa(a.ID))
 	conf.LogOutput = os.Stderr
 	conf.LogLevel = "ERROR"
 	var servers []raft.Server
-	for i, p := range a.peers {
+	for i, p := range a.Peers {
 		servers = append(servers, raft.Server{ID: raft.ServerID(strconv.Itoa(i + 1)), Address: raft.ServerAddress(p)})
 	}
 	// Every member bootstraps with the same configuration, which raft
@@ -94,16 +96,16 @@ func runRaftReplica(ctx context.Context, a replicaArgs, ready func() error, log 
 	if err := ready(); err != nil {
 		return err
 	}
-	fwd := &forwarder{clients: a.clients, conns: make(map[int]*kvConn)}
+	fwd := &forwarder{clients: a.Clients, conns: make(map[int]*replica.Conn)}
 	defer fwd.close()
-	return serveKV(ctx, l, func(ctx context.Context, key, value []byte) error {
+	return replica.Serve(ctx, l, func(ctx context.Context, key, value []byte) error {
 		if r.State() == raft.Leader {
-			f := r.Apply(encodeWrite(key, value), 0)
+			f := r.Apply(replica.EncodeWrite(key, value), 0)
 			return f.Error()
 		}
 		_, id := r.LeaderWithID()
 		leader, err := strconv.Atoi(string(id))
-		if err != nil || leader < 1 || leader > len(a.clients) || leader == a.id {
+		if err != nil || leader < 1 || leader > len(a.Clients) || leader == a.ID {
 			return errors.New("no leader known")
 		}
 		return fwd.put(ctx, leader, key, value)
@@ -115,7 +117,7 @@ type forwarder struct {
 	clients []string // by replica id - 1
 
 	mu    sync.Mutex
-	conns map[int]*kvConn // by replica id
+	conns map[int]*replica.Conn // by replica id
 }
 
 func (f *forwarder) put(ctx context.Context, id int, key, value []byte) error {
@@ -123,7 +125,7 @@ func (f *forwarder) put(ctx context.Context, id int, key, value []byte) error {
 	c := f.conns[id]
 	if c == nil {
 		var err error
-		if c, err = dialKV(ctx, f.clients[id-1]); err != nil {
+		if c, err = replica.Dial(ctx, f.clients[id-1]); err != nil {
 			f.mu.Unlock()
 			return err
 		}
@@ -131,7 +133,7 @@ func (f *forwarder) put(ctx context.Context, id int, key, value []byte) error {
 	}
 	f.mu.Unlock()
 	err := c.Put(ctx, key, value)
-	if errors.Is(err, errConnClosed) {
+	if errors.Is(err, replica.ErrConnClosed) {
 		f.mu.Lock()
 		if f.conns[id] == c {
 			delete(f.conns, id)
@@ -157,7 +159,7 @@ type mapFSM struct {
 }
 
 func (m *mapFSM) Apply(l *raft.Log) any {
-	key, value, err := decodeWrite(l.Data)
+	key, value, err := replica.DecodeWrite(l.Data)
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,8 @@ type summary struct {
 	Timeouts int `json:"timeouts"`
 	Errors   int `json:"errors"`
 	// Ratio compares the row with the Convoy configuration of the same
-	// durability, on what RatioOf names: "ops/s" is this row's throughput
+	// durability (in workload e, with Convoy's key-value service,
+	// convoy-kv), on what RatioOf names: "ops/s" is this row's throughput
 	// over Convoy's, "p50" this row's median latency over Convoy's. It is
 	// absent for Convoy itself and the physical limits.
 	Ratio   *float64 `json:"ratio,omitempty"`
@@ -111,8 +112,12 @@ func summarize(samples []sample, workloads []workload, systems []system) []summa
 		}
 		for _, name := range order {
 			row := best[name]
-			ref, ok := best[references[name]]
-			if ok && references[name] != name && w.ratioOf != "" {
+			refName := references[name]
+			if w.reference != "" {
+				refName = w.reference
+			}
+			ref, ok := best[refName]
+			if ok && refName != name && w.ratioOf != "" {
 				row.RatioOf = w.ratioOf
 				var r float64
 				switch w.ratioOf {
@@ -187,7 +192,11 @@ func printTables(w io.Writer, rows []summary, workloads []workload) error {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		ratio := "ratio"
 		if wl.ratioOf != "" {
-			ratio = "ratio (" + wl.ratioOf + " ÷ convoy's)"
+			ref := "convoy"
+			if wl.reference != "" {
+				ref = wl.reference
+			}
+			ratio = "ratio (" + wl.ratioOf + " ÷ " + ref + "'s)"
 		}
 		load := "clients"
 		if wl.rate > 0 {

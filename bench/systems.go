@@ -7,13 +7,30 @@ import (
 )
 
 // system is one system under test in one configuration: three replica
-// processes of kind, with or without fsync before the acknowledgement.
+// processes of kind (unless replicas says otherwise), with or without
+// fsync before the acknowledgement.
 type system struct {
-	name    string // as in -systems and in the tables
-	kind    string // the replica process's -kind
+	name string // as in -systems and in the tables
+	kind string // the replica process's -kind
+	// replicas is the number of replica processes, if not 3.
+	replicas int
+	// views says the replicas keep their group's views in an etcd of the
+	// cluster's own, which startCluster runs as one more process.
+	views bool
+	// engine and service say which workloads measure the system:
+	// engine, those of the replication engines (a to d: the bench's
+	// writes, through the bench protocol or the system's own client);
+	// service, workload e (a key-value service as users run it, through
+	// its own client). etcd is both.
+	engine, service bool
+	// binary names the replica program: "" for this program, or the
+	// module in the bench module's directory that replicaPrograms builds
+	// it from.
+	binary  string
 	durable bool
 	// reference names the Convoy configuration the system's results are
-	// compared with: the one with the same durability.
+	// compared with, unless the workload names one (workload.reference):
+	// the one with the same durability.
 	reference string
 	dial      func(ctx context.Context, addrs []string, conns int) (client, error)
 }
@@ -36,13 +53,34 @@ func dialEtcd(ctx context.Context, addrs []string, conns int) (client, error) {
 // allSystems lists every system, in the order they alternate in.
 func allSystems() []system {
 	return []system{
-		{name: "convoy", kind: "convoy", durable: true, reference: "convoy", dial: dialConvoy},
-		{name: "etcd", kind: "etcd", durable: true, reference: "convoy", dial: dialEtcd},
-		{name: "raft", kind: "raft", durable: true, reference: "convoy", dial: dialConvoy},
-		{name: "convoy-nosync", kind: "convoy", durable: false, reference: "convoy-nosync", dial: dialConvoy},
-		{name: "etcd-nosync", kind: "etcd", durable: false, reference: "convoy-nosync", dial: dialEtcd},
-		{name: "raft-nosync", kind: "raft", durable: false, reference: "convoy-nosync", dial: dialConvoy},
+		{name: "convoy", kind: "convoy", engine: true, durable: true, reference: "convoy", dial: dialConvoy},
+		{name: "convoy-kv", kind: "kv", views: true, service: true, durable: true, reference: "convoy-kv", dial: dialKVService},
+		{name: "etcd", kind: "etcd", engine: true, service: true, durable: true, reference: "convoy", dial: dialEtcd},
+		{name: "raft", kind: "raft", engine: true, durable: true, reference: "convoy", dial: dialConvoy},
+		{name: "dragonboat", kind: "dragonboat", binary: "dragonboat", engine: true, durable: true, reference: "convoy", dial: dialConvoy},
+		{name: "kv-local", kind: "kv-local", replicas: 1, service: true, durable: false, reference: "convoy-kv", dial: dialKVService},
+		{name: "convoy-nosync", kind: "convoy", engine: true, durable: false, reference: "convoy-nosync", dial: dialConvoy},
+		{name: "etcd-nosync", kind: "etcd", engine: true, durable: false, reference: "convoy-nosync", dial: dialEtcd},
+		{name: "raft-nosync", kind: "raft", engine: true, durable: false, reference: "convoy-nosync", dial: dialConvoy},
+		{name: "dragonboat-nosync", kind: "dragonboat", binary: "dragonboat", engine: true, durable: false, reference: "convoy-nosync", dial: dialConvoy},
 	}
+}
+
+// replicaCount returns the number of replica processes of s.
+func (s system) replicaCount() int {
+	if s.replicas == 0 {
+		return 3
+	}
+	return s.replicas
+}
+
+// systemNames returns the names of systems, comma-separated.
+func systemNames(systems []system) string {
+	var names []string
+	for _, s := range systems {
+		names = append(names, s.name)
+	}
+	return strings.Join(names, ",")
 }
 
 // parseSystems returns the systems a comma-separated list names, in the

@@ -26,6 +26,13 @@ type workload struct {
 	rate    float64
 	// durableOnly skips the systems that run without fsync.
 	durableOnly bool
+	// service says the workload measures the systems that are
+	// key-value services as users run them (system.service), not the
+	// replication engines (system.engine).
+	service bool
+	// reference, if set, names the system every other is compared with,
+	// instead of each system's own reference.
+	reference string
 	// physical measures the machine's limits instead of a system.
 	physical bool
 	// multicast runs convoy bench multicast instead of measuring a system.
@@ -43,6 +50,7 @@ func workloadSet(clients []int, bigClients int) []workload {
 		{name: "b", title: "1 KiB durable writes at saturation", size: 1 << 10, keys: 10000, clients: clients, durableOnly: true, ratioOf: "ops/s"},
 		{name: "c", title: "64-byte durable writes at a fixed open-loop load of 1,000 ops/s", size: 64, keys: 10000, rate: 1000, durableOnly: true, ratioOf: "p50"},
 		{name: "d", title: "1 MiB durable writes at saturation", size: 1 << 20, keys: 64, clients: []int{bigClients}, durableOnly: true, ratioOf: "ops/s"},
+		{name: "e", title: "the service as users run it: 64-byte writes through its client at saturation", size: 64, keys: 10000, clients: clients, service: true, reference: "convoy-kv", ratioOf: "ops/s"},
 		{name: "f", title: "physical limits: three Pebble instances appending synced 1 KiB batches on one disk; one synced 1 KiB write", physical: true},
 		{name: multicastWorkload, title: "multicast of one message to a group, against unicast to one receiver (convoy bench multicast)", multicast: true},
 	}
@@ -67,7 +75,14 @@ func parseWorkloads(list string, all []workload) ([]workload, error) {
 }
 
 func (w workload) appliesTo(s system) bool {
-	return !w.physical && !w.multicast && (s.durable || !w.durableOnly)
+	switch {
+	case w.physical, w.multicast, w.durableOnly && !s.durable:
+		return false
+	case w.service:
+		return s.service
+	default:
+		return s.engine
+	}
 }
 
 // sample is one measured point.

@@ -115,11 +115,16 @@ func (l *Log) commit(ops []op) {
 	// entries beyond it until the group confirms them), and any rewrite
 	// of a key among a stream of appends was measured to cost a tenth of
 	// the throughput or more.
-	urgent := false
+	// A batch that writes the mark itself (an installed snapshot's) must
+	// not have it overwritten by the older one held here.
+	urgent, marked := false, false
 	for i := range ops {
 		urgent = urgent || ops[i].done != nil
+		if ops[i].mark {
+			marked, l.durableWritten = true, ops[i].markAt
+		}
 	}
-	if d := l.durable.Load(); urgent && d != l.durableWritten {
+	if d := l.durable.Load(); urgent && !marked && d != l.durableWritten {
 		k, v := encodeMetaAt(prefixMark, metaDurable, d, nil)
 		_ = b.Set(k, v, nil)
 		l.durableWritten = d

@@ -153,6 +153,10 @@ type op struct {
 	index uint64
 	// done, if set, receives the op's outcome once its batch committed.
 	done chan error
+	// mark says the op writes the durable mark, as markAt: the batch
+	// then carries no other value of it.
+	mark   bool
+	markAt uint64
 }
 
 func (o *op) size() int { return len(o.key) + len(o.value) + len(o.end) }
@@ -754,6 +758,11 @@ func (l *Log) InstallSnapshot(ctx context.Context, index uint64, meta []byte) er
 	}
 	l.mu.first, l.mu.last = index+1, index
 	l.mu.Unlock()
+	// Until the batch below commits, no other batch may write a mark
+	// beyond the snapshot's: it would outlive a crash with the old log.
+	if index < l.durable.Load() {
+		l.durable.Store(index)
+	}
 	sk, sv := encodeMeta(metaSnapshot, index, meta)
 	tk, tv := encodeMeta(metaTrim, index+1, nil)
 	// The mark follows the snapshot (an installed state is the group's).
@@ -762,7 +771,7 @@ func (l *Log) InstallSnapshot(ctx context.Context, index uint64, meta []byte) er
 		op{key: makeKey(prefixEntry, 0), end: makeKey(prefixEntry+1, 0)},
 		op{key: sk, value: sv},
 		op{key: tk, value: tv, index: index},
-		op{key: dk, value: dv},
+		op{key: dk, value: dv, mark: true, markAt: index},
 	)
 	if err != nil {
 		return fmt.Errorf("persistence: install snapshot %d: %w", index, err)

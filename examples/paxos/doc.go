@@ -37,6 +37,9 @@
 // takes part in no view, was excluded, is on the minority side, or is
 // closing): the client tries another member.
 //
+// NewLocal returns a node of the same service without a group: not
+// replicated, in memory only. It measures what replication costs.
+//
 // # Consistency
 //
 // A write is a command multicast to the group; every member applies the

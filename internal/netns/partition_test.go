@@ -14,19 +14,25 @@ import (
 
 // probeEnv makes the test binary, run with -test.run=^TestHelperProbe$,
 // act as a probe inside a host: "serve ADDR" accepts and closes
-// connections until killed, printing "ready" once listening; "dial ADDR"
-// prints "ok" if a connection to ADDR succeeds within probeTimeout, else
-// "unreachable".
+// connections until killed, printing "ready" once listening; "dial ADDR
+// TIMEOUT" prints "ok" if a connection to ADDR succeeds within TIMEOUT,
+// else "unreachable".
 const probeEnv = "NETNS_TEST_PROBE"
 
-// probeTimeout bounds one dial: frames across a partition are dropped, so
-// such a dial fails only by timing out.
-const probeTimeout = 500 * time.Millisecond
+// Frames across a partition are dropped, so a dial there fails only by
+// timing out: cutTimeout bounds the dials expected to fail. A dial
+// expected to succeed gets reachTimeout, long enough for a loaded machine
+// (a connection that is not cut is made in the end; one that is cut
+// never is).
+const (
+	cutTimeout   = 500 * time.Millisecond
+	reachTimeout = 30 * time.Second
+)
 
 // TestHelperProbe is the body of a probe process (see probeEnv).
 func TestHelperProbe(t *testing.T) {
 	args := strings.Fields(os.Getenv(probeEnv))
-	if len(args) != 2 {
+	if len(args) != 2 && len(args) != 3 {
 		t.Skip("runs only as a probe process started by TestPartition")
 	}
 	switch args[0] {
@@ -44,7 +50,14 @@ func TestHelperProbe(t *testing.T) {
 			c.Close()
 		}
 	case "dial":
-		c, err := net.DialTimeout("tcp", args[1], probeTimeout)
+		if len(args) != 3 {
+			t.Fatalf("dial wants ADDR TIMEOUT, got %q", args[1:])
+		}
+		timeout, err := time.ParseDuration(args[2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := net.DialTimeout("tcp", args[1], timeout)
 		if err != nil {
 			fmt.Println("unreachable")
 			return
@@ -104,9 +117,14 @@ func TestPartition(t *testing.T) {
 			t.Fatalf("server on host %d: %q, %v", h, line, err)
 		}
 	}
-	// reaches reports whether host from can connect to host to.
-	reaches := func(from, to int) bool {
-		out, err := probe(from, "dial "+addr(to)).Output()
+	// reaches reports whether host from can connect to host to, waiting
+	// as long as it takes if it should.
+	reaches := func(from, to int, should bool) bool {
+		timeout := cutTimeout
+		if should {
+			timeout = reachTimeout
+		}
+		out, err := probe(from, "dial "+addr(to)+" "+timeout.String()).Output()
 		if err != nil {
 			t.Fatalf("dial from host %d to host %d: %v", from, to, err)
 		}
@@ -121,7 +139,7 @@ func TestPartition(t *testing.T) {
 				if from == to {
 					continue
 				}
-				if got := reaches(from, to); got != want[from][to] {
+				if got := reaches(from, to, want[from][to]); got != want[from][to] {
 					t.Errorf("%s: host %d reaches host %d: %v, want %v", stage, from, to, got, want[from][to])
 				}
 			}

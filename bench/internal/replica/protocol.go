@@ -1,4 +1,4 @@
-package main
+package replica
 
 import (
 	"bufio"
@@ -13,8 +13,9 @@ import (
 )
 
 // The replicas of systems that have no client protocol of their own (the
-// raw Convoy library) serve this one: a TCP connection carries many
-// requests at once, each answered when it is done, in any order.
+// raw Convoy library, Raft libraries) serve this one: a TCP connection
+// carries many requests at once, each answered when it is done, in any
+// order.
 //
 //	request:  u32 length of the rest | u64 id | u16 key length | key | value
 //	response: u64 id | u16 error length | error (empty: done)
@@ -28,12 +29,14 @@ const (
 	maxRequest = 64 << 20
 )
 
-// applyFunc carries out one write and returns once it is acknowledged.
-type applyFunc func(ctx context.Context, key, value []byte) error
+// ApplyFunc carries out one write and returns once it is acknowledged.
+// Serve calls it on a goroutine of its own for each request; ctx ends
+// when the client's connection does.
+type ApplyFunc func(ctx context.Context, key, value []byte) error
 
-// serveKV accepts connections on l and serves each until ctx ends or the
-// listener fails.
-func serveKV(ctx context.Context, l net.Listener, apply applyFunc, log *slog.Logger) error {
+// Serve accepts connections on l and serves each until ctx ends or the
+// listener fails. It logs, at debug level, why a connection ended.
+func Serve(ctx context.Context, l net.Listener, apply ApplyFunc, log *slog.Logger) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	go func() {
@@ -49,7 +52,7 @@ func serveKV(ctx context.Context, l net.Listener, apply applyFunc, log *slog.Log
 			return err
 		}
 		wg.Go(func() {
-			if err := serveKVConn(ctx, c, apply); err != nil && ctx.Err() == nil {
+			if err := serveConn(ctx, c, apply); err != nil && ctx.Err() == nil {
 				log.Debug("client connection ended", "err", err)
 			}
 		})
@@ -61,7 +64,7 @@ type kvResponse struct {
 	err error
 }
 
-func serveKVConn(ctx context.Context, c net.Conn, apply applyFunc) error {
+func serveConn(ctx context.Context, c net.Conn, apply ApplyFunc) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -134,9 +137,9 @@ func writeResponses(ctx context.Context, c net.Conn, responses <-chan kvResponse
 	}
 }
 
-// kvConn is a client connection of the protocol above, safe for
-// concurrent use.
-type kvConn struct {
+// Conn is a client connection of the protocol above, safe for concurrent
+// use.
+type Conn struct {
 	c net.Conn
 
 	wmu sync.Mutex // serializes writes of whole requests
@@ -148,21 +151,23 @@ type kvConn struct {
 	err     error // set once the connection failed; then pending is nil
 }
 
-func dialKV(ctx context.Context, addr string) (*kvConn, error) {
+// Dial connects to a replica's client address.
+func Dial(ctx context.Context, addr string) (*Conn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	k := &kvConn{c: c, w: bufio.NewWriterSize(c, 64<<10), pending: make(map[uint64]chan error)}
+	k := &Conn{c: c, w: bufio.NewWriterSize(c, 64<<10), pending: make(map[uint64]chan error)}
 	go k.readLoop()
 	return k, nil
 }
 
-// errConnClosed is what calls still waiting get once the connection ends.
-var errConnClosed = errors.New("connection closed")
+// ErrConnClosed is wrapped by the errors of the calls still waiting when
+// the connection ends, and of every later call.
+var ErrConnClosed = errors.New("connection closed")
 
-func (k *kvConn) readLoop() {
+func (k *Conn) readLoop() {
 	r := bufio.NewReaderSize(k.c, 64<<10)
 	var hdr [responseHeader]byte
 	var err error
@@ -189,7 +194,7 @@ func (k *kvConn) readLoop() {
 		}
 	}
 	k.mu.Lock()
-	k.err = fmt.Errorf("%w: %w", errConnClosed, err)
+	k.err = fmt.Errorf("%w: %w", ErrConnClosed, err)
 	for _, done := range k.pending {
 		done <- k.err
 	}
@@ -199,7 +204,7 @@ func (k *kvConn) readLoop() {
 
 // Put writes value to key and waits for the replica's answer or the end
 // of ctx.
-func (k *kvConn) Put(ctx context.Context, key, value []byte) error {
+func (k *Conn) Put(ctx context.Context, key, value []byte) error {
 	done := make(chan error, 1)
 	k.mu.Lock()
 	if k.err != nil {
@@ -238,4 +243,6 @@ func (k *kvConn) Put(ctx context.Context, key, value []byte) error {
 	}
 }
 
-func (k *kvConn) Close() error { return k.c.Close() }
+// Close closes the connection; the calls still waiting fail with
+// ErrConnClosed.
+func (k *Conn) Close() error { return k.c.Close() }

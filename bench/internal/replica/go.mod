@@ -1,0 +1,3 @@
+module github.com/convoy-gcs/convoy/bench/internal/replica
+
+go 1.26.0

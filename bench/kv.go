@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/convoy-gcs/convoy"
+	"github.com/convoy-gcs/convoy/bench/internal/replica"
+	"github.com/convoy-gcs/convoy/examples/paxos"
+	kvclient "github.com/convoy-gcs/convoy/examples/paxos/client"
+)
+
+// The key-value service of examples/paxos, measured as users run it
+// (workload e).
+const (
+	// kvOpenTimeout bounds how long a member waits for the group to form:
+	// every member must have registered in etcd.
+	kvOpenTimeout = time.Minute
+	// kvViewsPrefix is the etcd key prefix of the group's views.
+	kvViewsPrefix = "/bench/"
+	// kvShutdownTimeout bounds the HTTP server's shutdown once the node
+	// is closed (the requests still waiting have had their 503).
+	kvShutdownTimeout = 5 * time.Second
+)
+
+// runKVReplica runs one member of the replicated key-value store of
+// examples/paxos as "convoy node -app kv" runs it: a member of a group
+// whose views live in etcd (a.Etcd), durable when a.Durable, serving the
+// store's HTTP API on a.Client.
+func runKVReplica(ctx context.Context, a replica.Args, ready func() error, log *slog.Logger) error {
+	l, err := net.Listen("tcp", a.Client)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if a.Etcd == "" {
+		return errors.New("-etcd is required: the group keeps its views there")
+	}
+	cfg := convoy.Config{
+		Self:           convoy.NodeID(a.ID),
+		Etcd:           &convoy.EtcdConfig{Endpoints: []string{a.Etcd}, Prefix: kvViewsPrefix},
+		Addr:           a.Peers[a.ID-1],
+		InitialMembers: len(a.Peers),
+		Logger:         log,
+	}
+	if a.Durable {
+		cfg.Durable = &convoy.DurableConfig{Dir: a.Dir}
+	}
+	openCtx, cancelOpen := context.WithTimeout(ctx, kvOpenTimeout)
+	defer cancelOpen()
+	n, err := paxos.Open(openCtx, cfg, paxos.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	return serveHTTP(ctx, l, n.Handler(), n, ready, log)
+}
+
+// runKVLocalReplica runs the same store, HTTP API and state machine
+// without replication (paxos.NewLocal): one process, its state in memory.
+func runKVLocalReplica(ctx context.Context, a replica.Args, ready func() error, log *slog.Logger) error {
+	l, err := net.Listen("tcp", a.Client)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	n, err := paxos.NewLocal(paxos.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	return serveHTTP(ctx, l, n.Handler(), n, ready, log)
+}
+
+// serveHTTP serves h on l, calls ready, and once ctx ends closes node (so
+// that the requests still waiting end) and shuts the server down.
+func serveHTTP(ctx context.Context, l net.Listener, h http.Handler, node io.Closer, ready func() error, log *slog.Logger) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	var err error
+	if err = ready(); err == nil {
+		select {
+		case <-ctx.Done():
+		case err = <-served:
+		}
+	}
+	err = errors.Join(err, node.Close())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), kvShutdownTimeout)
+	defer cancel()
+	return errors.Join(err, srv.Shutdown(shutdownCtx))
+}
+
+// serviceClients is conns clients of the store's Go client (package client of
+// examples/paxos), client i trying the members from member i on, all
+// sharing one HTTP transport. HTTP/1.1 carries one request at a time
+// over a connection, so the transport holds a connection per request in
+// flight, and keeps them all open between requests.
+type serviceClients struct {
+	clients   []*kvclient.Client
+	transport *http.Transport
+}
+
+// kvMaxIdleConns bounds the connections the clients keep open to one
+// member between requests: above any client count the benchmark sweeps.
+const kvMaxIdleConns = 1 << 16
+
+func dialKVService(_ context.Context, addrs []string, conns int) (client, error) {
+	t := &http.Transport{MaxIdleConnsPerHost: kvMaxIdleConns}
+	hc := &http.Client{Transport: t}
+	k := &serviceClients{transport: t}
+	for i := range conns {
+		var urls []string
+		for j := range addrs {
+			urls = append(urls, "http://"+addrs[(i+j)%len(addrs)])
+		}
+		k.clients = append(k.clients, kvclient.New(urls, kvclient.WithHTTPClient(hc)))
+	}
+	return k, nil
+}
+
+// Put writes through the client of caller (any number: callers with the
+// same number share a client).
+func (k *serviceClients) Put(ctx context.Context, caller int, key, value []byte) error {
+	_, err := k.clients[caller%len(k.clients)].Put(ctx, string(key), value)
+	return err
+}
+
+func (k *serviceClients) Close() error {
+	k.transport.CloseIdleConnections()
+	return nil
+}
