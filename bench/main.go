@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -64,6 +65,10 @@ type config struct {
 	startLimit time.Duration
 	dir        string
 	verbose    bool
+	// convoy is the convoy command workload m runs (empty: build it);
+	// multicastArgs the flags it gives convoy bench multicast.
+	convoy        string
+	multicastArgs []string
 }
 
 func parseConfig(args []string, stderr io.Writer) (*config, error) {
@@ -82,7 +87,9 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.conns, "conns", 12, "connections the clients share (etcd: clientv3 clients; HTTP services: Go clients)")
 	fs.DurationVar(&c.startLimit, "start-timeout", time.Minute, "bound on starting one cluster")
 	fs.StringVar(&c.dir, "dir", "", "where the replicas' data directories go (default: the system's temporary directory); removed at the end")
-	quick := fs.Bool("quick", false, "a smoke run: unless set explicitly, -reps 1 -duration 1s -warmup 250ms -clients 64 -big-clients 2 -timeout 5s")
+	fs.StringVar(&c.convoy, "convoy", "", "the convoy command workload m runs (default: built from this repository with go build, which needs the go command and this directory)")
+	multicastArgs := fs.String("multicast-args", "-nodes 2,4,8,16 -size 16MiB", "the flags workload m gives convoy bench multicast, space-separated, besides -json -reps 1")
+	quick := fs.Bool("quick", false, `a smoke run: unless set explicitly, -reps 1 -duration 1s -warmup 250ms -clients 64 -big-clients 2 -timeout 5s -multicast-args "-nodes 2,3,4 -size 2MiB -block 256KiB"`)
 	fs.BoolVar(&c.verbose, "v", false, "log progress and the replicas' standard error to stderr")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -95,6 +102,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		quickValues := map[string]string{
 			"reps": "1", "duration": "1s", "warmup": "250ms", "clients": "64", "big-clients": "2", "timeout": "5s",
+			"multicast-args": "-nodes 2,3,4 -size 2MiB -block 256KiB",
 		}
 		for name, v := range quickValues {
 			if !set[name] {
@@ -105,6 +113,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 		}
 	}
 
+	c.multicastArgs = strings.Fields(*multicastArgs)
 	var err error
 	if c.systems, err = parseSystems(*systems); err != nil {
 		return nil, err
@@ -129,7 +138,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 }
 
 // run runs the benchmark that args describe, prints its tables on stdout
-// and writes results.json.
+// and writes results.json and the plots.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c, err := parseConfig(args, stderr)
 	if err != nil {
@@ -149,6 +158,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	exes, err := replicaPrograms(ctx, c.systems, root, log)
 	if err != nil {
 		return err
+	}
+
+	convoy := c.convoy
+	if convoy == "" && slices.ContainsFunc(c.workloads, func(w workload) bool { return w.multicast }) {
+		log.Info("building the convoy command for workload m")
+		if convoy, err = buildConvoy(ctx, root); err != nil {
+			return err
+		}
 	}
 
 	res := results{Started: time.Now().UTC(), Machine: thisMachine(), Settings: c.settings()}
@@ -177,15 +194,46 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			res.Samples = append(res.Samples, samples...)
 		}
+		for _, w := range c.workloads {
+			if !w.multicast {
+				continue
+			}
+			points, err := runMulticast(ctx, convoy, c.multicastArgs, verbose)
+			if err != nil {
+				return fmt.Errorf("repetition %d: workload %s: %w", rep, w.name, err)
+			}
+			for i := range points {
+				points[i].Rep = rep
+				log.Info("measured", "workload", w.name, "algo", points[i].Algo, "nodes", points[i].Nodes,
+					"seconds", points[i].Seconds, "unicast_seconds", points[i].UnicastSeconds)
+			}
+			res.Multicast = append(res.Multicast, points...)
+		}
 	}
 	res.Summary = summarize(res.Samples, c.workloads, c.systems)
+	res.MulticastSummary = summarizeMulticast(res.Multicast)
 	if err := printTables(stdout, res.Summary, c.workloads); err != nil {
 		return err
+	}
+	for _, w := range c.workloads {
+		if w.multicast {
+			if err := printMulticast(stdout, w.title, res.MulticastSummary); err != nil {
+				return err
+			}
+		}
 	}
 	if c.out == "" {
 		return nil
 	}
-	return writeResults(c.out, res)
+	if err := writeResults(c.out, res); err != nil {
+		return err
+	}
+	files, err := writePlots(c.out, res, c.workloads)
+	if err != nil {
+		return err
+	}
+	log.Info("wrote", "dir", c.out, "plots", files)
+	return nil
 }
 
 // measureSystem starts a cluster of sys, its replicas running exe, and
@@ -251,6 +299,9 @@ func (c *config) settings() settings {
 		Duration: c.timing.duration.String(),
 		Clients:  c.clients,
 		Conns:    c.conns,
+	}
+	if slices.ContainsFunc(c.workloads, func(w workload) bool { return w.multicast }) {
+		s.MulticastArgs = c.multicastArgs
 	}
 	for _, sys := range c.systems {
 		s.Systems = append(s.Systems, sys.name)

@@ -46,7 +46,7 @@ func TestQuickRun(t *testing.T) {
 	err := run(ctx, []string{
 		"-quick", "-duration", "500ms", "-warmup", "100ms",
 		"-systems", systemNames(allSystems()),
-		"-workloads", "a,c,d,e,f", "-big-clients", "1",
+		"-workloads", "a,c,d,e,f,m", "-big-clients", "1",
 		"-dir", dataDir, "-out", out,
 	}, &stdout, &stderr)
 	if err != nil {
@@ -59,6 +59,7 @@ func TestQuickRun(t *testing.T) {
 		"(d) 1 MiB durable writes at saturation",
 		"(e) the service as users run it",
 		"(f) physical limits",
+		"(m) multicast of one message to a group",
 	} {
 		if !strings.Contains(stdout.String(), header) {
 			t.Errorf("no table %q in the output:\n%s", header, stdout.String())
@@ -134,6 +135,21 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 
+	// Workload m: every algorithm at each group size of -quick.
+	if len(res.Multicast) != 4*3 || len(res.MulticastSummary) != 4*3 {
+		t.Errorf("%d multicast points, %d summary rows; want 12 of each", len(res.Multicast), len(res.MulticastSummary))
+	}
+	for _, r := range res.MulticastSummary {
+		if r.Reps != 1 || r.Nodes < 2 || r.Nodes > 4 || r.Bytes != 2<<20 || !(r.Seconds > 0) || !(r.UnicastSeconds > 0) {
+			t.Errorf("multicast row %+v", r)
+		}
+	}
+	for _, name := range []string{"throughput-a", "latency-c", "multicast"} {
+		for _, ext := range []string{".png", ".svg"} {
+			checkImage(t, filepath.Join(out, name+ext))
+		}
+	}
+
 	left, err := os.ReadDir(dataDir)
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +185,33 @@ func TestMedian(t *testing.T) {
 	} {
 		if got := median(tc.xs); got != tc.want {
 			t.Errorf("median(%v) = %v, want %v", tc.xs, got, tc.want)
+		}
+	}
+}
+func TestDistribution(t *testing.T) {
+	var ds []time.Duration
+	for i := 1000; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Microsecond)
+	}
+	got := distribution(ds)
+	if len(got) != len(latencyQuantiles) {
+		t.Fatalf("%d quantiles, want %d", len(got), len(latencyQuantiles))
+	}
+	for i, q := range got {
+		if want := math.Round(latencyQuantiles[i] * 1000); q.Q != latencyQuantiles[i] || q.Us != want {
+			t.Errorf("quantile %d: %+v, want q %v at %vµs", i, q, latencyQuantiles[i], want)
+		}
+	}
+	if got := distribution(nil); got != nil {
+		t.Errorf("distribution of none: %v", got)
+	}
+	var ten []time.Duration
+	for i := 1; i <= 10; i++ {
+		ten = append(ten, time.Duration(i)*time.Microsecond)
+	}
+	for q, want := range map[float64]float64{0: 1, 0.01: 1, 0.1: 1, 0.3: 3, 0.7: 7, 0.95: 10, 1: 10} {
+		if got := quantileOf(ten, q); got != want {
+			t.Errorf("quantile %v of 1..10µs: %v, want %v", q, got, want)
 		}
 	}
 }

@@ -2,26 +2,20 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
+	"github.com/convoy-gcs/convoy/internal/rawpebble"
 )
 
 // The physical limits measured in the same run as the systems, on the
 // disk that holds their data: workload f.
 const (
 	// pebbleInstances append at once, as the three replicas of a durable
-	// system do.
+	// system do, in synced batches of rawpebble.DefaultBatch records.
 	pebbleInstances = 3
-	// pebbleBatch is how many records one synced batch commits.
-	pebbleBatch = 1000
 	// physicalRecord is the record and write size.
 	physicalRecord = 1 << 10
 	// syncFileBytes is the size of the file that synced writes cycle
@@ -42,7 +36,13 @@ func runPhysical(ctx context.Context, root string, t timing) ([]sample, error) {
 	defer os.RemoveAll(dir)
 
 	cpu0 := selfCPU()
-	rate, err := pebbleRate(ctx, dir, t)
+	rate, err := rawpebble.Rate(ctx, rawpebble.Config{
+		Dir:         dir,
+		Instances:   pebbleInstances,
+		RecordBytes: physicalRecord,
+		Warmup:      t.warmup,
+		Duration:    t.duration,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("pebble: %w", err)
 	}
@@ -62,74 +62,6 @@ func runPhysical(ctx context.Context, root string, t timing) ([]sample, error) {
 	}
 	fsyncSample.CPUCores = (selfCPU() - cpu0).Seconds() / (t.warmup + t.duration).Seconds()
 	return []sample{pebbleSample, fsyncSample}, nil
-}
-
-// pebbleRate runs pebbleInstances Pebble instances at once, each
-// appending records in synced batches, and returns the lowest rate of
-// them in records per second.
-func pebbleRate(ctx context.Context, dir string, t timing) (float64, error) {
-	rates := make([]float64, pebbleInstances)
-	errs := make([]error, pebbleInstances)
-	var wg sync.WaitGroup
-	for i := range pebbleInstances {
-		wg.Go(func() {
-			rates[i], errs[i] = pebbleOne(ctx, filepath.Join(dir, fmt.Sprint(i)), t)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return 0, err
-	}
-	lowest := math.Inf(1)
-	for _, r := range rates {
-		lowest = min(lowest, r)
-	}
-	return lowest, nil
-}
-
-func pebbleOne(ctx context.Context, dir string, t timing) (float64, error) {
-	db, err := pebble.Open(dir, &pebble.Options{Logger: quietPebble{}})
-	if err != nil {
-		return 0, err
-	}
-	defer db.Close()
-	value := make([]byte, physicalRecord)
-	key := make([]byte, 9)
-	key[0] = 'e'
-	var index uint64
-	counted := 0
-	start := time.Now()
-	measureFrom, end := start.Add(t.warmup), start.Add(t.warmup+t.duration)
-	var measuredStart time.Time
-	for {
-		now := time.Now()
-		if now.After(end) || ctx.Err() != nil {
-			break
-		}
-		if measuredStart.IsZero() && !now.Before(measureFrom) {
-			measuredStart, counted = now, 0
-		}
-		b := db.NewBatch()
-		for range pebbleBatch {
-			index++
-			binary.BigEndian.PutUint64(key[1:], index)
-			binary.BigEndian.PutUint64(value, index)
-			if err := b.Set(key, value, nil); err != nil {
-				b.Close()
-				return 0, err
-			}
-		}
-		if err := b.Commit(pebble.Sync); err != nil {
-			b.Close()
-			return 0, err
-		}
-		b.Close()
-		counted += pebbleBatch
-	}
-	if measuredStart.IsZero() {
-		return 0, errors.Join(errors.New("ended before the measured interval"), ctx.Err())
-	}
-	return float64(counted) / time.Since(measuredStart).Seconds(), nil
 }
 
 // syncedWrites writes one record at a time into a preallocated file at
@@ -171,13 +103,4 @@ func syncedWrites(ctx context.Context, path string, t timing) (sample, error) {
 	}
 	r.fill(&s, t.duration)
 	return s, ctx.Err()
-}
-
-// quietPebble discards Pebble's informational logs.
-type quietPebble struct{}
-
-func (quietPebble) Infof(string, ...any)  {}
-func (quietPebble) Errorf(string, ...any) {}
-func (quietPebble) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
 }

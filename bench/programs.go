@@ -36,16 +36,24 @@ func replicaPrograms(ctx context.Context, systems []system, dir string, log *slo
 		}
 		exe := filepath.Join(dir, s.binary+"-replica")
 		log.Info("building", "program", s.binary)
-		// Without version control stamping, which needs git and a
-		// repository git trusts, and tells a replica nothing.
-		cmd := exec.CommandContext(ctx, "go", "build", "-buildvcs=false", "-o", exe, ".")
-		cmd.Dir = filepath.Join(mod, s.binary)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("build the %s replica program in %s: %w\n%s", s.binary, cmd.Dir, err, bytes.TrimSpace(out))
+		if err := goBuild(ctx, filepath.Join(mod, s.binary), ".", exe); err != nil {
+			return nil, fmt.Errorf("build the %s replica program: %w", s.binary, err)
 		}
 		exes[s.binary] = exe
 	}
 	return exes, nil
+}
+
+// goBuild builds the package pkg of the module in dir into exe, without
+// version control stamping, which needs git and a repository git trusts,
+// and tells a benchmark program nothing.
+func goBuild(ctx context.Context, dir, pkg, exe string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-buildvcs=false", "-o", exe, pkg)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s in %s: %w\n%s", pkg, dir, err, bytes.TrimSpace(out))
+	}
+	return nil
 }
 
 // moduleDir returns the bench module's directory: the working directory

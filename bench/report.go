@@ -45,6 +45,9 @@ type results struct {
 	Settings settings  `json:"settings"`
 	Samples  []sample  `json:"samples"`
 	Summary  []summary `json:"summary"`
+	// Multicast holds workload m's points, MulticastSummary their medians.
+	Multicast        []multicastPoint `json:"multicast,omitempty"`
+	MulticastSummary []multicastPoint `json:"multicast_summary,omitempty"`
 }
 
 type machine struct {
@@ -61,6 +64,8 @@ type settings struct {
 	Duration  string   `json:"duration"`
 	Clients   []int    `json:"clients"`
 	Conns     int      `json:"conns"`
+	// MulticastArgs are the flags workload m gave convoy bench multicast.
+	MulticastArgs []string `json:"multicast_args,omitempty"`
 }
 
 func thisMachine() machine {
@@ -176,9 +181,13 @@ func median(xs []float64) float64 {
 
 func isBad(x float64) bool { return x != x || x > 1e300 || x < -1e300 }
 
-// printTables prints one table per workload.
+// printTables prints one table per workload, but for workload m's, which
+// is printMulticast's.
 func printTables(w io.Writer, rows []summary, workloads []workload) error {
 	for _, wl := range workloads {
+		if wl.multicast {
+			continue // its table is printMulticast's
+		}
 		fmt.Fprintf(w, "\n(%s) %s\n", wl.name, wl.title)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		ratio := "ratio"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -36,6 +35,8 @@ type workload struct {
 	reference string
 	// physical measures the machine's limits instead of a system.
 	physical bool
+	// multicast runs convoy bench multicast instead of measuring a system.
+	multicast bool
 	// ratioOf is what the tables compare with Convoy's: "ops/s" (higher
 	// is better) or "p50" (lower is better).
 	ratioOf string
@@ -51,6 +52,7 @@ func workloadSet(clients []int, bigClients int) []workload {
 		{name: "d", title: "1 MiB durable writes at saturation", size: 1 << 20, keys: 64, clients: []int{bigClients}, durableOnly: true, ratioOf: "ops/s"},
 		{name: "e", title: "the service as users run it: 64-byte writes through its client at saturation", size: 64, keys: 10000, clients: clients, service: true, reference: "convoy-kv", ratioOf: "ops/s"},
 		{name: "f", title: "physical limits: three Pebble instances appending synced 1 KiB batches on one disk; one synced 1 KiB write", physical: true},
+		{name: multicastWorkload, title: "multicast of one message to a group, against unicast to one receiver (convoy bench multicast)", multicast: true},
 	}
 }
 
@@ -74,7 +76,7 @@ func parseWorkloads(list string, all []workload) ([]workload, error) {
 
 func (w workload) appliesTo(s system) bool {
 	switch {
-	case w.physical, w.durableOnly && !s.durable:
+	case w.physical, w.multicast, w.durableOnly && !s.durable:
 		return false
 	case w.service:
 		return s.service
@@ -99,6 +101,9 @@ type sample struct {
 	OpsPerSec float64 `json:"ops_per_sec"`
 	P50Us     float64 `json:"p50_us"`
 	P99Us     float64 `json:"p99_us"`
+	// Latency is the distribution of the same latencies, at every
+	// quantile of latencyQuantiles; empty if no write was acknowledged.
+	Latency []quantile `json:"latency,omitempty"`
 	// CPUCores is the CPU time the system's processes used in the
 	// measured interval over its length: 1 is one core busy throughout.
 	CPUCores float64 `json:"cpu_cores"`
@@ -156,6 +161,7 @@ func (r *recorder) fill(s *sample, measured time.Duration) {
 	s.Ops = len(r.latencies)
 	s.OpsPerSec = float64(s.Ops) / measured.Seconds()
 	s.P50Us, s.P99Us = percentiles(r.latencies)
+	s.Latency = distribution(r.latencies)
 	s.Timeouts, s.Errors = r.timeouts, r.errors
 	if r.firstErr != nil {
 		s.FirstError = r.firstErr.Error()
@@ -169,11 +175,7 @@ func percentiles(ds []time.Duration) (p50, p99 float64) {
 		return 0, 0
 	}
 	slices.Sort(ds)
-	at := func(q float64) float64 {
-		i := int(math.Ceil(q*float64(len(ds)))) - 1
-		return float64(ds[max(i, 0)]) / float64(time.Microsecond)
-	}
-	return at(0.5), at(0.99)
+	return quantileOf(ds, 0.5), quantileOf(ds, 0.99)
 }
 
 // keyOf names key number i.

@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/convoy-gcs/convoy/internal/netns"
@@ -262,13 +261,13 @@ func (b *joinBench) run(ctx context.Context, c *cli) (err error) {
 		log.Debug("switch up", "name", sw.Name(), "hosts", b.nodes+2, "rate_mbit", b.rateMbit, "joiner_rate_mbit", b.joinerRateMbit)
 	}
 
-	etcd := newJoinProcs(log)
-	defer func() { err = errors.Join(err, etcd.close()) }()
+	etcd := newJoinProcs(log, c)
+	defer func() { err = errors.Join(err, etcd.close(joinExitTimeout)) }()
 	args := []string{"bench", "joinetcd", "-listen", jn.listen(jn.etcdHost(), joinEtcdPort)}
 	if b.verbose {
 		args = append(args, "-v")
 	}
-	if err := etcd.start(jn.command(jn.etcdHost(), exe, args...), 0, c); err != nil {
+	if err := startJoinProc(etcd, jn.command(jn.etcdHost(), exe, args...), 0); err != nil {
 		return err
 	}
 	ev, err := etcd.next(ctx, "waiting for etcd")
@@ -371,8 +370,8 @@ func (b *joinBench) print(w io.Writer, r joinResult) error {
 func (b *joinBench) measure(ctx context.Context, c *cli, exe string, jn *joinNet, endpoints []string, run, from int, log *slog.Logger) (_ joinRun, err error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, b.runTimeout, fmt.Errorf("the run took longer than -timeout-run %v", b.runTimeout))
 	defer cancel()
-	procs := newJoinProcs(log)
-	defer func() { err = errors.Join(err, procs.close()) }()
+	procs := newJoinProcs(log, c)
+	defer func() { err = errors.Join(err, procs.close(joinExitTimeout)) }()
 	prefix := fmt.Sprintf("/convoy-bench-join/%d-%d/run-%d/", os.Getpid(), time.Now().UnixNano(), run)
 	args := func(id uint64, host int) []string {
 		a := []string{"bench", "joinnode",
@@ -393,7 +392,7 @@ func (b *joinBench) measure(ctx context.Context, c *cli, exe string, jn *joinNet
 	}
 	for i := range b.nodes {
 		id, h := uint64(i+1), jn.memberHost(i)
-		if err := procs.start(jn.command(h, exe, args(id, h)...), id, c); err != nil {
+		if err := startJoinProc(procs, jn.command(h, exe, args(id, h)...), id); err != nil {
 			return joinRun{}, err
 		}
 	}
@@ -413,7 +412,7 @@ func (b *joinBench) measure(ctx context.Context, c *cli, exe string, jn *joinNet
 	// Events are logged (-v) in milliseconds from the joiner's start.
 	t0 := time.Now().UnixNano()
 	joiner, h := uint64(b.nodes+1), jn.joinerHost(b.nodes)
-	if err := procs.start(jn.command(h, exe, append(args(joiner, h), "-joiner")...), joiner, c); err != nil {
+	if err := startJoinProc(procs, jn.command(h, exe, append(args(joiner, h), "-joiner")...), joiner); err != nil {
 		return joinRun{}, err
 	}
 	w := &joinWatch{joiner: joiner, snapshots: make(map[uint64]int64)}
@@ -535,97 +534,18 @@ func (w *joinWatch) result(state int64) joinRun {
 	return r
 }
 
-// joinProcs is a set of processes of the join benchmark that print
-// joinEvents.
-type joinProcs struct {
-	log     *slog.Logger
-	procs   []*joinProc
-	ev      chan joinEvent
-	stop    chan struct{} // closed by close: events are dropped from then on
-	readers sync.WaitGroup
-	closed  bool
+// joinProcs is a set of processes of the join benchmark.
+type joinProcs = children[joinEvent]
+
+func newJoinProcs(log *slog.Logger, c *cli) *joinProcs {
+	return newChildren[joinEvent](log, joinEventQueueLen, c.self, c.stderr)
 }
 
-// joinProc is one process.
-type joinProc struct {
-	id  uint64
-	cmd *exec.Cmd
-	in  io.WriteCloser
-}
-
-func newJoinProcs(log *slog.Logger) *joinProcs {
-	return &joinProcs{log: log, ev: make(chan joinEvent, joinEventQueueLen), stop: make(chan struct{})}
-}
-
-// start starts cmd as process id and the goroutine that reads its events.
-func (ps *joinProcs) start(cmd *exec.Cmd, id uint64, c *cli) error {
-	in, out, err := startChild(cmd, c.self.env, c.stderr)
-	if err != nil {
-		return fmt.Errorf("process %d: %w", id, err)
-	}
-	p := &joinProc{id: id, cmd: cmd, in: in}
-	ps.procs = append(ps.procs, p)
-	ps.readers.Go(func() { ps.read(p, out) })
-	return nil
-}
-
-// read forwards the events process p prints, then an exited event.
-func (ps *joinProcs) read(p *joinProc, out io.Reader) {
-	_ = readEvents(out, ps.log, fmt.Sprintf("process %d", p.id), ps.emit)
-	ps.emit(joinEvent{Event: jnExited, Node: p.id, T: time.Now().UnixNano()})
-}
-
-func (ps *joinProcs) emit(ev joinEvent) {
-	select {
-	case ps.ev <- ev:
-	case <-ps.stop:
-	}
-}
-
-// next returns the next event; doing says what the run waits for, should
-// it end first.
-func (ps *joinProcs) next(ctx context.Context, doing string) (joinEvent, error) {
-	select {
-	case ev := <-ps.ev:
-		return ev, nil
-	case <-ctx.Done():
-		return joinEvent{}, fmt.Errorf("%s: %w", doing, context.Cause(ctx))
-	}
-}
-
-// close ends every process: it closes their stdin, kills those still
-// running after joinExitTimeout, and reaps them. It returns an error if a
-// process did not exit cleanly.
-func (ps *joinProcs) close() error {
-	if ps.closed {
-		return nil
-	}
-	ps.closed = true
-	close(ps.stop)
-	for _, p := range ps.procs {
-		_ = p.in.Close()
-	}
-	readersDone := make(chan struct{})
-	go func() {
-		ps.readers.Wait()
-		close(readersDone)
-	}()
-	killed := false
-	select {
-	case <-readersDone:
-	case <-time.After(joinExitTimeout):
-		ps.log.Warn("processes did not exit; killing them")
-		killed = true
-		for _, p := range ps.procs {
-			_ = p.cmd.Process.Kill()
-		}
-		<-readersDone
-	}
-	var errs []error
-	for _, p := range ps.procs {
-		if err := p.cmd.Wait(); err != nil && !killed {
-			errs = append(errs, fmt.Errorf("process %d: %w", p.id, err))
-		}
-	}
-	return errors.Join(errs...)
+// startJoinProc starts cmd as process id (etcd is 0); when it ends, an
+// exited event follows its last.
+func startJoinProc(ps *joinProcs, cmd *exec.Cmd, id uint64) error {
+	_, err := ps.start(cmd, fmt.Sprintf("process %d", id), func(err error) joinEvent {
+		return joinEvent{Event: jnExited, Node: id, T: time.Now().UnixNano(), Err: errText(err)}
+	})
+	return err
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/convoy-gcs/convoy/internal/benchout"
 	"github.com/convoy-gcs/convoy/multicast"
 )
 
@@ -47,19 +48,7 @@ type multicastBench struct {
 }
 
 // multicastResult is one output line.
-type multicastResult struct {
-	Algo       string `json:"algo"`
-	Nodes      int    `json:"nodes"`
-	Bytes      int    `json:"bytes"`
-	BlockBytes int    `json:"block_bytes"`
-	// Seconds is the median time from the Send call to the last
-	// receiver's Complete.
-	Seconds float64 `json:"seconds"`
-	// UnicastSeconds is the same for a single receiver.
-	UnicastSeconds float64 `json:"unicast_seconds"`
-	// Ratio is Seconds / UnicastSeconds.
-	Ratio float64 `json:"ratio"`
-}
+type multicastResult = benchout.Multicast
 
 func runBenchMulticast(ctx context.Context, args []string, c *cli) error {
 	b, err := parseMulticastBench(args, c)

@@ -12,8 +12,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/convoy-gcs/convoy/internal/netns"
@@ -33,21 +31,8 @@ const (
 // namespace, the namespaces joined by a shaped switch (package netns).
 // Nodes are driven through their stdin and stdout.
 type netnsFleet struct {
-	sw      *netns.Switch
-	log     *slog.Logger
-	procs   []*nodeProc
-	ev      chan nodeEvent
-	done    chan struct{} // closed by Close: events are dropped from then on
-	closing atomic.Bool
-	readers sync.WaitGroup
-}
-
-// nodeProc is one node process.
-type nodeProc struct {
-	id  rdma.NodeID
-	cmd *exec.Cmd
-	mu  sync.Mutex // serializes writes to in
-	in  io.WriteCloser
+	sw    *netns.Switch
+	nodes *children[nodeEvent]
 }
 
 // netnsOptions configures a netnsFleet.
@@ -77,7 +62,7 @@ func newNetnsFleet(ctx context.Context, o netnsOptions) (_ *netnsFleet, err erro
 	if err != nil {
 		return nil, err
 	}
-	f := &netnsFleet{sw: sw, log: o.log, ev: make(chan nodeEvent, eventQueueLen), done: make(chan struct{})}
+	f := &netnsFleet{sw: sw, nodes: newChildren[nodeEvent](o.log, eventQueueLen, o.self, o.stderr)}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, f.Close())
@@ -99,16 +84,16 @@ func newNetnsFleet(ctx context.Context, o netnsOptions) (_ *netnsFleet, err erro
 		if o.verbose {
 			args = append(args, "-v")
 		}
-		if err := f.start(sw.Command(context.Background(), i, exe, args...), nodeID(i), o); err != nil {
+		if err := f.start(sw.Command(context.Background(), i, exe, args...), nodeID(i)); err != nil {
 			return nil, err
 		}
 	}
 
 	// Wait until every node listens.
-	waiting := len(f.procs)
+	waiting := len(f.nodes.procs)
 	for waiting > 0 {
 		select {
-		case ev := <-f.ev:
+		case ev := <-f.nodes.ev:
 			switch ev.Event {
 			case evListening:
 				waiting--
@@ -122,91 +107,35 @@ func newNetnsFleet(ctx context.Context, o netnsOptions) (_ *netnsFleet, err erro
 	return f, nil
 }
 
-// start starts one node process and the goroutine that reads its events.
-func (f *netnsFleet) start(cmd *exec.Cmd, id rdma.NodeID, o netnsOptions) error {
-	in, out, err := startChild(cmd, o.self.env, o.stderr)
-	if err != nil {
-		return fmt.Errorf("node %d: %w", id, err)
-	}
-	p := &nodeProc{id: id, cmd: cmd, in: in}
-	f.procs = append(f.procs, p)
-	f.readers.Go(func() { f.read(p, out) })
-	return nil
-}
-
-// read forwards the events node p prints, one JSON object per line. If the
-// node's output ends before Close, that is reported as an error event.
-func (f *netnsFleet) read(p *nodeProc, out io.Reader) {
-	err := readEvents(out, f.log, fmt.Sprintf("node %d", p.id), f.emit)
-	if !f.closing.Load() {
-		msg := "node process ended its output"
+// start starts one node process. When it ends, an error event follows its
+// last: nodes end only when Close asks them to.
+func (f *netnsFleet) start(cmd *exec.Cmd, id rdma.NodeID) error {
+	_, err := f.nodes.start(cmd, fmt.Sprintf("node %d", id), func(err error) nodeEvent {
+		msg := "node process ended"
 		if err != nil {
 			msg += ": " + err.Error()
 		}
-		f.emit(nodeEvent{Event: evError, Node: p.id, Err: msg})
-	}
-}
-
-func (f *netnsFleet) emit(ev nodeEvent) {
-	select {
-	case f.ev <- ev:
-	case <-f.done:
-	}
+		return nodeEvent{Event: evError, Node: id, Err: msg}
+	})
+	return err
 }
 
 func (f *netnsFleet) command(ctx context.Context, i int, c nodeCommand) error {
-	if i < 0 || i >= len(f.procs) {
+	if i < 0 || i >= len(f.nodes.procs) {
 		return fmt.Errorf("no node %d", i)
 	}
-	p := f.procs[i]
 	line, err := json.Marshal(c)
 	if err != nil {
 		return err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if _, err := p.in.Write(append(line, '\n')); err != nil {
-		return fmt.Errorf("node %d: %w", p.id, err)
-	}
-	return nil
+	_, err = f.nodes.procs[i].Write(append(line, '\n'))
+	return err
 }
 
-func (f *netnsFleet) events() <-chan nodeEvent { return f.ev }
+func (f *netnsFleet) events() <-chan nodeEvent { return f.nodes.ev }
 
 // Close ends the node processes (closing their stdin, then killing those
 // that linger) and removes the switch.
 func (f *netnsFleet) Close() error {
-	if f.closing.Swap(true) {
-		return nil
-	}
-	close(f.done)
-	for _, p := range f.procs {
-		p.mu.Lock()
-		_ = p.in.Close()
-		p.mu.Unlock()
-	}
-	readersDone := make(chan struct{})
-	go func() {
-		f.readers.Wait()
-		close(readersDone)
-	}()
-	select {
-	case <-readersDone:
-	case <-time.After(nodeExitTimeout):
-		f.log.Warn("node processes did not exit; killing them")
-		for _, p := range f.procs {
-			_ = p.cmd.Process.Kill()
-		}
-		<-readersDone
-	}
-	var errs []error
-	for _, p := range f.procs {
-		if err := p.cmd.Wait(); err != nil {
-			errs = append(errs, fmt.Errorf("node %d: %w", p.id, err))
-		}
-	}
-	if err := f.sw.Close(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return errors.Join(f.nodes.close(nodeExitTimeout), f.sw.Close())
 }

@@ -67,8 +67,8 @@ const (
 	vcEventQueueLen = 4096
 )
 
-// vcExited is the event the coordinator makes up when a member's output
-// ends.
+// vcExited is the event the coordinator makes up when a member's process
+// ends, with its exit error if any; the killed victim's comes too.
 const vcExited = "exited"
 
 // vcBench is a parsed "convoy bench viewchange" command line.
@@ -331,9 +331,9 @@ func (b *vcBench) measure(ctx context.Context, c *cli, exe string, srv *etcdembe
 	ctx, cancel := context.WithTimeoutCause(ctx, b.runTimeout, fmt.Errorf("the run took longer than -timeout-run %v", b.runTimeout))
 	defer cancel()
 	endpoints := srv.Endpoints()
-	cl := &vcCluster{ev: make(chan vcEvent, vcEventQueueLen), stop: make(chan struct{}), log: log}
+	cl := vcCluster{newChildren[vcEvent](log, vcEventQueueLen, c.self, c.stderr)}
 	defer func() {
-		if cerr := cl.close(); cerr != nil {
+		if cerr := cl.close(vcExitTimeout); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 	}()
@@ -364,7 +364,7 @@ func (b *vcBench) measure(ctx context.Context, c *cli, exe string, srv *etcdembe
 		if b.verbose {
 			args = append(args, "-v")
 		}
-		if err := cl.start(exe, c, uint64(i+1), args); err != nil {
+		if err := cl.start(exe, uint64(i+1), args); err != nil {
 			return vcSample{}, err
 		}
 	}
@@ -397,10 +397,9 @@ func (b *vcBench) measure(ctx context.Context, c *cli, exe string, srv *etcdembe
 	}
 
 	// Kill the victim and watch the survivors.
-	p := cl.procs[victim-1]
 	kill.Store(time.Now().UnixNano())
-	if err := p.kill(); err != nil {
-		return vcSample{}, fmt.Errorf("kill member %d: %w", victim, err)
+	if err := cl.procs[victim-1].Kill(); err != nil {
+		return vcSample{}, err
 	}
 	log.Debug("killed", "member", victim, "epoch", epoch)
 	w := newVCWatch(victim, kill.Load(), b.nodes)
@@ -484,6 +483,9 @@ func (w *vcWatch) add(ev vcEvent) error {
 	case vcError, vcFailed:
 		return fmt.Errorf("member %d: %s: %s%s", ev.Node, ev.Event, ev.Err, ev.Reason)
 	case vcExited:
+		if ev.Err != "" {
+			return fmt.Errorf("member %d exited: %s", ev.Node, ev.Err)
+		}
 		return fmt.Errorf("member %d exited", ev.Node)
 	case vcWedged:
 		w.earliest(ev.Event, ev.T)
@@ -610,65 +612,20 @@ func (w *vcWatch) sample() vcSample {
 
 // vcCluster is the member processes of one run.
 type vcCluster struct {
-	procs   []*vcProc
-	ev      chan vcEvent
-	stop    chan struct{} // closed by close: events are dropped from then on
-	readers sync.WaitGroup
-	log     *slog.Logger
-	closed  bool
+	*children[vcEvent]
 }
 
-// vcProc is one member process.
-type vcProc struct {
-	id     uint64
-	cmd    *exec.Cmd
-	in     io.WriteCloser
-	killed bool
-}
-
-// start starts member id's process and the goroutine that reads its
-// events.
-func (cl *vcCluster) start(exe string, c *cli, id uint64, args []string) error {
-	cmd := exec.Command(exe, args...)
-	in, out, err := startChild(cmd, c.self.env, c.stderr)
-	if err != nil {
-		return fmt.Errorf("member %d: %w", id, err)
-	}
-	p := &vcProc{id: id, cmd: cmd, in: in}
-	cl.procs = append(cl.procs, p)
-	cl.readers.Go(func() { cl.read(p, out) })
-	return nil
-}
-
-// read forwards the events member p prints, then an exited event.
-func (cl *vcCluster) read(p *vcProc, out io.Reader) {
-	_ = readEvents(out, cl.log, fmt.Sprintf("member %d", p.id), cl.emit)
-	cl.emit(vcEvent{Event: vcExited, Node: p.id, T: time.Now().UnixNano()})
-}
-
-func (cl *vcCluster) emit(ev vcEvent) {
-	select {
-	case cl.ev <- ev:
-	case <-cl.stop:
-	}
-}
-
-// next returns the next event; doing says what the run waits for, should
-// it end first.
-func (cl *vcCluster) next(ctx context.Context, doing string) (vcEvent, error) {
-	select {
-	case ev := <-cl.ev:
-		if ev.Event == vcExited && cl.procs[ev.Node-1].killed {
-			return cl.next(ctx, doing)
-		}
-		return ev, nil
-	case <-ctx.Done():
-		return vcEvent{}, fmt.Errorf("%s: %w", doing, context.Cause(ctx))
-	}
+// start starts member id's process; when it ends, an exited event
+// follows its last.
+func (cl vcCluster) start(exe string, id uint64, args []string) error {
+	_, err := cl.children.start(exec.Command(exe, args...), fmt.Sprintf("member %d", id), func(err error) vcEvent {
+		return vcEvent{Event: vcExited, Node: id, T: time.Now().UnixNano(), Err: errText(err)}
+	})
+	return err
 }
 
 // idle lets the group run for d, failing if a member reports an error.
-func (cl *vcCluster) idle(ctx context.Context, d time.Duration) error {
+func (cl vcCluster) idle(ctx context.Context, d time.Duration) error {
 	ctx, cancel := context.WithTimeoutCause(ctx, d, errIdleOver)
 	defer cancel()
 	for {
@@ -689,47 +646,6 @@ func (cl *vcCluster) idle(ctx context.Context, d time.Duration) error {
 }
 
 var errIdleOver = errors.New("warmup over")
-
-// kill sends SIGKILL to p.
-func (p *vcProc) kill() error {
-	p.killed = true
-	return p.cmd.Process.Kill()
-}
-
-// close ends every member process: it closes their stdin, kills those
-// still running after vcExitTimeout, and reaps them. It returns an error
-// if a member that was not killed on purpose did not exit cleanly.
-func (cl *vcCluster) close() error {
-	if cl.closed {
-		return nil
-	}
-	cl.closed = true
-	close(cl.stop)
-	for _, p := range cl.procs {
-		_ = p.in.Close()
-	}
-	readersDone := make(chan struct{})
-	go func() {
-		cl.readers.Wait()
-		close(readersDone)
-	}()
-	select {
-	case <-readersDone:
-	case <-time.After(vcExitTimeout):
-		cl.log.Warn("member processes did not exit; killing them")
-		for _, p := range cl.procs {
-			_ = p.cmd.Process.Kill()
-		}
-		<-readersDone
-	}
-	var errs []error
-	for _, p := range cl.procs {
-		if err := p.cmd.Wait(); err != nil && !p.killed {
-			errs = append(errs, fmt.Errorf("member %d: %w", p.id, err))
-		}
-	}
-	return errors.Join(errs...)
-}
 
 // medianFloat returns the median of xs (the mean of the middle two for an
 // even count), or 0 for none.

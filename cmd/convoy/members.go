@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/convoy-gcs/convoy/internal/childproc"
 )
 
 // Timing of member processes started by "convoy cluster" and "convoy
@@ -63,7 +65,7 @@ func startMember(self selfExec, name string, id uint64, url string, args []strin
 	cmd := exec.Command(exe, append([]string{"node"}, args...)...)
 	cmd.Env = append(os.Environ(), self.env...)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = childAttr()
+	cmd.SysProcAttr = childproc.SysProcAttr()
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return nil, fmt.Errorf("%s: start: %w", name, err)

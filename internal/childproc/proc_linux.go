@@ -1,4 +1,4 @@
-package main
+package childproc
 
 import (
 	"os"
@@ -8,14 +8,14 @@ import (
 	"time"
 )
 
-// childAttr puts a replica process in a process group of its own, so that
-// Ctrl-C reaches only this process, which stops its replicas in order;
-// and has the kernel kill the replica if this process dies first
-// (Pdeathsig: a safety net for the paths where it cannot stop them, such
-// as SIGKILL). The kernel sends it when the thread that started the
-// replica exits; Go keeps its threads for the life of the process, unless
-// a goroutine locked to one exits, which nothing in this program does.
-func childAttr() *syscall.SysProcAttr {
+// SysProcAttr returns the attributes Start gives a child: a process group
+// of its own, so that Ctrl-C reaches only the parent, which stops its
+// children in order; and the kernel's SIGKILL if the parent dies first
+// (Pdeathsig: a safety net for the paths where the parent cannot stop
+// them, such as SIGKILL). The kernel sends it when the thread that started
+// the child exits; Go keeps its threads for the life of the process,
+// unless a goroutine locked to one exits without unlocking it.
+func SysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
@@ -24,9 +24,9 @@ func childAttr() *syscall.SysProcAttr {
 // on.
 const clockTicks = 100
 
-// procCPU returns the user and system CPU time process pid has used, all
-// its threads together, or 0 if /proc cannot tell.
-func procCPU(pid int) time.Duration {
+// processCPU returns the user and system CPU time process pid has used,
+// all its threads together, or 0 if /proc cannot tell.
+func processCPU(pid int) time.Duration {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0
