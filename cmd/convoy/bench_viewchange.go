@@ -637,7 +637,9 @@ func (cl vcCluster) idle(ctx context.Context, d time.Duration) error {
 			return err
 		}
 		switch ev.Event {
-		case vcError, vcFailed, vcExited, vcConfirmed:
+		case vcConfirmed:
+			return fmt.Errorf("member %d while warming up suspects member %d: %w", ev.Node, ev.Peer, errFalseSuspicion)
+		case vcError, vcFailed, vcExited:
 			return fmt.Errorf("member %d before the kill: %s %s%s (peer %d)", ev.Node, ev.Event, ev.Err, ev.Reason, ev.Peer)
 		case vcView:
 			return fmt.Errorf("member %d installed view %d before the kill", ev.Node, ev.Epoch)

@@ -23,7 +23,7 @@ func TestBenchViewChange(t *testing.T) {
 	}
 	c := &cli{self: selfExec{path: self, env: []string{childEnv + "=1"}}}
 	code, out, errOut := runCommand(t, c, "bench", "viewchange", "-nodes", "3", "-runs", "1",
-		"-rate", "100", "-size", "64", "-heartbeat", "10ms", "-timeout", "100ms", "-warmup", "100ms",
+		"-rate", "100", "-size", "64", "-heartbeat", "10ms", "-timeout", "300ms", "-warmup", "100ms",
 		"-timeout-run", "20s", "-json")
 	if code != 0 {
 		t.Fatalf("exit status %d:\n%s", code, errOut)
@@ -42,8 +42,8 @@ func TestBenchViewChange(t *testing.T) {
 	if r.Nodes != 3 || r.Runs != 1 || len(r.Samples) != 1 {
 		t.Fatalf("nodes %d, runs %d, %d samples; want 3, 1, 1:\n%s", r.Nodes, r.Runs, len(r.Samples), out)
 	}
-	if r.HeartbeatMs != 10 || r.SuspectTimeoutMs != 100 || r.TargetMs != 150 {
-		t.Errorf("heartbeat %v ms, suspect timeout %v ms, target %v ms; want 10, 100, 150", r.HeartbeatMs, r.SuspectTimeoutMs, r.TargetMs)
+	if r.HeartbeatMs != 10 || r.SuspectTimeoutMs != 300 || r.TargetMs != 350 {
+		t.Errorf("heartbeat %v ms, suspect timeout %v ms, target %v ms; want 10, 300, 350", r.HeartbeatMs, r.SuspectTimeoutMs, r.TargetMs)
 	}
 	s := r.Samples[0]
 	if s.Run != 1 || s.Victim < 2 || s.Victim > 3 || s.Epoch < 2 {
