@@ -128,6 +128,14 @@ func (c *cluster) killAll(round int) {
 			ids = append(ids, p.id)
 		}
 	}
+	if round%4 == 0 {
+		// The others must go on without it: they do if the group was
+		// whole. A member late with its heartbeats on a loaded machine
+		// may have been excluded meanwhile (it then rejoins), and
+		// killing another member of the smaller view would leave a view
+		// without a majority, which rightly waits.
+		c.waitInView()
+	}
 	c.kill(first)
 	if round%4 == 0 {
 		c.waitExited(first)

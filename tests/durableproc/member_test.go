@@ -36,8 +36,11 @@ const (
 const (
 	leaseTTL          = 2 * time.Second
 	heartbeatInterval = 10 * time.Millisecond
-	suspectTimeout    = 150 * time.Millisecond
-	restartWait       = 500 * time.Millisecond
+	// suspectTimeout leaves room for the scheduling delays of a loaded
+	// machine (the suite runs packages side by side on two cores), so
+	// that a member is rarely suspected because it was not run.
+	suspectTimeout = 400 * time.Millisecond
+	restartWait    = 500 * time.Millisecond
 	// openTimeout bounds Open, which includes restarting the group.
 	openTimeout = 30 * time.Second
 	// sendTimeout bounds one Send with WaitDelivered.
