@@ -84,10 +84,43 @@ func TestFilter(t *testing.T) {
 		return <-got
 	}
 
+	// reach waits until a datagram from host from reaches host to: the
+	// first ones wait for the hosts' hardware addresses, which a loaded
+	// machine may take longer to resolve than quietRead.
+	reach := func(from, to int) {
+		t.Helper()
+		c, err := sw.Dialer(from, &net.Dialer{})(ctx, "udp4", sw.Hosts()[to].Addr.String()+":7000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		buf := make([]byte, 64)
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			if _, err := c.Write([]byte("hello")); err != nil {
+				t.Fatal(err)
+			}
+			rx[to].SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			if _, _, err := rx[to].ReadFrom(buf); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no datagram from host %d reached host %d in 30s", from, to)
+			}
+		}
+		// Drain the greetings still on their way.
+		for {
+			rx[to].SetReadDeadline(time.Now().Add(quietRead))
+			if _, _, err := rx[to].ReadFrom(buf); err != nil {
+				return
+			}
+		}
+	}
+
 	// Before any filter, and so that every host knows the others'
 	// hardware addresses: an ARP request dropped at random would hold
 	// back every datagram behind it.
 	for _, p := range [][2]int{{0, 1}, {1, 0}, {0, 2}, {2, 1}} {
+		reach(p[0], p[1])
 		if got := sent(p[0], p[1], 50); got != 50 {
 			t.Fatalf("before any filter: %d of 50 datagrams from host %d reached host %d", got, p[0], p[1])
 		}
