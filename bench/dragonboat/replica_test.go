@@ -26,9 +26,6 @@ func TestMain(m *testing.M) {
 // TestShard runs a shard of three replicas in this process, without
 // fsync, and writes through each of them.
 func TestShard(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a dragonboat shard")
-	}
 	const n = 3
 	ports := freePorts(t, 2*n)
 	var peers, clients []string

@@ -227,7 +227,7 @@ func TestKill(t *testing.T) {
 // of it.
 func TestSignal(t *testing.T) {
 	if runtime.GOOS == "windows" {
-		t.Skip("no interrupt signal to send")
+		t.Skip("this system has no interrupt signal (os.Interrupt cannot be sent on Windows)")
 	}
 	p := startChild(t, "linger", Options{})
 	if err := p.WaitReady(context.Background()); err != nil {
@@ -280,7 +280,7 @@ func TestStopAll(t *testing.T) {
 
 func TestCPU(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("only Linux reports a child's CPU time")
+		t.Skip("this system does not report a child's CPU time (/proc is Linux only)")
 	}
 	p := startChild(t, "burn", Options{})
 	if err := p.WaitReady(context.Background()); err != nil {
