@@ -942,3 +942,97 @@ func TestDurableBarrierJoiners(t *testing.T) {
 		})
 	}
 }
+
+// TestViewsDurableRestartStatelessJoiner: in a durable group without a
+// StateMachine, a member whose disk was wiped joins without a transfer:
+// its log starts at its view's start. When the whole group then crashes
+// and starts again on its disks, that member's log takes part in the
+// restart like the others': it replays from where its log starts, and the
+// group serves again. (It used to count as holding no state, could not
+// replay the entries before its log, and every restarted view excluded
+// it again.)
+func TestViewsDurableRestartStatelessJoiner(t *testing.T) {
+	c := newVSCluster(t)
+	dirs := map[NodeID]string{1: t.TempDir(), 2: t.TempDir(), 3: t.TempDir()}
+	durable := func(cfg *Config) {
+		cfg.State = nil
+		cfg.Durable = &DurableConfig{Dir: dirs[cfg.Self], RestartWait: 200 * time.Millisecond}
+	}
+	nodes := c.openAll(3, durable)
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes[:2]...)
+	c.waitCount(nodes[0], 200)
+	c.crash(3)
+	if err := os.RemoveAll(dirs[3]); err != nil {
+		t.Fatal(err)
+	}
+	c.waitView(2, 2, nodes[:2]...)
+	again, err := c.open(3, 1, durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes = []*vsNode{nodes[0], nodes[1], again}
+	c.waitMembers(3, nodes...)
+	c.waitCount(again, 100)
+	close(stop)
+	wg.Wait()
+	c.waitSameIndex(nodes...)
+	joined, _ := again.lastView()
+	if first := again.g.disk.First(); first != joined.Start+1 {
+		t.Fatalf("the joiner's log starts at %d, its view at %d", first, joined.Start+1)
+	}
+	for _, n := range nodes {
+		if err := n.g.disk.WaitSynced(context.Background(), n.lastIndex()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := nodes[0].lastIndex()
+
+	for _, n := range nodes {
+		c.crash(n.id)
+	}
+	restarted := make([]*vsNode, len(nodes))
+	errs := make([]error, len(nodes))
+	var open sync.WaitGroup
+	for i := range nodes {
+		open.Add(1)
+		go func() {
+			defer open.Done()
+			restarted[i], errs[i] = c.open(NodeID(i+1), 1, durable)
+		}()
+	}
+	open.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	nodes = restarted
+	c.waitMembers(3, nodes...)
+	v, _ := nodes[2].lastView()
+	if v.Start < last {
+		t.Errorf("the group went on at %d (view %d), its logs end at %d", v.Start, v.Epoch, last)
+	}
+	// The joiner replayed its log from its view's start.
+	again = nodes[2]
+	again.mu.Lock()
+	replayed := slices.Clone(again.replayed)
+	again.mu.Unlock()
+	if len(replayed) == 0 || replayed[0].Index != joined.Start+1 {
+		t.Errorf("the joiner replayed %d messages, from %v; its log starts at %d", len(replayed), replayed[:min(1, len(replayed))], joined.Start+1)
+	}
+	for _, n := range nodes {
+		if _, err := n.g.Send(context.Background(), []byte(fmt.Sprintf("set after.m%d-0 x", n.id)), WaitDelivered()); err != nil {
+			t.Fatalf("member %d after the restart: %v", n.id, err)
+		}
+	}
+	c.waitSameIndex(nodes...)
+	for _, n := range nodes {
+		n.mu.Lock()
+		for _, e := range n.events {
+			if e.view != nil && e.view.Excluded {
+				t.Errorf("member %d was excluded after the restart (view %d)", n.id, e.view.Epoch)
+			}
+		}
+		n.mu.Unlock()
+	}
+	c.check()
+}

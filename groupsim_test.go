@@ -199,6 +199,9 @@ func (f simFault) String() string {
 type simPlan struct {
 	n       int
 	durable bool
+	// stateless: the members have no StateMachine, so a joiner starts
+	// without a transfer (the group workload of tests/jepsen).
+	stateless bool
 	// skew and drift are each member's clock offset and rate error.
 	skew  []time.Duration
 	drift []float64
@@ -209,7 +212,7 @@ type simPlan struct {
 
 func (p *simPlan) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d members, durable %v, fabric delays up to %v", p.n, p.durable, p.maxDelay)
+	fmt.Fprintf(&b, "%d members, durable %v, stateless %v, fabric delays up to %v", p.n, p.durable, p.stateless, p.maxDelay)
 	for i := range p.n {
 		if p.skew[i] != 0 || p.drift[i] != 0 {
 			fmt.Fprintf(&b, "\n  member %d's clock: %+v, drift %+.4f", i+1, p.skew[i], p.drift[i])
@@ -319,6 +322,15 @@ func seedPlan(seed uint64) (*simPlan, *rand.Rand) {
 		if f.kind == "crash-all" && cuts.IntN(2) == 0 {
 			plan.faults[i].kind = "power-cut"
 			plan.faults[i].who = [][]NodeID{{NodeID(1 + cuts.IntN(plan.n))}}
+		}
+	}
+	// A third makes one group in four stateless, and a durable group's
+	// crash one in three times a wipe of the member's disk.
+	more := rand.New(rand.NewPCG(seed, seed^0x57a7e))
+	plan.stateless = more.IntN(4) == 0
+	for i, f := range plan.faults {
+		if plan.durable && f.kind == "crash" && more.IntN(3) == 0 {
+			plan.faults[i].kind = "wipe"
 		}
 	}
 	return plan, rng
@@ -472,10 +484,13 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 		return
 	}
 	live := c.live()
-	c.waitAccepted(live)
+	c.waitAccepted(live, plan.stateless)
 	c.waitSameIndex(live...)
 	c.check()
-	sameState(t, live...)
+	if !plan.stateless {
+		// A stateless joiner's application starts from nothing.
+		sameState(t, live...)
+	}
 	r.checkAcked(live)
 }
 
@@ -508,6 +523,9 @@ func (r *simRun) config(cfg *Config) {
 	cfg.BeaconInterval = 5 * time.Millisecond
 	cfg.WindowMessages = 256
 	cfg.plant = r.plant
+	if r.plan.stateless {
+		cfg.State = nil
+	}
 	onView, self := cfg.OnView, cfg.Self
 	cfg.OnView = func(v View) {
 		if !v.Excluded {
@@ -688,6 +706,30 @@ func (r *simRun) checkAcked(live []*vsNode) {
 	r.mu.Lock()
 	acked := slices.Clone(r.acked)
 	r.mu.Unlock()
+	if r.plan.stateless {
+		// No member need hold the whole state: a message reported
+		// durable must still be in the history a live member delivered
+		// or replayed.
+		seen := make(map[string]bool)
+		for _, nd := range live {
+			nd.mu.Lock()
+			for _, d := range nd.replayed {
+				seen[string(d.Payload)] = true
+			}
+			for _, e := range nd.events {
+				if e.view == nil {
+					seen[string(e.d.Payload)] = true
+				}
+			}
+			nd.mu.Unlock()
+		}
+		for _, p := range acked {
+			if !seen[p] {
+				r.t.Fatalf("%q was reported durable and no live member delivered it (%d acknowledged in all)", p, len(acked))
+			}
+		}
+		return
+	}
 	for _, nd := range live {
 		nd.mu.Lock()
 		for _, p := range acked {
@@ -774,8 +816,9 @@ func (n *vsNode) exclusionsLocked() int {
 // one of them accepted in its last incarnation (a message accepted in an
 // incarnation that was excluded afterwards may be lost beyond its last
 // view's cut): it delivered it, or, for one that joined later, its state
-// holds it.
-func (c *vsCluster) waitAccepted(nodes []*vsNode) {
+// holds it. Stateless members' joiners start from nothing: then each
+// message need only be delivered by one of them.
+func (c *vsCluster) waitAccepted(nodes []*vsNode, stateless bool) {
 	c.t.Helper()
 	var want []string
 	for _, n := range nodes {
@@ -789,12 +832,30 @@ func (c *vsCluster) waitAccepted(nodes []*vsNode) {
 		n.mu.Unlock()
 	}
 	deadline := time.Now().Add(60 * time.Second)
+	got := func(n *vsNode, p string) bool {
+		if !stateless {
+			return n.got[p]
+		}
+		for _, o := range nodes {
+			if o != n {
+				o.mu.Lock()
+			}
+			ok := o.got[p]
+			if o != n {
+				o.mu.Unlock()
+			}
+			if ok {
+				return true
+			}
+		}
+		return false
+	}
 	for _, n := range nodes {
 		for {
 			var missing []string
 			n.mu.Lock()
 			for _, p := range want {
-				if n.got[p] {
+				if got(n, p) {
 					continue
 				}
 				if k, v, ok := kvtest.ParseSet(p); ok {

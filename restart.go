@@ -116,7 +116,7 @@ func (g *Group) replayLog(ctx context.Context) (uint64, error) {
 		}
 	case err != nil:
 		return 0, fmt.Errorf("convoy: durable log: %w", err)
-	case len(meta) == 0:
+	case len(meta) == 0 && g.cfg.State != nil:
 		// A transfer to this member never completed.
 		g.log.Info("durable log: holds no state yet: not replayed")
 		return 0, nil
@@ -125,11 +125,17 @@ func (g *Group) replayLog(ctx context.Context) (uint64, error) {
 			g.log.Warn("durable log: trimmed past its snapshot: not replayed", "snapshot", idx, "first", from)
 			return 0, nil
 		}
-		if g.cfg.State != nil {
-			parts, err := decodeParts(meta)
-			if err != nil {
+		// Without a StateMachine there is no state to restore: the
+		// snapshot marks only where the log starts. A snapshot without
+		// parts says the member joined with the state it starts with
+		// (no transfer), which it has again now.
+		var parts [][]byte
+		if len(meta) > 0 {
+			if parts, err = decodeParts(meta); err != nil {
 				return 0, fmt.Errorf("convoy: durable log: snapshot %d: %w", idx, err)
 			}
+		}
+		if g.cfg.State != nil && len(parts) > 0 {
 			if err := g.restoreParts(parts); err != nil {
 				return 0, fmt.Errorf("convoy: durable log: restore snapshot %d: %w", idx, err)
 			}

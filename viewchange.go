@@ -394,11 +394,17 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 				}
 				r.applied = 0
 			}
-		case joining:
+		case joining && g.cfg.State != nil && len(donorsOf(rec, g.cfg.MaxDonors)) > 0:
 			// A joiner's state comes by transfer as of the view's start:
 			// what an earlier incarnation logged is dropped, and the log
 			// continues at Start+1 (restored records the state).
 			err = g.disk.InstallSnapshot(g.ctx, rec.Start, nil)
+		case joining:
+			// No transfer follows: the joiner is caught up at once, with
+			// the state it starts with. The snapshot says so (no parts), so
+			// that a restart from this log replays from Start+1 instead of
+			// waiting for a state that will never come.
+			err = g.disk.InstallSnapshot(g.ctx, rec.Start, encodeParts(nil))
 		case rec.Recovered:
 			err = r.enterRecovered(rec)
 		}
