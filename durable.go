@@ -65,6 +65,12 @@ func durableBarrier(rec *membership.View) *barrier.Durable {
 // logDelivery writes a delivery to the durable log and holds it until it
 // is durable everywhere.
 func (r *runner) logDelivery(d Delivery) {
+	r.appendLog(d)
+	r.durq = append(r.durq, durItem{d: d})
+}
+
+// appendLog writes a delivery to the durable log.
+func (r *runner) appendLog(d Delivery) {
 	g := r.g
 	err := g.disk.Append(persistence.Entry{Index: d.Index, Epoch: d.Epoch, Sender: uint64(d.Sender), Seq: d.Seq, Payload: d.Payload})
 	if err != nil && r.diskErr == nil {
@@ -75,15 +81,16 @@ func (r *runner) logDelivery(d Delivery) {
 		g.log.Error("durable log", "index", d.Index, "err", err)
 		r.diskErr = err
 	}
-	r.durq = append(r.durq, durItem{d: d})
 }
 
 // durItem is a delivery waiting to be durable everywhere, or a view
 // waiting behind such deliveries (views reach the application in order
-// with the messages).
+// with the messages). In the held queue, logged says the delivery is in
+// the durable log already.
 type durItem struct {
-	d Delivery
-	v *View
+	d      Delivery
+	v      *View
+	logged bool
 }
 
 // announcePersisted tells every member of the view how far this member's

@@ -211,6 +211,10 @@ func (r *runner) release() {
 		if it.d.Index > limit {
 			break
 		}
+		if it.logged {
+			r.durq = append(r.durq, durItem{d: it.d})
+			continue
+		}
 		r.hand(it.d, it.d.Sender == r.g.cfg.Self)
 	}
 	clear(r.held[:n])
@@ -268,8 +272,14 @@ func (r *runner) restored(parts [][]byte, err error) bool {
 		}
 	}
 	if err == nil && g.disk != nil {
-		// The log holds the state from now on, for a restart.
-		if err = g.disk.InstallSnapshot(g.ctx, r.v.rec.Start, encodeParts(parts)); err != nil {
+		// The log holds the state from now on, for a restart, followed
+		// by the deliveries it took meanwhile (it ends at the view's
+		// start or goes on from there: enter, install).
+		start := r.v.rec.Start
+		if err = g.disk.SetSnapshot(g.ctx, start, encodeParts(parts)); err == nil && g.disk.First() <= start {
+			err = g.disk.TrimBefore(g.ctx, start+1)
+		}
+		if err != nil {
 			err = fmt.Errorf("durable log: %w", err)
 		}
 	}
@@ -291,6 +301,9 @@ func (r *runner) joined() {
 	first := publicView(&r.v.rec, nil)
 	r.held = slices.Insert(r.held, 0, durItem{v: &first})
 	r.release()
+	if r.g.disk != nil {
+		r.flushDurable() // what was held may be durable already
+	}
 	r.caughtUp()
 	r.g.mem.markReady()
 }

@@ -334,7 +334,13 @@ func (r *runner) deliver(ds []ordering.Delivery) {
 			Seq: v.rec.Sent[d.Sender] + d.Seq, Timestamp: uint64(d.TS), Payload: d.Payload,
 		}
 		if r.holding() {
-			r.held = append(r.held, durItem{d: out})
+			// In durable delivery the log takes it at once: the group's
+			// durable delivery must not wait while this member's state is
+			// restored or snapshotted, only its application does.
+			if r.g.disk != nil {
+				r.appendLog(out)
+			}
+			r.held = append(r.held, durItem{d: out, logged: r.g.disk != nil})
 			continue
 		}
 		r.hand(out, d.Sender == v.self)

@@ -37,13 +37,15 @@ func (s refusingState) Snapshot(w io.Writer, part, of int) error {
 // TestDurableJoinerOvertaken: in a durable group, a view change overtakes
 // a joiner's state transfer — the donors of the view that admitted it
 // fail their snapshots, and another member crashes before the joiner has
-// its state — so the joiner is a joiner again in the next view. Its log
-// still ends where the first view started. The next view's messages must
-// still become durable, its donors snapshot, and the joiner get its
-// state. (The next view's durable barrier once counted the joiner as
-// persisted where its log ended: the previous view's messages never
-// became durable there, the donors, which snapshot only once they are,
-// never served it, and each further view repeated it.)
+// its state — so the joiner is a joiner again in the next view. Meanwhile
+// the group's messages go on becoming durable and reaching the others'
+// applications (they once waited until the joiner had its state: its log
+// took nothing until then). In the next view, the donors snapshot and the
+// joiner gets its state, without being excluded. (That view's durable
+// barrier once counted the joiner as persisted where its log ended, at
+// the first view's start: the previous view's messages never became
+// durable, the donors, which snapshot only once they are, never served
+// it, and each further view repeated it.)
 func TestDurableJoinerOvertaken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -110,11 +112,11 @@ func TestDurableJoinerOvertaken(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatal("no donor took a snapshot for the joiner")
 		}
-		// The others go on sending in the view that admitted it (none of
-		// it is durable while the joiner has no state: its log holds
-		// nothing after the view's start), and the view changes before
-		// the joiner has its state.
-		time.Sleep(500 * time.Millisecond)
+		// The group's durable delivery goes on while the joiner waits for
+		// its state: the joiner's log takes the view's messages at once,
+		// only its application waits. Then the view changes before the
+		// joiner has its state.
+		c.waitCount(nodes[0], nodes[0].delivered()+200)
 		c.crash(3)
 		refuse.Store(false)
 		r := <-res

@@ -304,8 +304,15 @@ func (r *runner) install(rec membership.View) bool {
 	}
 	if r.restoring {
 		// This member was still waiting for its state: it comes now as of
-		// this view's start, which covers what was held back.
+		// this view's start, which covers what was held back. Its log
+		// took the previous view's messages up to the cut, and goes on
+		// from there.
 		r.held = nil
+		if g.disk != nil && g.disk.Last() != rec.Start {
+			if err := g.disk.InstallSnapshot(g.ctx, rec.Start, nil); err != nil {
+				g.log.Error("durable log: joining again", "epoch", rec.Epoch, "err", err)
+			}
+		}
 		r.fetch(v)
 	}
 	g.m.views.Add(g.ctx, 1)
