@@ -334,13 +334,17 @@ func (r *runner) deliver(ds []ordering.Delivery) {
 			Seq: v.rec.Sent[d.Sender] + d.Seq, Timestamp: uint64(d.TS), Payload: d.Payload,
 		}
 		if r.holding() {
-			// In durable delivery the log takes it at once: the group's
-			// durable delivery must not wait while this member's state is
-			// restored or snapshotted, only its application does.
-			if r.g.disk != nil {
+			// In durable delivery the log takes it at once when it
+			// follows what the log holds: the group's durable delivery
+			// must not wait while this member's state is restored or
+			// snapshotted, only its application does. (A joiner that
+			// catches up from a suffix appends the suffix first: what
+			// comes meanwhile waits for it.)
+			logged := r.g.disk != nil && r.g.disk.Last()+1 == out.Index
+			if logged {
 				r.appendLog(out)
 			}
-			r.held = append(r.held, durItem{d: out, logged: r.g.disk != nil})
+			r.held = append(r.held, durItem{d: out, logged: logged})
 			continue
 		}
 		r.hand(out, d.Sender == v.self)

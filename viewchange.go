@@ -388,6 +388,9 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 	g.mu.Unlock()
 	joining := slices.Contains(rec.Joining, r.vs.Self().ID)
 	suffix, bySuffix := rec.SuffixOf(r.vs.Self().ID)
+	donors := donorsOf(rec, g.cfg.MaxDonors)
+	// A joiner gets the state by transfer, unless there is none to get.
+	transfer := joining && g.cfg.State != nil && len(donors) > 0
 	if g.disk != nil {
 		var err error
 		switch {
@@ -401,7 +404,7 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 				}
 				r.applied = 0
 			}
-		case joining && g.cfg.State != nil && len(donorsOf(rec, g.cfg.MaxDonors)) > 0:
+		case transfer:
 			// A joiner's state comes by transfer as of the view's start:
 			// what an earlier incarnation logged is dropped, and the log
 			// continues at Start+1 (restored records the state).
@@ -430,14 +433,13 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 	}
 	g.m.views.Add(g.ctx, 1)
 	g.m.epoch.Record(g.ctx, int64(rec.Epoch))
-	donors := donorsOf(rec, g.cfg.MaxDonors)
 	g.log.Info("entered view", "epoch", rec.Epoch, "rank", rank, "members", len(rec.Members), "joining", joining, "donors", len(donors))
 	if bySuffix {
 		r.restoring = true
 		r.fetchSuffix(v, suffix)
 		return true
 	}
-	if joining && g.cfg.State != nil && len(donors) > 0 {
+	if transfer {
 		r.restoring = true
 		if g.cfg.plant.Has(plant.EarlyCaughtUp) {
 			r.caughtUp() // the planted fault: before the state has come
