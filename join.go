@@ -266,6 +266,14 @@ func (r *runner) fetch(v *view) {
 // the deliveries held meanwhile.
 func (r *runner) restored(parts [][]byte, err error) bool {
 	g := r.g
+	if err != nil && r.ending() {
+		// The view ends before the state came, and its donors stop
+		// serving as they leave it: the next view, if it keeps this
+		// member, brings the state as of its start (install fetches
+		// again).
+		g.log.Info("state transfer ended with the view", "epoch", r.v.rec.Epoch, "err", err)
+		return true
+	}
 	if err == nil {
 		if err = g.restoreParts(parts); err != nil {
 			err = fmt.Errorf("restore: %w", err)
