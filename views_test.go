@@ -262,6 +262,28 @@ func (n *vsNode) lastView() (View, bool) {
 	return View{}, false
 }
 
+// joinedView returns the view in which the member last joined the
+// group: its first view, or the first after its last exclusion.
+func (n *vsNode) joinedView() (View, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var joined *View
+	excluded := true
+	for _, e := range n.events {
+		switch v := e.view; {
+		case v == nil:
+		case v.Excluded:
+			excluded = true
+		case excluded:
+			joined, excluded = v, false
+		}
+	}
+	if joined == nil {
+		return View{}, false
+	}
+	return *joined, true
+}
+
 // waitDelivered waits until every given member delivered every payload
 // the given senders had accepted.
 func (c *vsCluster) waitDelivered(receivers []*vsNode, senders ...*vsNode) {

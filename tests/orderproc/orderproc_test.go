@@ -63,7 +63,7 @@ func TestProcesses(t *testing.T) {
 
 // groupTimeout bounds one group's run, from starting the processes to
 // their exit.
-const groupTimeout = 20 * time.Second
+const groupTimeout = memberTimeout + 30*time.Second
 
 // child is one member process.
 type child struct {
