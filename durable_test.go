@@ -406,21 +406,7 @@ func TestViewsDurableTotalFailure(t *testing.T) {
 		t.Logf("round %d: %d messages reported durable so far, highest index %d", round, len(acked), slices.Max(slices.Collect(maps.Keys(byIndex))))
 
 		// All start again on their disks.
-		restarted := make([]*vsNode, len(nodes))
-		errs := make([]error, len(nodes))
-		var open sync.WaitGroup
-		for i := range nodes {
-			open.Add(1)
-			go func() {
-				defer open.Done()
-				restarted[i], errs[i] = c.open(NodeID(i+1), 1, durable)
-			}()
-		}
-		open.Wait()
-		if err := errors.Join(errs...); err != nil {
-			t.Fatal(err)
-		}
-		nodes = restarted
+		nodes = c.reopen([]NodeID{1, 2, 3}, durable)
 		c.waitMembers(3, nodes...)
 		v, _ := nodes[0].lastView()
 		// Some traffic in the restarted group, so that every member holds
@@ -556,21 +542,7 @@ func TestViewsDurableMajorityCrash(t *testing.T) {
 	if v, _ := survivor.lastView(); v.Epoch != before.Epoch {
 		t.Fatalf("the survivor went on from view %d to view %+v without a majority", before.Epoch, v)
 	}
-	restarted := make([]*vsNode, 2)
-	errs := make([]error, 2)
-	var open sync.WaitGroup
-	for i := range restarted {
-		open.Add(1)
-		go func() {
-			defer open.Done()
-			restarted[i], errs[i] = c.open(NodeID(i+1), 1, durable)
-		}()
-	}
-	open.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	all := append(restarted, survivor)
+	all := append(c.reopen([]NodeID{1, 2}, durable), survivor)
 	c.waitMembers(3, all...)
 	if survivor.incarnation() == incarnation {
 		t.Fatal("the survivor kept its incarnation through the restart")
@@ -1006,21 +978,7 @@ func TestViewsDurableRestartStatelessJoiner(t *testing.T) {
 	for _, n := range nodes {
 		c.crash(n.id)
 	}
-	restarted := make([]*vsNode, len(nodes))
-	errs := make([]error, len(nodes))
-	var open sync.WaitGroup
-	for i := range nodes {
-		open.Add(1)
-		go func() {
-			defer open.Done()
-			restarted[i], errs[i] = c.open(NodeID(i+1), 1, durable)
-		}()
-	}
-	open.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	nodes = restarted
+	nodes = c.reopen([]NodeID{1, 2, 3}, durable)
 	c.waitMembers(3, nodes...)
 	v, _ := nodes[2].lastView()
 	if v.Start < last {

@@ -1,7 +1,6 @@
 package convoy
 
 import (
-	"context"
 	"errors"
 	"io"
 	"slices"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-
-	"github.com/convoy-gcs/convoy/rdma"
 )
 
 // refusingState is a member's state whose snapshots fail while refuse is
@@ -48,16 +45,8 @@ func (s refusingState) Snapshot(w io.Writer, part, of int) error {
 // it, and each further view repeated it.)
 func TestDurableJoinerOvertaken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		sim := newSimEtcd("/sim/", 2*time.Second)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			sim.run(ctx, 10*time.Millisecond)
-		}()
-		c := &vsCluster{t: t, leaseTTL: 2 * time.Second, sim: sim, prefix: "/sim/", openTimeout: 2 * time.Minute,
-			fabric: rdma.NewMemFabric(rdma.MemOptions{Seed: 1}), nodes: make(map[NodeID]*vsNode)}
+		c := newSimCluster(t)
+		c.openTimeout = 2 * time.Minute
 		disks := map[NodeID]*vfs.MemFS{1: vfs.NewMem(), 2: vfs.NewMem(), 3: vfs.NewMem(), 4: vfs.NewMem()}
 		var refuse atomic.Bool
 		called := make(chan struct{}, 1)
@@ -70,15 +59,6 @@ func TestDurableJoinerOvertaken(t *testing.T) {
 			cfg.TransferStall = 10 * time.Minute
 			cfg.State = refusingState{cfg.State, &refuse, called}
 		}
-		defer func() {
-			// Also after a failure, which leaves the run where it was.
-			for _, n := range c.live() {
-				n.g.Close()
-			}
-			c.fabric.Close()
-			cancel()
-			<-done
-		}()
 		nodes := c.openAll(4, opts)
 		stop := make(chan struct{})
 		wg := c.load(stop, nodes[:3]...)

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-
-	"github.com/convoy-gcs/convoy/rdma"
 )
 
 // TestOpenWaitsForEtcd: a member started while etcd cannot serve it (cut
@@ -18,19 +16,10 @@ import (
 // etcd is back, then joins; Open does not fail on it.
 func TestOpenWaitsForEtcd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		sim := newSimEtcd("/sim/", 2*time.Second)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			sim.run(ctx, 10*time.Millisecond)
-		}()
-		c := &vsCluster{t: t, leaseTTL: 2 * time.Second, sim: sim, prefix: "/sim/",
-			fabric: rdma.NewMemFabric(rdma.MemOptions{Seed: 1}), nodes: make(map[NodeID]*vsNode)}
+		c := newSimCluster(t)
 		nodes := c.openAll(2)
 
-		sim.setCut(3, true)
+		c.sim.setCut(3, true)
 		type opened struct {
 			n   *vsNode
 			err error
@@ -49,19 +38,13 @@ func TestOpenWaitsForEtcd(t *testing.T) {
 			t.Fatalf("Open returned while etcd was out of reach: %v", r.err)
 		default:
 		}
-		sim.setCut(3, false)
+		c.sim.setCut(3, false)
 		r := <-res
 		if r.err != nil {
 			t.Fatalf("Open after etcd came back: %v", r.err)
 		}
 		all := append(nodes, r.n)
 		c.waitMembers(3, all...)
-		for _, n := range all {
-			n.g.Close()
-		}
-		c.fabric.Close()
-		cancel()
-		<-done
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/convoy-gcs/convoy/internal/etcdsim"
 	"github.com/convoy-gcs/convoy/membership"
+	"github.com/convoy-gcs/convoy/rdma"
 )
 
 // simEtcd is a simulated etcd shared by the members of a simulated group
@@ -35,6 +37,30 @@ type simEtcd struct {
 	// checkPut, if set before the members start, is called with every
 	// put a member makes, before it is made.
 	checkPut func(id NodeID, key, value []byte)
+}
+
+// newSimCluster returns an empty cluster on a simulated etcd (leases of
+// 2 s) and an in-memory fabric, for a test in a synctest bubble; the
+// test's cleanup closes the members still open, the fabric and etcd.
+func newSimCluster(t *testing.T) *vsCluster {
+	ctx, cancel := context.WithCancel(context.Background())
+	sim := newSimEtcd("/sim/", 2*time.Second)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sim.run(ctx, 10*time.Millisecond)
+	}()
+	c := &vsCluster{t: t, leaseTTL: 2 * time.Second, sim: sim, prefix: "/sim/",
+		fabric: rdma.NewMemFabric(rdma.MemOptions{Seed: 1}), nodes: make(map[NodeID]*vsNode)}
+	t.Cleanup(func() {
+		for _, n := range c.live() {
+			n.g.Close()
+		}
+		c.fabric.Close()
+		cancel()
+		<-done
+	})
+	return c
 }
 
 func newSimEtcd(prefix string, ttl time.Duration) *simEtcd {

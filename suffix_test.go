@@ -68,6 +68,33 @@ func FuzzDecodeSuffix(f *testing.F) {
 	})
 }
 
+// FuzzDecodeParts: a snapshot's metadata comes from disk; whatever it
+// holds, decodeParts returns parts or errBadSnapshot, and parts encode
+// back to something that decodes to the same parts.
+func FuzzDecodeParts(f *testing.F) {
+	f.Add(encodeParts(nil))
+	f.Add(encodeParts([][]byte{[]byte("one"), nil, []byte("three")}))
+	f.Add([]byte{snapshotVersion, 0xff, 0xff, 0x7f})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		parts, err := decodeParts(b)
+		if err != nil {
+			if !errors.Is(err, errBadSnapshot) {
+				t.Fatalf("decodeParts: %v, want errBadSnapshot", err)
+			}
+			return
+		}
+		again, err := decodeParts(encodeParts(parts))
+		if err != nil || len(again) != len(parts) {
+			t.Fatalf("re-encoding: %d parts, %v; want %d", len(again), err, len(parts))
+		}
+		for i := range parts {
+			if !bytes.Equal(again[i], parts[i]) {
+				t.Fatalf("part %d: %q, want %q", i, again[i], parts[i])
+			}
+		}
+	})
+}
+
 func TestSnapshotPartsEncoding(t *testing.T) {
 	parts := [][]byte{[]byte("one"), nil, bytes.Repeat([]byte("z"), 1000)}
 	got, err := decodeParts(encodeParts(parts))

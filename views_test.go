@@ -97,6 +97,25 @@ func newVSClusterOn(t *testing.T, ecfg etcdembed.Config) *vsCluster {
 }
 
 // open starts member id; initial is Config.InitialMembers.
+// reopen starts the members ids at once, each on what its options give
+// it (its disk, say), as after a crash of them all: a durable group
+// restarts only when enough of its members are back. It returns them in
+// the order of ids.
+func (c *vsCluster) reopen(ids []NodeID, opts ...func(*Config)) []*vsNode {
+	c.t.Helper()
+	nodes := make([]*vsNode, len(ids))
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() { nodes[i], errs[i] = c.open(id, 1, opts...) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		c.t.Fatal(err)
+	}
+	return nodes
+}
+
 func (c *vsCluster) open(id NodeID, initial int, opts ...func(*Config)) (*vsNode, error) {
 	ep, err := c.fabric.Endpoint(id)
 	if err != nil {
