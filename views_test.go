@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -279,6 +281,45 @@ func (n *vsNode) lastView() (View, bool) {
 		}
 	}
 	return View{}, false
+}
+
+// stopEtcd stops the cluster's etcd and returns what starts it again on
+// dir at the same address. Meanwhile the address stays bound but not
+// listening (connections are refused, as by a stopped etcd), so that the
+// machine gives its port to no other socket — another test's listener on
+// port 0, an outgoing connection — before etcd binds it again.
+func (c *vsCluster) stopEtcd(dir string) (restart func()) {
+	c.t.Helper()
+	addr := strings.TrimPrefix(c.etcd.Endpoints()[0], "http://")
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := c.etcd.Close(); err != nil {
+		c.t.Fatal(err)
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	// The closed server's connections may linger in TIME_WAIT.
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+		c.t.Fatalf("keeping etcd's address %s: %v", addr, err)
+	}
+	return func() {
+		c.t.Helper()
+		if err := syscall.Close(fd); err != nil {
+			c.t.Fatal(err)
+		}
+		restarted, err := etcdembed.Start(context.Background(), etcdembed.Config{Dir: dir, ClientAddr: addr})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.etcd = restarted
+	}
 }
 
 // joinedView returns the view in which the member last joined the
@@ -965,20 +1006,13 @@ func TestViewsEtcdOutage(t *testing.T) {
 	wg := c.load(stop, nodes...)
 	c.waitCount(nodes[0], 200)
 
-	endpoint := c.etcd.Endpoints()[0]
-	if err := c.etcd.Close(); err != nil {
-		t.Fatal(err)
-	}
+	restart := c.stopEtcd(dir)
 	// Deliveries go on while etcd is away.
 	for range 2 {
 		c.waitCount(nodes[0], len(nodes[0].payloads())+100)
 		time.Sleep(time.Second)
 	}
-	restarted, err := etcdembed.Start(context.Background(), etcdembed.Config{Dir: dir, ClientAddr: strings.TrimPrefix(endpoint, "http://")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.etcd = restarted
+	restart()
 
 	c.crash(4)
 	survivors := nodes[:3]
@@ -1116,17 +1150,10 @@ func TestViewsEtcdOutageLeasesLost(t *testing.T) {
 			wg := c.load(stop, nodes...)
 			c.waitCount(nodes[0], 200)
 
-			endpoint := c.etcd.Endpoints()[0]
-			if err := c.etcd.Close(); err != nil {
-				t.Fatal(err)
-			}
+			restart := c.stopEtcd(dir)
 			c.waitCount(nodes[0], len(nodes[0].payloads())+100)
 			time.Sleep(3 * c.leaseTTL)
-			restarted, err := etcdembed.Start(context.Background(), etcdembed.Config{Dir: dir, ClientAddr: strings.TrimPrefix(endpoint, "http://")})
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.etcd = restarted
+			restart()
 			time.Sleep(2 * c.leaseTTL)
 			c.waitMembers(3, nodes...)
 			c.waitCount(nodes[0], len(nodes[0].payloads())+200)
