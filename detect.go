@@ -36,29 +36,17 @@ func (v *view) openDetector(now int64) error {
 	return nil
 }
 
-// openControl opens a signal queue pair to every other member of the
+// openControl opens a control stream to every other member of the
 // view, for the detector's messages (probes may go to members that are not
 // neighbours) and the persisted indexes of durable delivery.
 func (v *view) openControl(ctx context.Context) {
 	n := len(v.ids)
-	v.ctrl = make([]rdma.QueuePair, n)
 	v.ctrlRetry = make([]int64, n)
 	for r := range n {
 		if r != v.self {
-			v.openControlTo(ctx, r)
+			v.net.dial(ctx, r)
 		}
 	}
-}
-
-func (v *view) openControlTo(ctx context.Context, r int) {
-	g := v.g
-	qp, err := g.ep.Open(ctx, v.ids[r], controlStream(v.rec.Epoch), &ctrlHandler{v: v, rank: r})
-	if err != nil {
-		// The peer stays silent, which the detector notices.
-		g.log.Info("control stream not opened", "peer", v.ids[r], "epoch", v.rec.Epoch, "err", err)
-		return
-	}
-	v.ctrl[r] = qp
 }
 
 // reopenControl opens the control streams whose connection broke again,
@@ -73,12 +61,7 @@ func (v *view) reopenControl(ctx context.Context, now int64) {
 			continue
 		}
 		v.ctrlRetry[r] = 0
-		if qp := v.ctrl[r]; qp != nil {
-			qp.Close()
-			v.ctrl[r] = nil
-		}
-		v.openControlTo(ctx, r)
-		if v.ctrl[r] == nil {
+		if !v.net.dial(ctx, r) {
 			v.ctrlRetry[r] = now + int64(v.g.cfg.SuspectTimeout)
 			continue
 		}
@@ -86,7 +69,7 @@ func (v *view) reopenControl(ctx context.Context, now int64) {
 			// The persisted index announced before the break may be lost
 			// with it, and this member announces again only when its log
 			// syncs more, which a quiet group may never do.
-			_ = v.ctrl[r].Signal(persistedImm(v.dur.Persisted(v.self)))
+			_ = v.net.signal(r, persistedImm(v.dur.Persisted(v.self)))
 		}
 	}
 }
@@ -177,10 +160,8 @@ func (r *runner) detectorReady() {
 	g, v := r.g, r.v
 	rd := v.det.Ready()
 	for _, m := range rd.Messages {
-		if qp := v.ctrl[m.To]; qp != nil {
-			if err := qp.Signal(membership.EncodeSignal(m)); err != nil {
-				g.log.Debug("detector signal not sent", "to", v.ids[m.To], "err", err)
-			}
+		if err := v.net.signal(m.To, membership.EncodeSignal(m)); err != nil && !errors.Is(err, errNoControl) {
+			g.log.Debug("detector signal not sent", "to", v.ids[m.To], "err", err)
 		}
 	}
 	for _, rank := range rd.Refuted {

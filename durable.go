@@ -102,9 +102,9 @@ func (r *runner) announcePersisted() {
 		_ = v.dur.Announce(v.self, max(idx, v.dur.Persisted(v.self)))
 	}
 	imm := persistedImm(idx)
-	for _, qp := range v.ctrl {
-		if qp != nil {
-			_ = qp.Signal(imm)
+	for rank := range v.ids {
+		if rank != v.self {
+			_ = v.net.signal(rank, imm)
 		}
 	}
 	r.flushDurable()

@@ -76,14 +76,7 @@ func (g *Group) loop(r *runner) {
 		case <-g.stop:
 			return
 		}
-		if r.diskErr != nil {
-			r.fail(fmt.Errorf("durable log: %w", r.diskErr))
-			return
-		}
-		// React once per batch: beacons, tree records and heartbeats due
-		// now go out without waiting for a timer.
-		r.tick()
-		if !r.ready() {
+		if !r.settle() {
 			return
 		}
 		timer.Reset(max(r.deadline()-time.Duration(g.cfg.Clock()), 0))
@@ -142,6 +135,21 @@ func (r *runner) fail(err error) {
 		r.vs.Failed()
 	}
 	r.g.fail(err)
+}
+
+// settle ends a batch of events: it reacts once per batch, so that
+// beacons, tree records and heartbeats due now go out without waiting
+// for a timer, and carries out what the view's core and detector
+// returned. It returns false when the loop must stop (the durable log
+// failed, say). The loop settles after each batch, and again at each
+// deadline.
+func (r *runner) settle() bool {
+	if r.diskErr != nil {
+		r.fail(fmt.Errorf("durable log: %w", r.diskErr))
+		return false
+	}
+	r.tick()
+	return r.ready()
 }
 
 // handle applies one event; it returns false when the loop must stop.
@@ -294,7 +302,7 @@ func (r *runner) multicast(rd ordering.Ready) error {
 	g, v, ctx := r.g, r.v, r.g.ctx
 	for i := range rd.Records {
 		frame := ordering.AppendRecord(g.frame(ordering.RecordHeaderBytes+len(rd.Records[i].Payload)), &rd.Records[i])
-		if err := v.data[v.self].Send(ctx, frame); err != nil {
+		if err := v.net.multicast(ctx, frame); err != nil {
 			return err
 		}
 		if rd.Records[i].Kind == ordering.KindBeacon {
@@ -303,22 +311,21 @@ func (r *runner) multicast(rd ordering.Ready) error {
 	}
 	var lastDown ordering.Timestamp
 	for _, e := range rd.Control {
-		mg := v.up
+		send := v.net.up
 		if e.Record.Kind == ordering.KindDown {
 			// One record reaches every child through the down group.
 			if e.Record.TS == lastDown {
 				continue
 			}
-			lastDown, mg = e.Record.TS, v.down
+			lastDown, send = e.Record.TS, v.net.down
 		}
-		frame := ordering.AppendRecord(nil, &e.Record)
-		if err := mg.Send(ctx, frame); err != nil {
+		if err := send(ctx, ordering.AppendRecord(nil, &e.Record)); err != nil {
 			return err
 		}
 		if e.Record.Kind == ordering.KindUp {
 			g.m.control.Add(ctx, 1, g.m.upAttr)
 		} else {
-			g.m.control.Add(ctx, int64(v.down.Size()-1), g.m.downAttr)
+			g.m.control.Add(ctx, int64(v.net.children()), g.m.downAttr)
 		}
 	}
 	return nil

@@ -7,9 +7,7 @@ import (
 
 	"github.com/convoy-gcs/convoy/barrier"
 	"github.com/convoy-gcs/convoy/membership"
-	"github.com/convoy-gcs/convoy/multicast"
 	"github.com/convoy-gcs/convoy/ordering"
-	"github.com/convoy-gcs/convoy/rdma"
 )
 
 // View is one view of a group: its epoch and members in rank order.
@@ -41,18 +39,11 @@ type view struct {
 	rec  membership.View
 	self int
 	ids  []NodeID
-	// The multicast groups of this member in the view: data[j] is member
-	// j's data group; up and down are this member's aggregation-tree
-	// groups and treeIn the groups of its tree neighbours.
-	data   []*multicast.Group
-	up     *multicast.Group
-	down   *multicast.Group
-	treeIn []*multicast.Group
-	core   *ordering.Core
-	// det and ctrl (queue pairs by rank) watch the neighbours; nil in a
-	// group with fixed membership.
-	det  *membership.Detector
-	ctrl []rdma.QueuePair
+	// net carries the view's records and control signals.
+	net  viewNet
+	core *ordering.Core
+	// det watches the neighbours; nil in a group with fixed membership.
+	det *membership.Detector
 	// ctrlRetry[r], if set, is when to open the control stream to rank r
 	// again: its connection broke (see reopenControl).
 	ctrlRetry []int64
@@ -72,25 +63,6 @@ type view struct {
 	done atomic.Bool
 }
 
-// Group ids: epoch, kind and the root's rank.
-const (
-	groupData = 0
-	groupUp   = 1
-	groupDown = 2
-)
-
-func (v *view) groupID(kind, rank int) uint64 {
-	return v.rec.Epoch<<16 | uint64(kind)<<14 | uint64(rank)
-}
-
-func (v *view) idsOf(ranks ...int) []rdma.NodeID {
-	out := make([]rdma.NodeID, len(ranks))
-	for i, r := range ranks {
-		out[i] = v.ids[r]
-	}
-	return out
-}
-
 // openView creates this member's machinery for view rec, in which it has
 // rank self, at time now.
 func (g *Group) openView(ctx context.Context, rec membership.View, self int, now int64) (*view, error) {
@@ -107,7 +79,7 @@ func (g *Group) openView(ctx context.Context, rec membership.View, self int, now
 		return nil, err
 	}
 	v.core = core
-	if err := v.openMulticast(ctx); err != nil {
+	if v.net, err = g.openRDMANet(ctx, v); err != nil {
 		if !g.dynamic() {
 			v.close()
 			return nil, err
@@ -133,107 +105,20 @@ func (g *Group) openView(ctx context.Context, rec membership.View, self int, now
 	return v, nil
 }
 
-// openMulticast creates the data group of every member and, with
-// aggregation, the tree groups this member takes part in.
-func (v *view) openMulticast(ctx context.Context) error {
-	g := v.g
-	n := len(v.ids)
-	all := make([]int, n)
-	for i := range all {
-		all[i] = i
-	}
-	open := func(kind, root int, ranks []int) (*multicast.Group, error) {
-		cb := multicast.Callbacks{Failed: func(err error) { g.failed(v, err) }}
-		switch {
-		case root != v.self:
-			cb.Complete = func(msg []byte) { g.received(v, root, msg) }
-		case kind == groupData:
-			cb.Complete = func(frame []byte) { g.sent(v, frame) }
-		}
-		return multicast.NewGroup(ctx, g.ep, multicast.GroupConfig{
-			ID: v.groupID(kind, root), Members: v.idsOf(ranks...), Root: v.ids[root],
-			Algorithm: g.cfg.Algorithm, BlockBytes: g.cfg.BlockBytes,
-			MaxMessageBytes:   g.cfg.MaxMessageBytes + ordering.RecordHeaderBytes,
-			MaxQueuedMessages: g.cfg.WindowMessages + 1<<14, // beacons ride along
-			MaxQueuedBytes:    g.cfg.WindowBytes + 1<<24,
-			Logger:            g.cfg.Logger, MeterProvider: g.cfg.MeterProvider,
-		}, cb)
-	}
-	for j := 0; j < n; j++ {
-		mg, err := open(groupData, j, all)
-		if err != nil {
-			return err
-		}
-		v.data = append(v.data, mg)
-	}
-	if g.cfg.FanOut < 2 || g.cfg.Mode == Unordered {
-		return nil
-	}
-	tree, err := barrier.NewTree(v.self, n, g.cfg.FanOut)
-	if err != nil {
-		return err
-	}
-	children := tree.Children()
-	if p := tree.Parent(); p >= 0 {
-		if v.up, err = open(groupUp, v.self, []int{v.self, p}); err != nil {
-			return err
-		}
-		in, err := open(groupDown, p, append([]int{p}, siblings(p, n, g.cfg.FanOut)...))
-		if err != nil {
-			return err
-		}
-		v.treeIn = append(v.treeIn, in)
-	}
-	if len(children) > 0 {
-		if v.down, err = open(groupDown, v.self, append([]int{v.self}, children...)); err != nil {
-			return err
-		}
-		for _, c := range children {
-			in, err := open(groupUp, c, []int{c, v.self})
-			if err != nil {
-				return err
-			}
-			v.treeIn = append(v.treeIn, in)
-		}
-	}
-	return nil
-}
-
-// siblings returns the children of rank p in the tree.
-func siblings(p, n, fanOut int) []int {
-	t, err := barrier.NewTree(p, n, fanOut)
-	if err != nil {
-		return nil
-	}
-	return t.Children()
-}
-
 // close releases the view's groups and queue pairs. Callbacks still
 // running are ignored from here on.
 func (v *view) close() {
 	if v == nil || v.done.Swap(true) {
 		return
 	}
-	var all []*multicast.Group
-	all = append(all, v.data...)
-	for _, mg := range []*multicast.Group{v.up, v.down} {
-		if mg != nil {
-			all = append(all, mg)
-		}
-	}
-	for _, mg := range append(all, v.treeIn...) {
-		mg.Close()
+	if v.net != nil {
+		v.net.close()
 	}
 	if v.donor != nil {
 		v.donor.Close()
 	}
 	for _, d := range v.suffixDonors {
 		d.Close()
-	}
-	for _, qp := range v.ctrl {
-		if qp != nil {
-			qp.Close()
-		}
 	}
 }
 
