@@ -1,6 +1,7 @@
 package convoy
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -228,6 +229,9 @@ type Config struct {
 	// onHeld, for tests, is called when a data record from member rank
 	// with sequence seq arrives complete, before the core sees it.
 	onHeld func(rank int, seq uint64)
+	// openNet, for tests, carries each view's traffic in place of RDMC
+	// groups and queue pairs on the endpoint (see viewNet).
+	openNet func(ctx context.Context, v *view) (viewNet, error)
 	// plant, for tests, plants protocol faults in this member, each of
 	// which the tests must catch (TestPlantedFaults).
 	plant plant.Faults

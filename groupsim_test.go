@@ -27,6 +27,7 @@ var (
 	simSeeds = flag.Int("sim.seeds", 24, "number of seeds TestGroupSim runs")
 	simSeed  = flag.Uint64("sim.seed", 0, "run TestGroupSim on this seed only (0: seeds 1 to -sim.seeds)")
 	simFirst = flag.Uint64("sim.first", 1, "the first seed TestGroupSim runs")
+	simNet   = flag.String("sim.net", "", "carry the views' traffic over `net` in every seed: wire (simulated) or rdmc (RDMC over the in-memory fabric); empty: as each seed draws")
 )
 
 // TestGroupSim runs whole groups — every member's real runtime, with its
@@ -202,6 +203,9 @@ type simPlan struct {
 	// stateless: the members have no StateMachine, so a joiner starts
 	// without a transfer (the group workload of tests/jepsen).
 	stateless bool
+	// wire: the views' traffic goes over the simulated wire, not RDMC
+	// over the fabric (simwire_test.go).
+	wire bool
 	// skew and drift are each member's clock offset and rate error.
 	skew  []time.Duration
 	drift []float64
@@ -212,7 +216,7 @@ type simPlan struct {
 
 func (p *simPlan) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d members, durable %v, stateless %v, fabric delays up to %v", p.n, p.durable, p.stateless, p.maxDelay)
+	fmt.Fprintf(&b, "%d members, durable %v, stateless %v, wire %v, delays up to %v", p.n, p.durable, p.stateless, p.wire, p.maxDelay)
 	for i := range p.n {
 		if p.skew[i] != 0 || p.drift[i] != 0 {
 			fmt.Fprintf(&b, "\n  member %d's clock: %+v, drift %+.4f", i+1, p.skew[i], p.drift[i])
@@ -333,6 +337,9 @@ func seedPlan(seed uint64) (*simPlan, *rand.Rand) {
 			plan.faults[i].kind = "wipe"
 		}
 	}
+	// A fourth carries the views' traffic over the simulated wire in
+	// one run of two.
+	plan.wire = rand.New(rand.NewPCG(seed, seed^0x3a1e)).IntN(2) == 0
 	return plan, rng
 }
 
@@ -340,6 +347,12 @@ func seedPlan(seed uint64) (*simPlan, *rand.Rand) {
 // checks find to t.
 func runSim(t testing.TB, seed uint64, opts simOptions) {
 	plan, rng := seedPlan(seed)
+	switch *simNet {
+	case "wire":
+		plan.wire = true
+	case "rdmc":
+		plan.wire = false
+	}
 	if opts.durable {
 		plan.durable = true
 	}
@@ -365,6 +378,9 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 	c := &vsCluster{t: t, leaseTTL: 2 * time.Second, sim: sim, prefix: "/sim/", openTimeout: time.Minute, ctx: opening,
 		fabric: rdma.NewMemFabric(rdma.MemOptions{Seed: int64(seed), MaxDelay: plan.maxDelay}),
 		nodes:  make(map[NodeID]*vsNode)}
+	if plan.wire {
+		c.wire = newSimWire(seed, plan.maxDelay)
+	}
 	r := &simRun{t: t, c: c, plan: plan, plant: opts.plant, rng: rng, stop: make(chan struct{}), ended: make(chan struct{}),
 		disks: make(map[NodeID]*vfs.MemFS), dead: make(map[*vsNode]bool), shown: make(map[NodeID]map[uint64]bool)}
 	sim.checkPut = r.checkPut
@@ -382,6 +398,9 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 			n.g.Close()
 		}
 		c.fabric.Close()
+		if c.wire != nil {
+			c.wire.close()
+		}
 		cancel()
 		bg.Wait()
 	}()
@@ -434,11 +453,11 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 		case "power-cut":
 			r.powerCut(f, n, &undo)
 		case "partition":
-			c.fabric.Partition(f.who...)
+			c.partition(f.who...)
 			r.sleep(f.lasts)
-			c.fabric.Heal()
+			c.heal()
 		case "break":
-			c.fabric.BreakLink(f.who[0][0], f.who[0][1])
+			c.breakLink(f.who[0][0], f.who[0][1])
 		case "etcd-down":
 			sim.srv.Down()
 			r.sleep(f.lasts)
@@ -616,7 +635,7 @@ func (r *simRun) crash(id NodeID, wipe bool) {
 	r.mu.Lock()
 	r.dead[nd] = true
 	r.mu.Unlock()
-	r.c.fabric.Crash(id)
+	r.c.crashLinks(id)
 	if r.plan.durable {
 		r.mu.Lock()
 		if wipe {

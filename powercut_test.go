@@ -116,7 +116,7 @@ func (r *simRun) powerCut(f simFault, n int, undo *sync.WaitGroup) {
 	}
 	r.mu.Unlock()
 	for _, nd := range live {
-		c.fabric.Crash(nd.id)
+		c.crashLinks(nd.id)
 	}
 	r.mu.Lock()
 	for _, nd := range live {

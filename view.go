@@ -79,7 +79,11 @@ func (g *Group) openView(ctx context.Context, rec membership.View, self int, now
 		return nil, err
 	}
 	v.core = core
-	if v.net, err = g.openRDMANet(ctx, v); err != nil {
+	openNet := g.openRDMANet
+	if g.cfg.openNet != nil {
+		openNet = g.cfg.openNet
+	}
+	if v.net, err = openNet(ctx, v); err != nil {
 		if !g.dynamic() {
 			v.close()
 			return nil, err

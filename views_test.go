@@ -47,6 +47,41 @@ type vsCluster struct {
 	openTimeout time.Duration
 	// ctx, if set, ends the opens under way when it is done.
 	ctx context.Context
+	// wire, if set, carries the views' traffic in place of RDMC over the
+	// fabric (simwire_test.go); the fabric still carries state transfers.
+	wire *simWire
+}
+
+// crashLinks breaks every link of member id, as its death does.
+func (c *vsCluster) crashLinks(id NodeID) {
+	c.fabric.Crash(id)
+	if c.wire != nil {
+		c.wire.crash(id)
+	}
+}
+
+// partition separates the sides until heal.
+func (c *vsCluster) partition(sides ...[]NodeID) {
+	c.fabric.Partition(sides...)
+	if c.wire != nil {
+		c.wire.partition(sides...)
+	}
+}
+
+// heal ends every partition.
+func (c *vsCluster) heal() {
+	c.fabric.Heal()
+	if c.wire != nil {
+		c.wire.heal()
+	}
+}
+
+// breakLink breaks the link between a and b.
+func (c *vsCluster) breakLink(a, b NodeID) {
+	c.fabric.BreakLink(a, b)
+	if c.wire != nil {
+		c.wire.breakLink(a, b)
+	}
 }
 
 // vsNode is one incarnation of a member and what it saw.
@@ -123,6 +158,9 @@ func (c *vsCluster) open(id NodeID, initial int, opts ...func(*Config)) (*vsNode
 	if err != nil {
 		return nil, err
 	}
+	if c.wire != nil {
+		c.wire.revive(id)
+	}
 	n := &vsNode{id: id, state: kvtest.New()}
 	var etcd etcdBackend
 	ecfg := &EtcdConfig{Prefix: c.prefix, LeaseTTL: c.leaseTTL}
@@ -144,6 +182,9 @@ func (c *vsCluster) open(id NodeID, initial int, opts ...func(*Config)) (*vsNode
 			n.events = append(n.events, vsEvent{view: &v})
 			n.mu.Unlock()
 		},
+	}
+	if c.wire != nil {
+		cfg.openNet = c.wire.open
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -213,7 +254,7 @@ func (c *vsCluster) crash(id NodeID) {
 	delete(c.nodes, id)
 	c.gone = append(c.gone, n)
 	c.mu.Unlock()
-	c.fabric.Crash(id)
+	c.crashLinks(id)
 	n.g.mem.abandon = true
 	n.g.Close()
 }
