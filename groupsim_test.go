@@ -24,7 +24,7 @@ import (
 )
 
 var (
-	simSeeds = flag.Int("sim.seeds", 24, "number of seeds TestGroupSim runs")
+	simSeeds = flag.Int("sim.seeds", 40, "number of seeds TestGroupSim runs")
 	simSeed  = flag.Uint64("sim.seed", 0, "run TestGroupSim on this seed only (0: seeds 1 to -sim.seeds)")
 	simFirst = flag.Uint64("sim.first", 1, "the first seed TestGroupSim runs")
 	simNet   = flag.String("sim.net", "", "carry the views' traffic over `net` in every seed: wire (simulated) or rdmc (RDMC over the in-memory fabric); empty: as each seed draws")
@@ -539,7 +539,9 @@ func (r *simRun) wait(d time.Duration) bool {
 
 // config sets a member's configuration for the plan.
 func (r *simRun) config(cfg *Config) {
-	cfg.BeaconInterval = 5 * time.Millisecond
+	// Beacons and the load come every 20 ms: each costs work in every
+	// member, and a seed checks the same guarantees with fewer of them.
+	cfg.BeaconInterval = 20 * time.Millisecond
 	cfg.WindowMessages = 256
 	cfg.plant = r.plant
 	if r.plan.stateless {
@@ -688,7 +690,7 @@ func (r *simRun) load(nd *vsNode) {
 			select {
 			case <-r.stop:
 				return
-			case <-time.After(5 * time.Millisecond):
+			case <-time.After(20 * time.Millisecond):
 			}
 			r.mu.Lock()
 			dead := r.dead[nd]
