@@ -31,9 +31,10 @@ type View struct {
 	Excluded bool
 }
 
-// view is one view's machinery on this member: its multicast groups, its
-// ordering core and, in a view-managed group, its failure detector. The
-// loop goroutine owns it.
+// view is one view's machinery on this member: its traffic (the
+// multicast groups and control streams behind net), its ordering core
+// and, in a view-managed group, its failure detector. The loop goroutine
+// owns it.
 type view struct {
 	g    *Group
 	rec  membership.View
