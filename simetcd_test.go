@@ -65,6 +65,9 @@ func newSimCluster(t *testing.T) *vsCluster {
 
 func newSimEtcd(prefix string, ttl time.Duration) *simEtcd {
 	s := &simEtcd{srv: etcdsim.New(etcdsim.Config{}), prefix: prefix, ttl: int64(ttl / time.Second)}
+	// The lease clock starts now: a lease granted before run's first tick
+	// would otherwise have expired at it.
+	s.srv.Advance(time.Now().UnixNano())
 	s.mu.changed = make(chan struct{})
 	s.mu.cut = make(map[NodeID]bool)
 	return s
