@@ -231,28 +231,34 @@ func SnapshotParts(sm StateMachine, parts []int, of int) (map[int][]byte, error)
 	return out, nil
 }
 
-// blockWriter collects a snapshot in fixed blocks, so that a large one is
-// not copied over and over as a growing buffer would, and joins them once
-// at the end.
+// blockWriter collects a snapshot in blocks, so that a large one is not
+// copied over and over as a growing buffer would, and joins them once at
+// the end. Each block holds as much as those before it together, from
+// minSnapshotBlock up to snapshotBlockBytes: a small part (a state is cut
+// into many) costs a small buffer.
 type blockWriter struct {
 	blocks [][]byte
 	n      int
 }
 
-const snapshotBlockBytes = 1 << 20
+const (
+	minSnapshotBlock   = 4 << 10
+	snapshotBlockBytes = 1 << 20
+)
 
 func (w *blockWriter) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
-		if len(w.blocks) == 0 || len(w.blocks[len(w.blocks)-1]) == snapshotBlockBytes {
-			w.blocks = append(w.blocks, make([]byte, 0, snapshotBlockBytes))
+		if len(w.blocks) == 0 || len(w.blocks[len(w.blocks)-1]) == cap(w.blocks[len(w.blocks)-1]) {
+			size := min(max(w.n, minSnapshotBlock), snapshotBlockBytes)
+			w.blocks = append(w.blocks, make([]byte, 0, size))
 		}
 		last := &w.blocks[len(w.blocks)-1]
-		k := copy((*last)[len(*last):snapshotBlockBytes], p)
+		k := copy((*last)[len(*last):cap(*last)], p)
 		*last = (*last)[:len(*last)+k]
 		p = p[k:]
+		w.n += k
 	}
-	w.n += n
 	return n, nil
 }
 

@@ -1061,19 +1061,44 @@ func TestTransferPendingParts(t *testing.T) {
 }
 
 func TestBlockWriter(t *testing.T) {
-	for _, n := range []int{0, 1, snapshotBlockBytes - 1, snapshotBlockBytes, snapshotBlockBytes + 1, 3*snapshotBlockBytes + 5} {
+	sizes := []int{0, 1, minSnapshotBlock - 1, minSnapshotBlock, minSnapshotBlock + 1, 100 << 10,
+		snapshotBlockBytes - 1, snapshotBlockBytes, snapshotBlockBytes + 1, 3*snapshotBlockBytes + 5}
+	for _, n := range sizes {
 		want := make([]byte, n)
 		for i := range want {
 			want[i] = byte(i * 7)
 		}
-		var w blockWriter
-		for rest := want; len(rest) > 0; {
-			k := min(len(rest), 1000+len(rest)%777)
-			w.Write(rest[:k])
-			rest = rest[k:]
-		}
-		if got := w.bytes(); !bytes.Equal(got, want) {
-			t.Fatalf("%d bytes: got %d different bytes", n, len(got))
+		for _, tc := range []struct {
+			name  string
+			write func(rest []byte) int // how much of rest the next Write takes
+		}{
+			{"pieces", func(rest []byte) int { return min(len(rest), 1000+len(rest)%777) }},
+			{"whole", func(rest []byte) int { return len(rest) }},
+		} {
+			var w blockWriter
+			for rest := want; len(rest) > 0; {
+				k := tc.write(rest)
+				if got, err := w.Write(rest[:k]); got != k || err != nil {
+					t.Fatalf("%d bytes, %s: Write of %d = %d, %v", n, tc.name, k, got, err)
+				}
+				rest = rest[k:]
+			}
+			// The blocks hold at most twice what was written (a small
+			// part costs no large buffer), and no block more than
+			// snapshotBlockBytes.
+			held := 0
+			for _, b := range w.blocks {
+				held += cap(b)
+				if cap(b) > snapshotBlockBytes {
+					t.Errorf("%d bytes, %s: a block of %d bytes", n, tc.name, cap(b))
+				}
+			}
+			if held > max(2*n, minSnapshotBlock) {
+				t.Errorf("%d bytes, %s: blocks hold %d bytes", n, tc.name, held)
+			}
+			if got := w.bytes(); !bytes.Equal(got, want) {
+				t.Fatalf("%d bytes, %s: got %d different bytes", n, tc.name, len(got))
+			}
 		}
 	}
 }
