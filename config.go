@@ -232,6 +232,9 @@ type Config struct {
 	// openNet, for tests, carries each view's traffic in place of RDMC
 	// groups and queue pairs on the endpoint (see viewNet).
 	openNet func(ctx context.Context, v *view) (viewNet, error)
+	// openDisk, for tests, opens the durable log in place of a
+	// persistence.Log in Durable.Dir on Durable.FS (see durableLog).
+	openDisk func(ctx context.Context) (durableLog, error)
 	// plant, for tests, plants protocol faults in this member, each of
 	// which the tests must catch (TestPlantedFaults).
 	plant plant.Faults

@@ -21,7 +21,13 @@ func (g *Group) openLog(ctx context.Context) error {
 	if d == nil {
 		return nil
 	}
-	l, err := persistence.Open(ctx, persistence.Options{Dir: d.Dir, FS: d.FS, Logger: g.cfg.Logger, MeterProvider: g.cfg.MeterProvider})
+	var l durableLog
+	var err error
+	if g.cfg.openDisk != nil {
+		l, err = g.cfg.openDisk(ctx)
+	} else {
+		l, err = persistence.Open(ctx, persistence.Options{Dir: d.Dir, FS: d.FS, Logger: g.cfg.Logger, MeterProvider: g.cfg.MeterProvider})
+	}
 	if err != nil {
 		return fmt.Errorf("convoy: open the durable log: %w", err)
 	}

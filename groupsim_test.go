@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -23,11 +24,29 @@ import (
 	"github.com/convoy-gcs/convoy/rdma"
 )
 
+// The seeds the simulations run by default. Under the race detector, a
+// seed costs several times as much, and a few seeds exercise the same
+// code for races: they run fewer.
 var (
-	simSeeds = flag.Int("sim.seeds", 40, "number of seeds TestGroupSim runs")
-	simSeed  = flag.Uint64("sim.seed", 0, "run TestGroupSim on this seed only (0: seeds 1 to -sim.seeds)")
-	simFirst = flag.Uint64("sim.first", 1, "the first seed TestGroupSim runs")
-	simNet   = flag.String("sim.net", "", "carry the views' traffic over `net` in every seed: wire (simulated) or rdmc (RDMC over the in-memory fabric); empty: as each seed draws")
+	defaultSimSeeds = cond(raceEnabled, 8, 40)
+	defaultSimMany  = cond(raceEnabled, 16, 200)
+)
+
+func cond[T any](c bool, yes, no T) T {
+	if c {
+		return yes
+	}
+	return no
+}
+
+var (
+	simSeeds     = flag.Int("sim.seeds", defaultSimSeeds, "number of seeds TestGroupSim runs")
+	simSeed      = flag.Uint64("sim.seed", 0, "run TestGroupSim on this seed only (0: seeds 1 to -sim.seeds)")
+	simFirst     = flag.Uint64("sim.first", 1, "the first seed TestGroupSim runs")
+	simMany      = flag.Int("sim.many", defaultSimMany, "number of seeds TestGroupSimMany runs")
+	simManySeed  = flag.Uint64("sim.many.seed", 0, "run TestGroupSimMany on this seed only (0: seeds from -sim.many.first)")
+	simManyFirst = flag.Uint64("sim.many.first", 1, "the first seed TestGroupSimMany runs")
+	simNet       = flag.String("sim.net", "", "carry the views' traffic over `net` in every seed: wire (simulated) or rdmc (RDMC over the in-memory fabric); empty: as each seed draws")
 )
 
 // TestGroupSim runs whole groups — every member's real runtime, with its
@@ -70,6 +89,34 @@ func TestGroupSim(t *testing.T) {
 		}
 	}
 	t.Logf("simulated %d seeds, %d violations", n, failed)
+}
+
+// TestGroupSimMany runs many seeds of short schedules, side by side: the
+// members' durable logs are held in memory (simDisk), where TestGroupSim
+// runs Pebble, whose pools keep a bubble's objects for the next. A failing
+// seed replays alone with
+//
+//	go test -run 'TestGroupSimMany$' -sim.many.seed=N .
+//
+// A long campaign: go test -run 'TestGroupSimMany$' -sim.many=100000 -timeout=0 .
+func TestGroupSimMany(t *testing.T) {
+	first, n := *simManyFirst, uint64(*simMany)
+	if *simManySeed != 0 {
+		first, n = *simManySeed, 1
+	}
+	var failed atomic.Int64
+	t.Run("seeds", func(t *testing.T) {
+		for seed := first; seed < first+n; seed++ {
+			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+				t.Parallel()
+				synctest.Test(t, func(t *testing.T) { runSim(t, seed, simOptions{memDisk: true, short: true}) })
+				if t.Failed() {
+					failed.Add(1)
+				}
+			})
+		}
+	})
+	t.Logf("simulated %d seeds, %d violations", n, failed.Load())
 }
 
 // TestGroupSimFound replays the seeds that found bugs, each with what it
@@ -178,6 +225,11 @@ type simOptions struct {
 	durable bool
 	// faults, if set, replace the schedule of faults drawn.
 	faults []simFault
+	// memDisk holds the durable logs in memory (simDisk), not in Pebble:
+	// such runs may go side by side.
+	memDisk bool
+	// short draws a short schedule (see simSchedule).
+	short bool
 }
 
 // simFault is one fault of a schedule, at a time since the load started.
@@ -211,12 +263,19 @@ type simPlan struct {
 	drift []float64
 	// maxDelay bounds the fabric's random delays.
 	maxDelay time.Duration
-	faults   []simFault
+	// memDisk: durable logs in memory (simDisk), each syncing fsync after
+	// a write.
+	memDisk bool
+	fsync   time.Duration
+	faults  []simFault
 }
 
 func (p *simPlan) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d members, durable %v, stateless %v, wire %v, delays up to %v", p.n, p.durable, p.stateless, p.wire, p.maxDelay)
+	if p.durable && p.memDisk {
+		fmt.Fprintf(&b, ", logs in memory syncing in %v", p.fsync)
+	}
 	for i := range p.n {
 		if p.skew[i] != 0 || p.drift[i] != 0 {
 			fmt.Fprintf(&b, "\n  member %d's clock: %+v, drift %+.4f", i+1, p.skew[i], p.drift[i])
@@ -231,14 +290,23 @@ func (p *simPlan) String() string {
 // simSchedule draws a plan. Crashed members come back. Without durable
 // logs, crashes are drawn among the kinds, but the run skips one unless
 // the group is whole (see runSim); with them, the whole group may crash
-// at once and restart from its logs.
-func simSchedule(rng *rand.Rand) *simPlan {
+// at once and restart from its logs. A short plan has one or two faults,
+// sooner and shorter.
+func simSchedule(rng *rand.Rand, short bool) *simPlan {
 	p := &simPlan{n: 3 + rng.IntN(5), durable: rng.IntN(2) == 0, maxDelay: time.Duration(rng.IntN(3)) * time.Millisecond}
 	n := p.n
 	p.skew, p.drift = make([]time.Duration, n), make([]float64, n)
+	// Clocks up to 1.5 s apart (each side of true time): a member holds
+	// the records stamped over a second (ordering.DefaultMaxAhead) ahead of
+	// its clock until its clock catches up, which costs latency. Short
+	// plans keep within it.
+	skew := 1500
+	if short {
+		skew = 400
+	}
 	for i := range n {
 		if rng.IntN(2) == 0 {
-			p.skew[i] = time.Duration(rng.IntN(3001)-1500) * time.Millisecond
+			p.skew[i] = time.Duration(rng.IntN(2*skew+1)-skew) * time.Millisecond
 			p.drift[i] = float64(rng.IntN(2001)-1000) / 1e6
 		}
 	}
@@ -246,10 +314,16 @@ func simSchedule(rng *rand.Rand) *simPlan {
 	for i := range ids {
 		ids[i] = NodeID(i + 1)
 	}
+	// An etcd outage lasts longer than the leases (2 s) one time in
+	// three: from longer to longer+spread.
+	faults, gap, lasts, longer, spread := 4, 1500, 3000, 3000, 4000
+	if short {
+		faults, gap, lasts, longer, spread = 2, 700, 1000, 2200, 800
+	}
 	at := time.Duration(0)
-	for range 1 + rng.IntN(4) {
-		at += time.Duration(100+rng.IntN(1500)) * time.Millisecond
-		f := simFault{at: at, lasts: time.Duration(50+rng.IntN(3000)) * time.Millisecond}
+	for range 1 + rng.IntN(faults) {
+		at += time.Duration(100+rng.IntN(gap)) * time.Millisecond
+		f := simFault{at: at, lasts: time.Duration(50+rng.IntN(lasts)) * time.Millisecond}
 		switch k := rng.IntN(12); {
 		case k < 3:
 			f.kind = "crash"
@@ -273,7 +347,7 @@ func simSchedule(rng *rand.Rand) *simPlan {
 		case k < 10:
 			f.kind = "etcd-down"
 			if rng.IntN(3) == 0 {
-				f.lasts = time.Duration(3000+rng.IntN(4000)) * time.Millisecond // longer than the leases
+				f.lasts = time.Duration(longer+rng.IntN(spread)) * time.Millisecond
 			}
 		default:
 			f.kind = "etcd-cut"
@@ -298,8 +372,10 @@ type simRun struct {
 	ended chan struct{}
 
 	mu sync.Mutex
-	// disks holds each member's disk, in durable runs.
+	// disks holds each member's disk, in durable runs: mem's with
+	// plan.memDisk, else disks'.
 	disks map[NodeID]*vfs.MemFS
+	mem   map[NodeID]*simDisk
 	// loads are the senders' goroutines.
 	loads []*sync.WaitGroup
 	// acked holds the messages reported durable (WaitDelivered) to a
@@ -316,9 +392,9 @@ type simRun struct {
 
 // seedPlan returns the plan seed draws, and the random source the run
 // goes on drawing from.
-func seedPlan(seed uint64) (*simPlan, *rand.Rand) {
+func seedPlan(seed uint64, short bool) (*simPlan, *rand.Rand) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
-	plan := simSchedule(rng)
+	plan := simSchedule(rng, short)
 	// A second stream turns half the whole-group crashes into power cuts,
 	// leaving every other draw of the seed as it was.
 	cuts := rand.New(rand.NewPCG(seed, seed^0xc075))
@@ -346,7 +422,7 @@ func seedPlan(seed uint64) (*simPlan, *rand.Rand) {
 // runSim runs one seed, inside a synctest bubble, and reports what its
 // checks find to t.
 func runSim(t testing.TB, seed uint64, opts simOptions) {
-	plan, rng := seedPlan(seed)
+	plan, rng := seedPlan(seed, opts.short)
 	switch *simNet {
 	case "wire":
 		plan.wire = true
@@ -358,6 +434,10 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 	}
 	if opts.faults != nil {
 		plan.faults = opts.faults
+	}
+	if opts.memDisk {
+		plan.memDisk = true
+		plan.fsync = time.Duration(rand.New(rand.NewPCG(seed, seed^0xf5c)).IntN(2001)) * time.Microsecond
 	}
 	if opts.plant != 0 {
 		t.Logf("seed %d, planted fault %v: %v", seed, opts.plant, plan)
@@ -382,7 +462,7 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 		c.wire = newSimWire(seed, plan.maxDelay)
 	}
 	r := &simRun{t: t, c: c, plan: plan, plant: opts.plant, rng: rng, stop: make(chan struct{}), ended: make(chan struct{}),
-		disks: make(map[NodeID]*vfs.MemFS), dead: make(map[*vsNode]bool), shown: make(map[NodeID]map[uint64]bool)}
+		disks: make(map[NodeID]*vfs.MemFS), mem: make(map[NodeID]*simDisk), dead: make(map[*vsNode]bool), shown: make(map[NodeID]map[uint64]bool)}
 	sim.checkPut = r.checkPut
 	var stopLoad sync.Once
 	defer func() {
@@ -407,7 +487,11 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 	n := plan.n
 	if plan.durable {
 		for i := range n {
-			r.disks[NodeID(i+1)] = vfs.NewCrashableMem()
+			if plan.memDisk {
+				r.mem[NodeID(i+1)] = newSimDisk(plan.fsync)
+			} else {
+				r.disks[NodeID(i+1)] = vfs.NewCrashableMem()
+			}
 		}
 	}
 	nodes := c.openAll(n, r.config)
@@ -451,7 +535,11 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 			}
 			r.restartAll(live, f.lasts, 0, n, &undo)
 		case "power-cut":
-			r.powerCut(f, n, &undo)
+			if plan.memDisk {
+				r.memPowerCut(f, n, &undo)
+			} else {
+				r.powerCut(f, n, &undo)
+			}
 		case "partition":
 			c.partition(f.who...)
 			r.sleep(f.lasts)
@@ -543,6 +631,10 @@ func (r *simRun) config(cfg *Config) {
 	// member, and a seed checks the same guarantees with fewer of them.
 	cfg.BeaconInterval = 20 * time.Millisecond
 	cfg.WindowMessages = 256
+	// Each view's multicast groups set aside a block for each sender's
+	// next large message; the load sends none, and a view opened with
+	// 1 MiB blocks costs a member megabytes to clear.
+	cfg.BlockBytes = 64 << 10
 	cfg.plant = r.plant
 	if r.plan.stateless {
 		cfg.State = nil
@@ -567,7 +659,20 @@ func (r *simRun) config(cfg *Config) {
 			return base.UnixNano() + int64(skew) + int64(since) + int64(float64(since)*drift)
 		}
 	}
-	if r.plan.durable {
+	if r.plan.durable && r.plan.memDisk {
+		r.mu.Lock()
+		disk := r.mem[cfg.Self]
+		r.mu.Unlock()
+		cfg.Durable = &DurableConfig{Dir: "mem", RestartWait: 200 * time.Millisecond}
+		cfg.openDisk = disk.open
+		onView := cfg.OnView
+		cfg.OnView = func(v View) {
+			onView(v)
+			if !v.Excluded {
+				r.checkViewInLog(self, disk, v.Epoch)
+			}
+		}
+	} else if r.plan.durable {
 		r.mu.Lock()
 		disk := r.disks[cfg.Self]
 		r.mu.Unlock()
@@ -604,6 +709,18 @@ func (r *simRun) checkPut(id NodeID, key, value []byte) {
 	}
 }
 
+// checkViewInLog is checkViewOnDisk for a log in memory.
+func (r *simRun) checkViewInLog(id NodeID, disk *simDisk, epoch uint64) {
+	views, open, err := disk.views(context.Background())
+	if err != nil {
+		r.t.Errorf("member %d: the view records in its log: %v", id, err)
+		return
+	}
+	if open && !slices.ContainsFunc(views, func(v membership.View) bool { return v.Epoch == epoch }) {
+		r.t.Errorf("member %d was shown view %d, whose record is not synced in its log", id, epoch)
+	}
+}
+
 // checkViewOnDisk checks that the record of view epoch, which member
 // id's application was just shown, is on the member's disk (synced): a
 // durable member puts a view's record, and waits for its fsync, before it
@@ -630,6 +747,12 @@ func (r *simRun) checkViewOnDisk(id NodeID, disk *vfs.MemFS, epoch uint64) {
 // crash kills member id: its links break, its disk keeps what it synced
 // and a random part of the rest (or nothing, wiped), and it stops.
 func (r *simRun) crash(id NodeID, wipe bool) {
+	r.crashKeeping(id, wipe, false)
+}
+
+// crashKeeping is crash; all keeps every write of the member's log,
+// synced or not (with logs in memory).
+func (r *simRun) crashKeeping(id NodeID, wipe, all bool) {
 	nd, ok := r.c.node(id)
 	if !ok {
 		return
@@ -638,7 +761,27 @@ func (r *simRun) crash(id NodeID, wipe bool) {
 	r.dead[nd] = true
 	r.mu.Unlock()
 	r.c.crashLinks(id)
-	if r.plan.durable {
+	if r.plan.durable && r.plan.memDisk {
+		// The log stops at once, as the machine does: the member, whose
+		// writes then fail, must not revoke its lease in etcd on the way
+		// out, as a process that failed would.
+		nd.g.mem.etcd.abandon()
+		r.mu.Lock()
+		disk := r.mem[id]
+		r.mu.Unlock()
+		switch {
+		case wipe:
+			disk.wipe()
+		case all:
+			disk.crash(func(unsynced int) int { return unsynced })
+		default:
+			disk.crash(func(unsynced int) int {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				return r.rng.IntN(unsynced + 1)
+			})
+		}
+	} else if r.plan.durable {
 		r.mu.Lock()
 		if wipe {
 			r.disks[id] = vfs.NewCrashableMem()
@@ -661,7 +804,7 @@ func (r *simRun) restart(id NodeID, initial int) {
 	r.load(nd)
 }
 
-// load sends from member nd, one message every 5 ms, until the run's
+// load sends from member nd, one message every 20 ms, until the run's
 // load stops or the member is crashed. A send that fails (the member is
 // excluded, or waits out a view change) is not retried. In a durable
 // run, sends wait until the message is durable (WaitDelivered).
