@@ -262,10 +262,13 @@ func (w *simWire) breakLocked(hit func(a, b NodeID) bool, why string) []func() {
 			if end.n == nil || end.n.closed {
 				continue
 			}
-			if k.kind == wireCtrl {
-				notes = append(notes, end.n.linkDown(end.peer))
-			} else {
+			if k.kind != wireCtrl {
 				notes = append(notes, end.n.failLocked(fmt.Errorf("link to %d: %s", end.peer, why)))
+			} else if end.n == from {
+				// The two directions are one connection: each end
+				// hears of its break once, through the direction it
+				// sends on.
+				notes = append(notes, end.n.linkDown(end.peer))
 			}
 		}
 	}
@@ -568,12 +571,16 @@ func (n *wireNet) close() {
 		if peer == n.self {
 			peer = k.from
 		}
-		if o := w.nets[wireKey{k.epoch, peer}]; o != nil && !o.closed {
-			if k.kind == wireCtrl {
-				notes = append(notes, o.linkDown(n.self))
-			} else {
-				notes = append(notes, o.failLocked(fmt.Errorf("member %d left the view", n.self)))
-			}
+		if o := w.nets[wireKey{k.epoch, peer}]; o != nil && !o.closed && k.kind == wireCtrl && k.from == peer {
+			notes = append(notes, o.linkDown(n.self))
+		}
+	}
+	// Every multicast group of the view holds every member: the data path
+	// fails at every other member, whether or not it exchanged anything
+	// with this one yet.
+	for k, o := range w.nets {
+		if k.epoch == n.key.epoch && !o.closed {
+			notes = append(notes, o.failLocked(fmt.Errorf("member %d left the view", n.self)))
 		}
 	}
 	w.mu.Unlock()
