@@ -354,7 +354,7 @@ func TestViewsDurableTotalFailure(t *testing.T) {
 		// nothing durable after its links are cut: that needs the others'
 		// persisted indexes.)
 		crashMember := func(id NodeID) {
-			c.fabric.Crash(id)
+			c.crashLinks(id)
 			disks[id] = disks[id].CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rng})
 		}
 		first := nodes[round%len(nodes)]

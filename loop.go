@@ -311,22 +311,22 @@ func (r *runner) multicast(rd ordering.Ready) error {
 	}
 	var lastDown ordering.Timestamp
 	for _, e := range rd.Control {
-		send := v.net.up
 		if e.Record.Kind == ordering.KindDown {
 			// One record reaches every child through the down group.
 			if e.Record.TS == lastDown {
 				continue
 			}
-			lastDown, send = e.Record.TS, v.net.down
+			lastDown = e.Record.TS
+			if err := v.net.down(ctx, ordering.AppendRecord(nil, &e.Record)); err != nil {
+				return err
+			}
+			g.m.control.Add(ctx, int64(v.net.children()), g.m.downAttr)
+			continue
 		}
-		if err := send(ctx, ordering.AppendRecord(nil, &e.Record)); err != nil {
+		if err := v.net.up(ctx, ordering.AppendRecord(nil, &e.Record)); err != nil {
 			return err
 		}
-		if e.Record.Kind == ordering.KindUp {
-			g.m.control.Add(ctx, 1, g.m.upAttr)
-		} else {
-			g.m.control.Add(ctx, int64(v.net.children()), g.m.downAttr)
-		}
+		g.m.control.Add(ctx, 1, g.m.upAttr)
 	}
 	return nil
 }

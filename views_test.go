@@ -838,7 +838,7 @@ func TestViewsBrokenLink(t *testing.T) {
 	stop := make(chan struct{})
 	wg := c.load(stop, nodes...)
 	c.waitCount(nodes[0], 200)
-	c.fabric.BreakLink(2, 3)
+	c.breakLink(2, 3)
 	c.waitView(2, 4, nodes...)
 	c.waitCount(nodes[0], len(nodes[0].payloads())+200)
 	close(stop)
@@ -860,10 +860,10 @@ func TestViewsMinorityPartition(t *testing.T) {
 	stop := make(chan struct{})
 	wg := c.load(stop, nodes...)
 	c.waitCount(nodes[2], 200)
-	c.fabric.Partition([]NodeID{1, 2}, []NodeID{3, 4, 5})
+	c.partition([]NodeID{1, 2}, []NodeID{3, 4, 5})
 	majority := nodes[2:]
 	time.Sleep(time.Second)
-	c.fabric.Heal()
+	c.heal()
 	c.waitMembers(5, nodes...)
 	c.waitCount(nodes[0], len(nodes[0].payloads())+100)
 	close(stop)
@@ -937,7 +937,7 @@ func TestViewsSendRefusedOnceExcluded(t *testing.T) {
 	stop := make(chan struct{})
 	load := c.load(stop, nodes[:2]...)
 	c.waitCount(nodes[2], 100)
-	c.fabric.Partition([]NodeID{1, 2}, []NodeID{3})
+	c.partition([]NodeID{1, 2}, []NodeID{3})
 	var p probe
 	select {
 	case p = <-probes:
@@ -947,7 +947,7 @@ func TestViewsSendRefusedOnceExcluded(t *testing.T) {
 	if !errors.Is(p.err, ErrExcluded) {
 		t.Errorf("Send in OnView of the exclusion by view %d: %v, want ErrExcluded", p.epoch, p.err)
 	}
-	c.fabric.Heal()
+	c.heal()
 	c.waitMembers(3, nodes...)
 	close(stop)
 	load.Wait()
@@ -969,7 +969,7 @@ func TestViewsSplitWithoutMajorityHeals(t *testing.T) {
 	stop := make(chan struct{})
 	wg := c.load(stop, nodes...)
 	c.waitCount(nodes[3], 200)
-	c.fabric.Partition([]NodeID{1, 2}, []NodeID{3, 4})
+	c.partition([]NodeID{1, 2}, []NodeID{3, 4})
 	// Until every member has reported in view 1 and suspicions are
 	// recorded on both sides.
 	cli, err := c.etcd.Client(context.Background())
@@ -1003,7 +1003,7 @@ func TestViewsSplitWithoutMajorityHeals(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	c.fabric.Heal()
+	c.heal()
 	c.waitView(2, 4, nodes...)
 	c.waitCount(nodes[0], len(nodes[0].payloads())+100)
 	close(stop)
