@@ -117,7 +117,36 @@ func TestGroupSimMany(t *testing.T) {
 		}
 	})
 	t.Logf("simulated %d seeds, %d violations", n, failed.Load())
+	// What the seeds drew (a plan is a function of its seed alone). The
+	// default run, and any of 200 seeds or more, must have drawn every
+	// kind of fault: the rarest, a crash of a whole durable group, comes
+	// about 6 times in 200 seeds.
+	kinds := make(map[string]int)
+	sizes := make(map[int]int)
+	for seed := first; seed < first+n; seed++ {
+		p, _ := seedPlan(seed, true)
+		sizes[p.n]++
+		for _, f := range p.faults {
+			k := f.kind
+			if k == "etcd-down" && f.lasts > 2*time.Second {
+				k = "etcd-down past the leases"
+			}
+			kinds[k]++
+		}
+	}
+	var drawn []string
+	for _, k := range simFaultKinds {
+		drawn = append(drawn, fmt.Sprintf("%s %d", k, kinds[k]))
+		if n >= 200 && kinds[k] == 0 {
+			t.Errorf("no seed drew a fault of kind %s", k)
+		}
+	}
+	t.Logf("faults drawn: %s; groups of 3 to 7 members: %v", strings.Join(drawn, ", "), []int{sizes[3], sizes[4], sizes[5], sizes[6], sizes[7]})
 }
+
+// simFaultKinds are the kinds of fault a schedule draws (simFault.kind),
+// an etcd outage longer than the leases (2 s) counted apart.
+var simFaultKinds = []string{"crash", "crash-all", "power-cut", "wipe", "partition", "break", "etcd-down", "etcd-down past the leases", "etcd-cut"}
 
 // TestGroupSimFound replays the seeds that found bugs, each with what it
 // found, whatever -sim.seeds says.
