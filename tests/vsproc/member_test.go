@@ -36,8 +36,12 @@ const (
 	heartbeatInterval = 10 * time.Millisecond
 	// suspectTimeout leaves room for the scheduling delays of a loaded
 	// machine (the suite runs packages side by side on two cores), so
-	// that a member is rarely suspected because it was not run.
-	suspectTimeout = 400 * time.Millisecond
+	// that a member is rarely suspected because it was not run; three
+	// times as much for race builds. A joiner whose transfer is cut
+	// short by a false suspicion starts it again in the next view: with
+	// suspicions that come faster than a transfer completes, the group
+	// changes views without delivering.
+	suspectTimeout = 400 * time.Millisecond * raceSlowdown
 	// openTimeout bounds joining the group.
 	openTimeout = 30 * time.Second
 	// sendTimeout bounds one Send (it waits while the window is full).

@@ -43,8 +43,9 @@ const envLogs = "VSPROC_LOGS"
 // Test timing.
 const (
 	// waitTimeout bounds every wait for a condition: generous, as the
-	// members may be race builds sharing two cores.
-	waitTimeout = 30 * time.Second
+	// members may be race builds sharing two cores (then three times as
+	// long).
+	waitTimeout = 30 * time.Second * raceSlowdown
 	// pollInterval is how often a wait rereads the members' records.
 	pollInterval = 20 * time.Millisecond
 	// sendPause is the pause between two sends of one member.
