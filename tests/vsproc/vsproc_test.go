@@ -423,6 +423,23 @@ func (p *proc) current() []vscheck.Event {
 	return h[len(h)-1]
 }
 
+// lastInView returns the history of p's last incarnation that entered a
+// view. One that has entered none (a member falsely suspected just before
+// the test stopped it, still joining again) has delivered nothing and
+// received no state: the member's state is still its previous
+// incarnation's, which is then the one to check.
+func (p *proc) lastInView() []vscheck.Event {
+	h := p.histories()
+	for i := len(h) - 1; i >= 0; i-- {
+		for _, ev := range h[i] {
+			if ev.View != nil {
+				return h[i]
+			}
+		}
+	}
+	return nil
+}
+
 // lastView returns the view p installed last.
 func (p *proc) lastView() (vscheck.View, bool) {
 	h := p.current()
@@ -685,13 +702,14 @@ func (c *cluster) checkHistories() map[uint64]vscheck.View {
 }
 
 // missing returns, by survivor, the messages some survivor had accepted
-// that it did not deliver (see proc.required and vscheck.Missing).
+// that it did not deliver in its last incarnation that entered a view
+// (see proc.required, proc.lastInView and vscheck.Missing).
 func (c *cluster) missing(survivors []*proc) map[string][]string {
 	var want []string
 	last := make(map[string][]vscheck.Event)
 	for _, p := range survivors {
 		want = append(want, p.required()...)
-		last[p.String()] = p.current()
+		last[p.String()] = p.lastInView()
 	}
 	return vscheck.Missing(last, want)
 }
