@@ -977,8 +977,10 @@ func TestViewsSendRefusedOnceExcluded(t *testing.T) {
 
 // TestViewsSplitWithoutMajorityHeals: a partition splits the group in
 // two halves, so that neither side holds a majority and members on both
-// sides record suspicions of the other half. No view is installed while
-// it lasts; once it heals, the group comes back whole and delivers again.
+// sides record suspicions of the other half. No view without all four is
+// installed while it lasts (one of the four decided before the partition,
+// after a false suspicion on a loaded machine, may still be); once it
+// heals, the group comes back whole and delivers again.
 // (TestGroupSim's seed 40 covers the harder case, where the reporters on
 // one side are a majority of the view but not of its caught-up members.)
 func TestViewsSplitWithoutMajorityHeals(t *testing.T) {
@@ -1010,11 +1012,11 @@ func TestViewsSplitWithoutMajorityHeals(t *testing.T) {
 		for suspect := range st.Suspects {
 			accused[suspect] = true
 		}
-		if len(st.Reports) == 4 && st.Current.Epoch == 1 && (accused[1] || accused[2]) && (accused[3] || accused[4]) {
-			break
-		}
-		if st.Current.Epoch != 1 {
+		if len(st.Current.Members) != 4 {
 			t.Fatalf("view %d installed during the partition: %v", st.Current.Epoch, st.Current.Members)
+		}
+		if len(st.Reports) == 4 && (accused[1] || accused[2]) && (accused[3] || accused[4]) {
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the members did not all report with suspicions on both sides: %d reports, accused %v", len(st.Reports), accused)
