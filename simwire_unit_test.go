@@ -91,6 +91,16 @@ func count(evs []string, prefix string) int {
 	return n
 }
 
+// expect lets the wire deliver what falls due within 10 ms, and checks
+// that m was posted exactly want (in order) since it was last drained.
+func (m *wireMember) expect(t *testing.T, when string, want ...string) {
+	t.Helper()
+	time.Sleep(10 * time.Millisecond)
+	if got := m.drain(); !slices.Equal(got, want) {
+		t.Errorf("member %d %s: got %v, want %v", m.v.ids[m.v.self], when, got, want)
+	}
+}
+
 // TestSimWireFIFO: each receiver gets every sender's records once, in the
 // order sent, whatever the delays; the interleaving of the senders is the
 // seed's, the same each time.
@@ -190,19 +200,13 @@ func TestSimWireBreak(t *testing.T) {
 		if err := ms[1].net.multicast(context.Background(), beacon(0)); err == nil {
 			t.Error("multicast on a failed data path succeeded")
 		}
-		time.Sleep(10 * time.Millisecond)
-		if got := ms[1].drain(); !slices.Equal(got, []string{"sig 3.7"}) {
-			t.Errorf("member 1 got %v, want 3's signal", got)
-		}
+		ms[1].expect(t, "after the break, from member 3", "sig 3.7")
 		// Dialled again, the control stream works.
 		ms[1].net.dial(context.Background(), 1)
 		if err := ms[1].net.signal(1, 43); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
-		if got := ms[2].drain(); !slices.Equal(got, []string{"sig 1.43"}) {
-			t.Errorf("member 2 got %v after the dial, want the signal", got)
-		}
+		ms[2].expect(t, "after the dial", "sig 1.43")
 	})
 }
 
@@ -236,10 +240,7 @@ func TestSimWirePartition(t *testing.T) {
 		if err := ms[2].net.signal(0, 6); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
-		if got := ms[1].drain(); !slices.Equal(got, []string{"sig 2.6"}) {
-			t.Errorf("member 1 after the heal: %v, want the signal", got)
-		}
+		ms[1].expect(t, "after the heal", "sig 2.6")
 	})
 }
 
@@ -265,10 +266,7 @@ func TestSimWireCloseAndLateOpen(t *testing.T) {
 			t.Errorf("member 3 got %v before it opened the view", got)
 		}
 		wireOpen(t, w, ms[3])
-		time.Sleep(10 * time.Millisecond)
-		if got := ms[3].drain(); !slices.Equal(got, []string{"rec 1.0", "rec 1.1", "rec 1.2"}) {
-			t.Errorf("member 3 got %v once it opened the view", got)
-		}
+		ms[3].expect(t, "once it opened the view", "rec 1.0", "rec 1.1", "rec 1.2")
 
 		ms[2].net.close()
 		time.Sleep(10 * time.Millisecond)

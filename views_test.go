@@ -990,8 +990,8 @@ func TestViewsSplitWithoutMajorityHeals(t *testing.T) {
 	wg := c.load(stop, nodes...)
 	c.waitCount(nodes[3], 200)
 	c.partition([]NodeID{1, 2}, []NodeID{3, 4})
-	// Until every member has reported in view 1 and suspicions are
-	// recorded on both sides.
+	// Until every member has reported in the current view and
+	// suspicions are recorded on both sides.
 	cli, err := c.etcd.Client(context.Background())
 	if err != nil {
 		t.Fatal(err)
