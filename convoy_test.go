@@ -105,6 +105,10 @@ func openCluster(t *testing.T, n int, o clusterOpts) *testCluster {
 	c.groups = make([]*Group, n)
 	c.recs = make([]*recorder, n)
 	errs := make([]error, n)
+	// Every endpoint exists before any member opens: a member of a fixed
+	// group connects to the others as it needs them, and the in-memory
+	// fabric refuses a connection to an endpoint not made yet.
+	cfgs := make([]Config, n)
 	for i := 0; i < n; i++ {
 		c.recs[i] = newRecorder()
 		cfg := Config{Self: members[i].ID, Members: members, Mode: o.mode, FanOut: o.fanOut, BeaconInterval: time.Millisecond, onHeld: c.held.hook(i)}
@@ -119,11 +123,10 @@ func openCluster(t *testing.T, n int, o clusterOpts) *testCluster {
 			start := time.Now()
 			cfg.Clock = func() int64 { return int64(time.Since(start)) + 1e12 + skew }
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.groups[i], errs[i] = Open(context.Background(), cfg, c.recs[i].handle)
-		}()
+		cfgs[i] = cfg
+	}
+	for i, cfg := range cfgs {
+		wg.Go(func() { c.groups[i], errs[i] = Open(context.Background(), cfg, c.recs[i].handle) })
 	}
 	wg.Wait()
 	for _, err := range errs {
