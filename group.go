@@ -80,6 +80,9 @@ type Group struct {
 	// (see smallFrameBytes).
 	frames sync.Pool
 	loopWG sync.WaitGroup
+	// host, set only by the package's deterministic simulation, runs this
+	// member without goroutines (see host); nil in production.
+	host host
 
 	mu struct {
 		sync.Mutex
@@ -159,32 +162,14 @@ func Open(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 // open is Open with the etcd of a view-managed group given by etcd (nil:
 // the one Config.Etcd names).
 func open(ctx context.Context, cfg Config, h Handler, etcd etcdBackend) (*Group, error) {
-	c, err := cfg.withDefaults()
+	g, err := newGroup(ctx, cfg, h)
 	if err != nil {
-		return nil, err
-	}
-	g := &Group{
-		cfg:      c,
-		log:      c.Logger.With("member", c.Self),
-		h:        h,
-		events:   make(chan event, 4096),
-		sendTurn: make(chan struct{}, 1),
-		space:    make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-	}
-	g.ctx, g.cancel = context.WithCancel(context.Background())
-	g.mu.nextSeq = 1
-	g.mu.waiters = make(map[uint64][]waiter)
-	g.tr = c.TracerProvider.Tracer("github.com/convoy-gcs/convoy")
-	if g.m, err = newMetrics(c.MeterProvider); err != nil {
-		return nil, err
-	}
-	if err := g.openLog(ctx); err != nil {
 		return nil, err
 	}
 	if g.dynamic() {
 		return g.openDynamic(ctx, etcd)
 	}
+	c := g.cfg
 	if g.ep = c.Endpoint; g.ep == nil {
 		if g.ep, err = g.listen(staticResolver(c.Members)); err != nil {
 			return nil, err
@@ -210,6 +195,35 @@ func open(ctx context.Context, cfg Config, h Handler, etcd etcdBackend) (*Group,
 	g.mu.view = publicView(&rec, nil)
 	g.loopWG.Add(1)
 	go g.loop(&runner{g: g, v: v})
+	return g, nil
+}
+
+// newGroup makes a Group for cfg, with its durable log open, before it
+// reaches anyone.
+func newGroup(ctx context.Context, cfg Config, h Handler) (*Group, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	g := &Group{
+		cfg:      c,
+		log:      c.Logger.With("member", c.Self),
+		h:        h,
+		events:   make(chan event, 4096),
+		sendTurn: make(chan struct{}, 1),
+		space:    make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.mu.nextSeq = 1
+	g.mu.waiters = make(map[uint64][]waiter)
+	g.tr = c.TracerProvider.Tracer("github.com/convoy-gcs/convoy")
+	if g.m, err = newMetrics(c.MeterProvider); err != nil {
+		return nil, err
+	}
+	if err := g.openLog(ctx); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -274,6 +288,10 @@ func (g *Group) received(v *view, rank int, msg []byte) {
 // post hands ev to the loop unless the group is closing, or failed (its
 // context is then cancelled: see member.withdraw).
 func (g *Group) post(ev event) {
+	if g.host != nil {
+		g.host.post(g, ev)
+		return
+	}
 	select {
 	case g.events <- ev:
 	case <-g.stop:

@@ -1013,6 +1013,25 @@ func (n *vsNode) exclusionsLocked() int {
 // message need only be delivered by one of them.
 func (c *vsCluster) waitAccepted(nodes []*vsNode, stateless bool) {
 	c.t.Helper()
+	want := acceptedLast(nodes)
+	deadline := time.Now().Add(60 * time.Second)
+	for _, n := range nodes {
+		for {
+			missing := missingAccepted(n, want, nodes, stateless)
+			if len(missing) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.t.Fatalf("member %d misses %d of %d accepted messages, first %q, last %q", n.id, len(missing), len(want), missing[0], missing[len(missing)-1])
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// acceptedLast returns the messages the members accepted in their last
+// incarnations.
+func acceptedLast(nodes []*vsNode) []string {
 	var want []string
 	for _, n := range nodes {
 		n.mu.Lock()
@@ -1024,7 +1043,12 @@ func (c *vsCluster) waitAccepted(nodes []*vsNode, stateless bool) {
 		}
 		n.mu.Unlock()
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	return want
+}
+
+// missingAccepted returns the messages of want that member n does not
+// hold (see waitAccepted).
+func missingAccepted(n *vsNode, want []string, nodes []*vsNode, stateless bool) []string {
 	got := func(n *vsNode, p string) bool {
 		if !stateless {
 			return n.got[p]
@@ -1043,29 +1067,19 @@ func (c *vsCluster) waitAccepted(nodes []*vsNode, stateless bool) {
 		}
 		return false
 	}
-	for _, n := range nodes {
-		for {
-			var missing []string
-			n.mu.Lock()
-			for _, p := range want {
-				if got(n, p) {
-					continue
-				}
-				if k, v, ok := kvtest.ParseSet(p); ok {
-					if have, ok := n.state.Get(k); ok && have == v {
-						continue
-					}
-				}
-				missing = append(missing, p)
-			}
-			n.mu.Unlock()
-			if len(missing) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				c.t.Fatalf("member %d misses %d of %d accepted messages, first %q, last %q", n.id, len(missing), len(want), missing[0], missing[len(missing)-1])
-			}
-			time.Sleep(5 * time.Millisecond)
+	var missing []string
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range want {
+		if got(n, p) {
+			continue
 		}
+		if k, v, ok := kvtest.ParseSet(p); ok {
+			if have, ok := n.state.Get(k); ok && have == v {
+				continue
+			}
+		}
+		missing = append(missing, p)
 	}
+	return missing
 }

@@ -96,7 +96,7 @@ func (g *Group) openDynamic(ctx context.Context, etcd etcdBackend) (_ *Group, er
 			return nil, err
 		}
 	}
-	self := membership.Member{ID: uint64(c.Self), Incarnation: newIncarnation(), Addr: addr}
+	self := membership.Member{ID: uint64(c.Self), Incarnation: g.newIncarnation(0), Addr: addr}
 	store, err := m.register(ctx, g.log, self)
 	if err != nil {
 		return nil, fmt.Errorf("convoy: register in etcd: %w", err)
@@ -106,14 +106,7 @@ func (g *Group) openDynamic(ctx context.Context, etcd etcdBackend) (_ *Group, er
 	m.setSelf(self)
 	started = true
 	g.loopWG.Add(1)
-	vcfg := vsync.Config{
-		InitialMembers: c.InitialMembers, Durable: g.disk != nil, LeaseTTL: c.Etcd.LeaseTTL,
-		SuspectTimeout: c.SuspectTimeout, HeartbeatInterval: c.HeartbeatInterval, Logger: g.log,
-	}
-	if c.Durable != nil {
-		vcfg.RestartWait = c.Durable.RestartWait
-	}
-	go g.loop(&runner{g: g, vs: vsync.NewCore(vcfg, self), applied: applied})
+	go g.loop(&runner{g: g, vs: vsync.NewCore(g.vsyncConfig(), self), applied: applied})
 	m.wg.Add(1)
 	go m.watch(g)
 	select {
@@ -126,6 +119,19 @@ func (g *Group) openDynamic(ctx context.Context, etcd etcdBackend) (_ *Group, er
 	}
 	g.Close()
 	return nil, err
+}
+
+// vsyncConfig configures the member's view-change core.
+func (g *Group) vsyncConfig() vsync.Config {
+	c := g.cfg
+	vcfg := vsync.Config{
+		InitialMembers: c.InitialMembers, Durable: g.disk != nil, LeaseTTL: c.Etcd.LeaseTTL,
+		SuspectTimeout: c.SuspectTimeout, HeartbeatInterval: c.HeartbeatInterval, Logger: g.log,
+	}
+	if c.Durable != nil {
+		vcfg.RestartWait = c.Durable.RestartWait
+	}
+	return vcfg
 }
 
 // etcdBackend is the etcd a member keeps its views in: it makes the
@@ -199,8 +205,9 @@ func (e *clientEtcd) close() {
 }
 
 // newIncarnation returns a number that grows from one incarnation of a
-// member to the next.
-func newIncarnation() uint64 { return uint64(time.Now().UnixNano()) }
+// member to the next, after after (the incarnation it replaces, or 0):
+// the time on the group's clock.
+func (g *Group) newIncarnation(after uint64) uint64 { return max(uint64(g.cfg.Clock()), after+1) }
 
 // resolve gives the tcp transport a member's address.
 func (m *member) resolve(id NodeID) (string, error) {
@@ -368,10 +375,26 @@ func (m *member) current() *membership.Store {
 // async runs an etcd write for the loop, bounded in time; failures are
 // logged (the next state read shows what happened).
 func (r *runner) async(what string, fn func(ctx context.Context, s *membership.Store) error) {
+	r.asyncAfter(0, what, fn)
+}
+
+// asyncAfter is async, the write made after wait.
+func (r *runner) asyncAfter(wait time.Duration, what string, fn func(ctx context.Context, s *membership.Store) error) {
 	g, m := r.g, r.g.mem
+	if g.host != nil {
+		g.host.etcdWrite(g, wait, what, fn)
+		return
+	}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
+		if wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-g.ctx.Done():
+				return
+			}
+		}
 		// Retry while etcd is out of reach or the store is being renewed
 		// (a lost report would stall the view change); a refusal on the
 		// merits (another view won, no majority) is final.
@@ -379,15 +402,7 @@ func (r *runner) async(what string, fn func(ctx context.Context, s *membership.S
 		defer cancel()
 		for backoff := 20 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 			err := fn(ctx, m.current())
-			switch {
-			case err == nil || g.ctx.Err() != nil:
-				return
-			case errors.Is(err, membership.ErrConflict), errors.Is(err, membership.ErrNoMajority), errors.Is(err, membership.ErrNoView),
-				errors.Is(err, membership.ErrBadRecovery):
-				g.log.Info("etcd: "+what, "err", err)
-				return
-			case ctx.Err() != nil:
-				g.log.Warn("etcd: "+what+": giving up", "err", err)
+			if !asyncRetry(g, what, err, ctx.Err()) {
 				return
 			}
 			g.log.Debug("etcd: "+what+": retrying", "err", err, "after", backoff)
@@ -397,6 +412,24 @@ func (r *runner) async(what string, fn func(ctx context.Context, s *membership.S
 			}
 		}
 	}()
+}
+
+// asyncRetry reports whether an etcd write for the loop that failed with
+// err is tried again; deadline is the error of its bound, if it passed.
+// A refusal on the merits (another view won, no majority) is final.
+func asyncRetry(g *Group, what string, err, deadline error) bool {
+	switch {
+	case err == nil || g.ctx.Err() != nil:
+		return false
+	case errors.Is(err, membership.ErrConflict), errors.Is(err, membership.ErrNoMajority), errors.Is(err, membership.ErrNoView),
+		errors.Is(err, membership.ErrBadRecovery):
+		g.log.Info("etcd: "+what, "err", err)
+		return false
+	case deadline != nil:
+		g.log.Warn("etcd: "+what+": giving up", "err", err)
+		return false
+	}
+	return true
 }
 
 // asyncTimeout bounds how long an etcd write for the loop is retried.

@@ -1,6 +1,7 @@
 package convoy
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -18,7 +19,8 @@ import (
 // view and ordered pair of members, one FIFO per kind of traffic (data
 // records, tree records up, tree records down, control signals), each
 // frame delivered after a random delay of up to maxDelay, FIFOs chosen at
-// random among those due. One goroutine delivers.
+// random among those due. One goroutine delivers (run), or, on a stepped
+// wire, the deterministic simulation (step).
 //
 // It keeps the failure semantics the runtime relies on. A view's data
 // path between two members fails at both when their link breaks (a
@@ -32,6 +34,13 @@ type simWire struct {
 	wake chan struct{} // capacity 1: there may be work
 	done chan struct{}
 	wg   sync.WaitGroup
+	// now is the wire's clock. A stepped wire (newSteppedWire) has no
+	// goroutine: kicked asks its simulation to call step, and the
+	// notices of failures are posted at once (posting never blocks
+	// there).
+	now     func() time.Time
+	stepped bool
+	kicked  func()
 
 	mu       sync.Mutex
 	rng      *rand.Rand
@@ -121,9 +130,66 @@ func newSimWire(seed uint64, maxDelay time.Duration) *simWire {
 		nets: make(map[wireKey]*wireNet), pipes: make(map[pipeKey]*pipe),
 		waiting: make(map[wireKey][]*pipe),
 	}
+	w.now = time.Now
 	w.wg.Add(1)
 	go w.run()
 	return w
+}
+
+// newSteppedWire returns a wire without a goroutine of its own, for the
+// deterministic simulation (stepsim_test.go): on the clock now, it calls
+// kicked when it may have frames due, and the simulation then calls step.
+func newSteppedWire(seed uint64, maxDelay time.Duration, now func() time.Time, kicked func()) *simWire {
+	w := &simWire{
+		done: make(chan struct{}),
+		rng:  rand.New(rand.NewPCG(seed, seed^0x3a1e)), maxDelay: maxDelay,
+		cut: make(map[[2]NodeID]bool), dead: make(map[NodeID]bool),
+		nets: make(map[wireKey]*wireNet), pipes: make(map[pipeKey]*pipe),
+		waiting: make(map[wireKey][]*pipe),
+		now:     now, stepped: true, kicked: kicked,
+	}
+	return w
+}
+
+// spawn runs notices: on a goroutine of their own, since posting may wait
+// for room in a loop's queue and the caller may be that loop; at once on
+// a stepped wire.
+func (w *simWire) spawn(f func()) {
+	if w.stepped {
+		f()
+		return
+	}
+	go f()
+}
+
+// sortedKeys returns m's keys in cmp's order: the wire goes through its
+// maps in an order the seed fixes.
+func sortedKeys[K comparable, V any](m map[K]V, cmp func(a, b K) int) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, cmp)
+	return keys
+}
+
+func wireKeyCmp(a, b wireKey) int {
+	if a.epoch != b.epoch {
+		return cmp.Compare(a.epoch, b.epoch)
+	}
+	return cmp.Compare(a.id, b.id)
+}
+
+func pipeKeyCmp(a, b pipeKey) int {
+	switch {
+	case a.epoch != b.epoch:
+		return cmp.Compare(a.epoch, b.epoch)
+	case a.from != b.from:
+		return cmp.Compare(a.from, b.from)
+	case a.to != b.to:
+		return cmp.Compare(a.to, b.to)
+	}
+	return cmp.Compare(a.kind, b.kind)
 }
 
 func pairOf(a, b NodeID) [2]NodeID {
@@ -147,6 +213,10 @@ func (w *simWire) close() {
 }
 
 func (w *simWire) kick() {
+	if w.stepped {
+		w.kicked()
+		return
+	}
 	select {
 	case w.wake <- struct{}{}:
 	default:
@@ -183,7 +253,7 @@ func (w *simWire) open(_ context.Context, v *view) (viewNet, error) {
 	w.mu.Unlock()
 	w.kick()
 	for _, f := range notes {
-		go f()
+		w.spawn(f)
 	}
 	return n, nil
 }
@@ -249,7 +319,8 @@ func runNotes(notes []func()) {
 // after w.mu is released.
 func (w *simWire) breakLocked(hit func(a, b NodeID) bool, why string) []func() {
 	var notes []func()
-	for k, p := range w.pipes {
+	for _, k := range sortedKeys(w.pipes, pipeKeyCmp) {
+		p := w.pipes[k]
 		if !hit(k.from, k.to) || p.broken {
 			continue
 		}
@@ -274,7 +345,8 @@ func (w *simWire) breakLocked(hit func(a, b NodeID) bool, why string) []func() {
 	}
 	// Views whose members are on both sides with nothing sent yet fail
 	// too: their data paths cannot connect.
-	for k, n := range w.nets {
+	for _, k := range sortedKeys(w.nets, wireKeyCmp) {
+		n := w.nets[k]
 		if n.closed {
 			continue
 		}
@@ -309,7 +381,7 @@ func (w *simWire) pushLocked(p *pipe, f wireFrame) bool {
 	if p.broken {
 		return false
 	}
-	due := time.Now()
+	due := w.now()
 	if w.maxDelay > 0 {
 		due = due.Add(time.Duration(w.rng.Int64N(int64(w.maxDelay) + 1)))
 	}
@@ -337,76 +409,91 @@ func (w *simWire) run() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		w.mu.Lock()
-		var p *pipe
-		for len(w.due) > 0 && p == nil {
-			top := w.due[0]
-			if len(top.q) == 0 || w.pipes[top.key] != top {
-				heap.Pop(&w.due) // broken or closed meanwhile
-				top.queued = false
-				continue
-			}
-			if head := top.q[0].due; head.After(top.at) {
-				// The stream was broken and opened again since it was
-				// queued: it is due when its new first frame is.
-				heap.Pop(&w.due)
-				top.at = head
-				heap.Push(&w.due, top)
-				continue
-			}
-			if top.at.After(time.Now()) {
-				break
-			}
-			heap.Pop(&w.due)
-			if w.nets[wireKey{top.key.epoch, top.key.to}] == nil {
-				// The receiver has not opened the view yet.
-				k := wireKey{top.key.epoch, top.key.to}
-				w.waiting[k] = append(w.waiting[k], top)
-				continue
-			}
-			top.queued = false
-			p = top
-		}
-		if p == nil {
-			wait := time.Hour
-			if len(w.due) > 0 {
-				wait = time.Until(w.due[0].at)
-			}
-			w.mu.Unlock()
-			timer.Reset(wait)
-			select {
-			case <-w.wake:
-			case <-timer.C:
-			case <-w.done:
-				return
-			}
-			continue
-		}
-		f := p.q[0]
-		p.q = p.q[1:]
-		w.scheduleLocked(p)
-		to := w.nets[wireKey{p.key.epoch, p.key.to}]
-		from := w.nets[wireKey{p.key.epoch, p.key.from}]
-		var sent func()
-		if f.m != nil {
-			f.m.left--
-			if f.m.left == 0 && from != nil && !from.closed {
-				m := f.m
-				sent = func() { m.from.v.g.sent(m.from.v, m.frame) }
-			}
-		}
-		key := p.key
-		w.mu.Unlock()
 		select {
 		case <-w.done:
 			return
 		default:
 		}
-		to.receive(key, f)
-		if sent != nil {
-			sent()
+		if ok, wait := w.step(); ok {
+			continue
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-w.wake:
+		case <-timer.C:
+		case <-w.done:
+			return
 		}
 	}
+}
+
+// step delivers one frame that is due, and reports whether it did; if
+// none is, it returns how long until the next one is (an hour: none is
+// queued).
+func (w *simWire) step() (bool, time.Duration) {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return false, time.Hour
+	}
+	var p *pipe
+	for len(w.due) > 0 && p == nil {
+		top := w.due[0]
+		if len(top.q) == 0 || w.pipes[top.key] != top {
+			heap.Pop(&w.due) // broken or closed meanwhile
+			top.queued = false
+			continue
+		}
+		if head := top.q[0].due; head.After(top.at) {
+			// The stream was broken and opened again since it was
+			// queued: it is due when its new first frame is.
+			heap.Pop(&w.due)
+			top.at = head
+			heap.Push(&w.due, top)
+			continue
+		}
+		if top.at.After(w.now()) {
+			break
+		}
+		heap.Pop(&w.due)
+		if w.nets[wireKey{top.key.epoch, top.key.to}] == nil {
+			// The receiver has not opened the view yet.
+			k := wireKey{top.key.epoch, top.key.to}
+			w.waiting[k] = append(w.waiting[k], top)
+			continue
+		}
+		top.queued = false
+		p = top
+	}
+	if p == nil {
+		wait := time.Hour
+		if len(w.due) > 0 {
+			wait = w.due[0].at.Sub(w.now())
+		}
+		w.mu.Unlock()
+		return false, wait
+	}
+	f := p.q[0]
+	p.q = p.q[1:]
+	w.scheduleLocked(p)
+	to := w.nets[wireKey{p.key.epoch, p.key.to}]
+	from := w.nets[wireKey{p.key.epoch, p.key.from}]
+	var sent func()
+	if f.m != nil {
+		f.m.left--
+		if f.m.left == 0 && from != nil && !from.closed {
+			m := f.m
+			sent = func() { m.from.v.g.sent(m.from.v, m.frame) }
+		}
+	}
+	key := p.key
+	w.mu.Unlock()
+	to.receive(key, f)
+	if sent != nil {
+		sent()
+	}
+	return true, 0
 }
 
 // wireNet is one member's view on the wire.
@@ -523,7 +610,7 @@ func (n *wireNet) dial(_ context.Context, r int) bool {
 	}
 	w.mu.Unlock()
 	if down {
-		go n.linkDown(peer)()
+		w.spawn(n.linkDown(peer))
 	}
 	return true
 }
@@ -559,7 +646,8 @@ func (n *wireNet) close() {
 	n.closed = true
 	delete(w.nets, n.key)
 	var notes []func()
-	for k, p := range w.pipes {
+	for _, k := range sortedKeys(w.pipes, pipeKeyCmp) {
+		p := w.pipes[k]
 		if k.epoch != n.key.epoch || k.from != n.self && k.to != n.self {
 			continue
 		}
@@ -578,7 +666,8 @@ func (n *wireNet) close() {
 	// Every multicast group of the view holds every member: the data path
 	// fails at every other member, whether or not it exchanged anything
 	// with this one yet.
-	for k, o := range w.nets {
+	for _, k := range sortedKeys(w.nets, wireKeyCmp) {
+		o := w.nets[k]
 		if k.epoch == n.key.epoch && !o.closed {
 			notes = append(notes, o.failLocked(fmt.Errorf("member %d left the view", n.self)))
 		}
@@ -586,5 +675,5 @@ func (n *wireNet) close() {
 	w.mu.Unlock()
 	// Posting may wait for room in a loop's queue; the closing member's
 	// own loop may be the caller, so the notices go out on their own.
-	go runNotes(notes)
+	w.spawn(func() { runNotes(notes) })
 }

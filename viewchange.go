@@ -550,16 +550,11 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	// Rejoin as a new incarnation: registering it tells the others that
 	// the old one is gone.
 	old := r.vs.Self()
-	self := membership.Member{ID: old.ID, Incarnation: newIncarnation(), Addr: old.Addr}
+	self := membership.Member{ID: old.ID, Incarnation: g.newIncarnation(old.Incarnation), Addr: old.Addr}
 	wait := r.vs.Excluded(g.cfg.Clock(), self)
 	m.setSelf(self)
 	g.log.Info("rejoining as a new incarnation", "incarnation", self.Incarnation, "after", wait)
-	r.async("rejoin", func(ctx context.Context, s *membership.Store) error {
-		select {
-		case <-time.After(wait):
-		case <-g.ctx.Done():
-			return nil
-		}
+	r.asyncAfter(wait, "rejoin", func(ctx context.Context, s *membership.Store) error {
 		if err := s.Register(ctx, self); err != nil {
 			return err
 		}

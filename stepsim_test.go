@@ -1,0 +1,875 @@
+package convoy
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/convoy-gcs/convoy/internal/etcdsim"
+	"github.com/convoy-gcs/convoy/internal/kvtest"
+	"github.com/convoy-gcs/convoy/internal/plant"
+	"github.com/convoy-gcs/convoy/internal/vsync"
+	"github.com/convoy-gcs/convoy/membership"
+)
+
+var (
+	stepSeeds     = flag.Int("step.seeds", cond(raceEnabled, 50, 2000), "number of seeds TestGroupStep runs")
+	stepSeed      = flag.Uint64("step.seed", 0, "run TestGroupStep on this seed only, printing its trace (0: seeds from -step.first)")
+	stepFirst     = flag.Uint64("step.first", 1, "the first seed TestGroupStep runs")
+	stepTraceKeep = 200 // trace lines a failing seed prints
+)
+
+// TestGroupStep runs whole groups deterministically: every member's
+// production runner — its view-change core, ordering core, failure
+// detector — driven by one goroutine on a virtual clock, with the I/O
+// simulated (the wire for the views' traffic, a simulated etcd with
+// leases on the virtual clock) and every draw made from the seed. The
+// same seed gives the same run, step for step: a run's fingerprint (a
+// hash of every step it took) is checked by running seeds twice.
+//
+// A seed draws a short schedule of faults (simSchedule): crashes and
+// restarts, partitions, broken links, etcd outages shorter and longer
+// than the leases, members cut off from etcd; the members keep no state
+// to transfer and no durable log (TestGroupSim and TestGroupSimMany run
+// those, on goroutines). Then the faults stop and the checks run: the
+// group comes back whole and delivers again within a bound of virtual
+// time (liveness), and the histories hold the guarantees (vsCluster.check).
+//
+// A failing seed prints its last steps and replays, the same, with
+//
+//	go test -run 'TestGroupStep$' -step.seed=N .
+//
+// A long campaign: go test -run 'TestGroupStep$' -step.seeds=1000000 -timeout=0 .
+func TestGroupStep(t *testing.T) {
+	first, n := *stepFirst, uint64(*stepSeeds)
+	if *stepSeed != 0 {
+		first, n = *stepSeed, 1
+	}
+	var failed, steps atomic.Int64
+	t.Run("seeds", func(t *testing.T) {
+		for seed := first; seed < first+n; seed++ {
+			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+				t.Parallel()
+				res := runStep(t, seed, *stepSeed != 0)
+				if t.Failed() {
+					failed.Add(1)
+				}
+				steps.Add(res.steps)
+			})
+		}
+	})
+	t.Logf("simulated %d seeds, %d violations (%d steps)", n, failed.Load(), steps.Load())
+}
+
+// TestGroupStepReplays runs seeds twice: each run must take the same
+// steps.
+func TestGroupStepReplays(t *testing.T) {
+	for seed := uint64(1); seed <= cond[uint64](raceEnabled, 5, 20); seed++ {
+		a := runStep(t, seed, false)
+		b := runStep(t, seed, false)
+		if a != b {
+			t.Errorf("seed %d: two runs differ: %+v, then %+v", seed, a, b)
+		}
+	}
+}
+
+// TestPlantedFaultsStepped plants a protocol fault in every member of
+// the deterministic simulation's groups, and checks that the seeds catch
+// it: delivering beyond the view's cut before the cut is committed
+// (plant.EarlyDelivery). A run is a function of its seed, so the seed
+// that catches it is always the same one, and it passes without the
+// fault. (The faults that need durable logs or state transfer are
+// TestPlantedFaults', which runs the runtime on goroutines.)
+func TestPlantedFaultsStepped(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		found := runStepRecorded(t, seed, plant.EarlyDelivery)
+		if len(found) == 0 {
+			continue
+		}
+		t.Logf("seed %d caught %v: %s", seed, plant.EarlyDelivery, found[0])
+		if found := runStepRecorded(t, seed, 0); len(found) > 0 {
+			t.Fatalf("seed %d fails without the fault too: %s", seed, found[0])
+		}
+		return
+	}
+	t.Fatalf("20 seeds ran with %v planted, and no check caught it", plant.EarlyDelivery)
+}
+
+// runStepRecorded runs seed with planted faults and returns the
+// violations its checks found instead of failing t.
+func runStepRecorded(t *testing.T, seed uint64, planted plant.Faults) []string {
+	rec := &simRecorder{TB: t}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				if _, ok := p.(simStop); !ok {
+					panic(p)
+				}
+			}
+		}()
+		runStepPlanted(rec, seed, false, planted)
+	}()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return rec.mu.found
+}
+
+// stepResult sums up a run: how many steps it took, until when, and the
+// hash of every step.
+type stepResult struct {
+	steps int64
+	end   time.Duration
+	hash  uint64
+}
+
+// stepSim is one seed's run: the scheduler, the simulated I/O and the
+// members.
+type stepSim struct {
+	t     testing.TB
+	plan  *simPlan
+	plant plant.Faults
+	rng   *rand.Rand
+	// now is the virtual time, in nanoseconds since base; tasks run in
+	// order of time, then of scheduling.
+	base  time.Time
+	now   time.Duration
+	tasks stepTasks
+	seq   uint64
+	steps int64
+	hash  uint64
+	// trace keeps the last steps, printed when the run fails.
+	trace   []stepLine
+	traceAt int
+	verbose bool
+	etcd    *simEtcd
+	rev     int64 // the revision the members were last woken for
+	wire    *simWire
+	// wireAt is when the wire's next step is scheduled, if wireGen's
+	// task is pending; older tasks do nothing.
+	wireAt      time.Duration
+	wireGen     uint64
+	wirePending bool
+	c           *vsCluster
+	members     map[NodeID]*stepMember
+	loadStop    bool
+	// spins counts the loop's timer running again at one instant.
+	spinAt time.Duration
+	spins  int
+}
+
+type stepTask struct {
+	at  time.Duration
+	seq uint64
+	fn  func()
+}
+
+// stepTasks is a min-heap of tasks by time, then by scheduling order
+// (container/heap would box every task).
+type stepTasks []stepTask
+
+func (h stepTasks) less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+
+func (h *stepTasks) push(t stepTask) {
+	*h = append(*h, t)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q.less(i, p) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+func (h *stepTasks) pop() stepTask {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q[last] = stepTask{}
+	q = q[:last]
+	for i := 0; ; {
+		l, small := 2*i+1, i
+		if l < len(q) && q.less(l, small) {
+			small = l
+		}
+		if r := l + 1; r < len(q) && q.less(r, small) {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		q[i], q[small] = q[small], q[i]
+		i = small
+	}
+	*h = q
+	return top
+}
+
+// at schedules fn at virtual time at (not before now).
+func (s *stepSim) at(at time.Duration, fn func()) {
+	s.seq++
+	s.tasks.push(stepTask{at: max(at, s.now), seq: s.seq, fn: fn})
+}
+
+// after schedules fn d from now.
+func (s *stepSim) after(d time.Duration, fn func()) { s.at(s.now+d, fn) }
+
+// latency draws how long an etcd call or a state read takes.
+func (s *stepSim) latency() time.Duration {
+	return time.Duration(s.rng.IntN(2000)) * time.Microsecond
+}
+
+// clock is the wall time at virtual time now.
+func (s *stepSim) clock() time.Time { return s.base.Add(s.now) }
+
+// stepLine is one line of the trace: a text, or an event a member's loop
+// took (formatted only when printed).
+type stepLine struct {
+	at   time.Duration
+	text string
+	id   NodeID
+	ev   event
+}
+
+func (l stepLine) String() string {
+	if l.text != "" {
+		return fmt.Sprintf("%v %s", l.at, l.text)
+	}
+	return fmt.Sprintf("%v m%d %s", l.at, l.id, evName(l.ev))
+}
+
+// note adds a line to the trace.
+func (s *stepSim) note(format string, args ...any) {
+	text := fmt.Sprintf(format, args...)
+	h := fnv.New64a()
+	h.Write([]byte(text))
+	s.add(stepLine{at: s.now, text: text}, h.Sum64())
+}
+
+// noteEvent adds to the trace an event member id's loop takes.
+func (s *stepSim) noteEvent(id NodeID, ev event) {
+	var epoch uint64
+	if ev.v != nil {
+		epoch = ev.v.rec.Epoch
+	}
+	h := uint64(ev.kind)<<56 ^ uint64(id)<<48 ^ epoch<<32 ^ uint64(ev.from)<<24 ^ uint64(ev.rec.TS) ^ ev.rec.Seq*0x9e3779b97f4a7c15 ^ ev.imm
+	s.add(stepLine{at: s.now, id: id, ev: event{kind: ev.kind, v: ev.v, from: ev.from, rec: ev.rec, imm: ev.imm, err: ev.err, state: ev.state, payload: ev.payload}}, h)
+}
+
+func (s *stepSim) add(l stepLine, h uint64) {
+	s.hash = (s.hash^uint64(l.at))*0x100000001b3 + h
+	if s.verbose {
+		s.t.Log(l.String())
+		return
+	}
+	if len(s.trace) < stepTraceKeep {
+		s.trace = append(s.trace, l)
+		return
+	}
+	s.trace[s.traceAt] = l
+	s.traceAt = (s.traceAt + 1) % stepTraceKeep
+}
+
+// fail reports a violation with the run's last steps, and ends the run.
+func (s *stepSim) fail(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	var b strings.Builder
+	for i := range len(s.trace) {
+		b.WriteString("\n  " + s.trace[(s.traceAt+i)%len(s.trace)].String())
+	}
+	s.t.Fatalf("at %v: %s\nlast steps:%s", s.now, msg, b.String())
+}
+
+// step runs the next task; it reports whether there was one due by until.
+func (s *stepSim) step(until time.Duration) bool {
+	if len(s.tasks) == 0 || s.tasks[0].at > until {
+		return false
+	}
+	task := s.tasks.pop()
+	if task.at > s.now {
+		s.now = task.at
+		s.etcd.srv.Advance(s.clock().UnixNano())
+	}
+	s.steps++
+	task.fn()
+	if rev := s.etcd.srv.Revision(); rev != s.rev {
+		// A watch fires at every member.
+		s.rev = rev
+		for _, id := range sortedKeys(s.members, cmpNodeID) {
+			s.members[id].wake()
+		}
+	}
+	return true
+}
+
+func cmpNodeID(a, b NodeID) int { return int(a) - int(b) }
+
+// run runs tasks until the virtual time until, or until done holds
+// (checked every poll).
+func (s *stepSim) run(until time.Duration, done func() bool) bool {
+	const poll = 10 * time.Millisecond
+	next := s.now + poll
+	for {
+		if s.now >= next {
+			if done != nil && done() {
+				return true
+			}
+			next = s.now + poll
+		}
+		if !s.step(min(until, next)) {
+			if s.now >= until {
+				return done != nil && done()
+			}
+			s.now = min(until, next)
+			s.etcd.srv.Advance(s.clock().UnixNano())
+		}
+	}
+}
+
+// stepMember is one incarnation of a member.
+type stepMember struct {
+	s     *stepSim
+	id    NodeID
+	node  *vsNode
+	g     *Group
+	r     *runner
+	lease *stepLease
+	q     []event
+	// queued: a run of the loop is scheduled; timer: the generation of
+	// the loop's timer (older timers do nothing).
+	queued  bool
+	timer   uint64
+	reading bool
+	// dead: crashed; ended: its loop stopped (the group failed).
+	dead, ended bool
+	name        string
+	k           int
+	lastOK      time.Duration // the lease's last renewal
+}
+
+var _ host = (*stepMember)(nil)
+
+func (m *stepMember) gone() bool { return m.dead || m.ended }
+
+func (m *stepMember) post(_ *Group, ev event) {
+	if m.gone() {
+		return
+	}
+	m.q = append(m.q, ev)
+	if !m.queued {
+		m.queued = true
+		m.s.after(0, m.runLoop)
+	}
+}
+
+// runLoop is one pass of Group.loop: the events queued, then settle,
+// then the timer for the next deadline.
+func (m *stepMember) runLoop() {
+	m.queued = false
+	if m.gone() {
+		return
+	}
+	for len(m.q) > 0 {
+		ev := m.q[0]
+		m.q[0] = event{}
+		m.q = m.q[1:]
+		m.s.noteEvent(m.id, ev)
+		if !m.r.handle(ev) {
+			m.end()
+			return
+		}
+	}
+	m.settle()
+}
+
+func (m *stepMember) settle() {
+	if !m.r.settle() {
+		m.end()
+		return
+	}
+	m.timer++
+	gen := m.timer
+	wait := max(m.r.deadline()-time.Duration(m.g.cfg.Clock()), 0)
+	if wait > 30*time.Minute {
+		return
+	}
+	if wait == 0 {
+		if m.s.spinAt == m.s.now {
+			if m.s.spins++; m.s.spins > 10000 {
+				m.s.fail("member %d's loop spins: its deadline stays in the past", m.id)
+			}
+		} else {
+			m.s.spinAt, m.s.spins = m.s.now, 0
+		}
+	}
+	m.s.after(wait, func() {
+		if gen == m.timer && !m.gone() {
+			m.settle()
+		}
+	})
+}
+
+// end is the end of Group.loop.
+func (m *stepMember) end() {
+	m.ended = true
+	r, g := m.r, m.g
+	r.endChange()
+	r.waitSnapshots()
+	if r.v != nil {
+		r.v.close()
+	}
+	if g.Err() != nil {
+		g.mem.withdraw(g)
+	}
+	m.s.fail("member %d's group failed: %v", m.id, g.Err())
+}
+
+func evName(ev event) string {
+	switch ev.kind {
+	case evSend:
+		return fmt.Sprintf("send %q", ev.payload)
+	case evRecord:
+		return fmt.Sprintf("record e%d from %d kind %d ts %d seq %d", ev.v.rec.Epoch, ev.from, ev.rec.Kind, ev.rec.TS, ev.rec.Seq)
+	case evFail:
+		return fmt.Sprintf("fail e%d: %v", ev.v.rec.Epoch, ev.err)
+	case evSignal:
+		return fmt.Sprintf("signal e%d from %d %x", ev.v.rec.Epoch, ev.from, ev.imm)
+	case evState:
+		return fmt.Sprintf("state e%d rev %d", ev.state.Current.Epoch, ev.state.Revision)
+	case evLinkDown:
+		return fmt.Sprintf("link down e%d to %d", ev.v.rec.Epoch, ev.from)
+	case evPersisted:
+		return fmt.Sprintf("persisted e%d from %d %d", ev.v.rec.Epoch, ev.from, ev.imm)
+	}
+	return fmt.Sprintf("event %d", ev.kind)
+}
+
+func (m *stepMember) etcdWrite(g *Group, wait time.Duration, what string, fn func(ctx context.Context, s *membership.Store) error) {
+	start := m.s.now + wait
+	backoff := 20 * time.Millisecond
+	var try func()
+	try = func() {
+		if m.gone() {
+			return
+		}
+		err := fn(g.ctx, g.mem.current())
+		m.s.note("m%d etcd %s: %v", m.id, what, err)
+		var deadline error
+		if m.s.now-start > asyncTimeout {
+			deadline = context.DeadlineExceeded
+		}
+		if !asyncRetry(g, what, err, deadline) {
+			return
+		}
+		m.s.after(backoff, try)
+		backoff = min(2*backoff, time.Second)
+	}
+	m.s.after(wait+m.s.latency(), try)
+}
+
+// wake is a watch firing: the member reads the state soon.
+func (m *stepMember) wake() {
+	if m.reading || m.gone() || m.r == nil {
+		return
+	}
+	m.reading = true
+	m.s.after(m.s.latency(), m.read)
+}
+
+// read is member.follow's read of the state, handed to the loop.
+func (m *stepMember) read() {
+	m.reading = false
+	if m.gone() {
+		return
+	}
+	st, err := m.g.mem.current().State(m.g.ctx)
+	if err != nil {
+		m.s.note("m%d read state: %v", m.id, err)
+		return
+	}
+	m.g.mem.learn(&st)
+	m.post(m.g, event{kind: evState, state: &st})
+}
+
+// resync reads the state every half lease, as member.follow does.
+func (m *stepMember) resync() {
+	if m.gone() {
+		return
+	}
+	m.wake()
+	m.s.after(max(m.g.cfg.Etcd.LeaseTTL/2, 100*time.Millisecond), m.resync)
+}
+
+// keepAlive renews the lease a third of a TTL apart while the member
+// reaches etcd, and registers on a new lease once it is lost (as
+// member.watch and renew do).
+func (m *stepMember) keepAlive() {
+	if m.gone() {
+		return
+	}
+	ttl := m.g.cfg.Etcd.LeaseTTL
+	l := m.lease
+	if m.s.etcd.isCut(m.id) {
+		if m.s.now-m.lastOK >= ttl {
+			l.Lose(errCutOff)
+		}
+	} else if l.KeepAlive() == nil {
+		m.lastOK = m.s.now
+	}
+	if l.Err() != nil {
+		m.s.note("m%d lease lost: %v", m.id, l.Err())
+		m.register(m.g.mem.mu.self, 50*time.Millisecond, func(store *membership.Store, l *stepLease) {
+			mem := m.g.mem
+			mem.mu.Lock()
+			old := mem.mu.store
+			mem.mu.store = store
+			withdrawn := mem.mu.withdrawn
+			mem.mu.Unlock()
+			if withdrawn {
+				store.Close()
+				return
+			}
+			old.Close()
+			m.lease = l
+			m.s.after(ttl/3, m.keepAlive)
+		})
+		return
+	}
+	m.s.after(ttl/3, m.keepAlive)
+}
+
+// register makes a store on a lease of its own and registers self in it,
+// trying again after growing, randomized pauses (member.register), then
+// calls done.
+func (m *stepMember) register(self membership.Member, pause time.Duration, done func(*membership.Store, *stepLease)) {
+	if m.gone() {
+		return
+	}
+	store, l, err := m.newStore()
+	if err == nil {
+		if err = store.Register(context.Background(), self); err != nil {
+			store.Close()
+		}
+	}
+	if err != nil {
+		m.s.note("m%d register: %v", m.id, err)
+		wait := pause/2 + time.Duration(m.s.rng.Int64N(int64(pause)))
+		m.s.after(wait, func() { m.register(self, min(2*pause, 2*time.Second), done) })
+		return
+	}
+	m.lastOK = m.s.now
+	done(store, l)
+}
+
+func (m *stepMember) newStore() (*membership.Store, *stepLease, error) {
+	e := m.s.etcd
+	if e.isCut(m.id) {
+		return nil, nil, etcdsim.ErrUnavailable
+	}
+	cl, err := e.srv.GrantClientLease(e.ttl)
+	if err != nil {
+		return nil, nil, err
+	}
+	l := &stepLease{ClientLease: cl, m: m}
+	b := e.member(m.id)
+	store, err := membership.NewStoreOn(clientv3.NewKVFromKVClient(simKV{b}, nil), l, membership.StoreConfig{Prefix: e.prefix})
+	if err != nil {
+		cl.Lose(err)
+		return nil, nil, err
+	}
+	return store, l, nil
+}
+
+// stepLease is a member's hold on its lease; keepAlive renews it.
+type stepLease struct {
+	*etcdsim.ClientLease
+	m *stepMember
+}
+
+// Revoke revokes the lease, unless the member crashed or is cut off:
+// its lease is then left to expire.
+func (l *stepLease) Revoke(ctx context.Context) error {
+	if l.m.dead || l.m.s.etcd.isCut(l.m.id) {
+		l.Lose(errCutOff)
+		return nil
+	}
+	return l.ClientLease.Revoke(ctx)
+}
+
+// stepEtcd is a member's etcdBackend in the stepped simulation: its
+// stores come from stepMember.register, and nothing watches.
+type stepEtcd struct{}
+
+func (stepEtcd) newStore(context.Context) (*membership.Store, error) {
+	return nil, errors.New("stepped simulation: stores come from stepMember.register")
+}
+func (stepEtcd) watch(context.Context, *membership.Store) <-chan membership.Change { return nil }
+func (stepEtcd) abandon()                                                          {}
+func (stepEtcd) close()                                                            {}
+
+// open starts an incarnation of member id; initial is
+// Config.InitialMembers.
+func (s *stepSim) open(id NodeID, initial int) {
+	n := &vsNode{id: id, state: kvtest.New()}
+	m := &stepMember{s: s, id: id, node: n}
+	name := fmt.Sprintf("m%d", id)
+	for _, old := range s.c.gone {
+		if old.id == id {
+			name += "r"
+		}
+	}
+	m.name = name
+	i := int(id) - 1
+	skew, drift := s.plan.skew[i], s.plan.drift[i]
+	cfg := Config{
+		Self: id, InitialMembers: initial,
+		Etcd:           &EtcdConfig{Prefix: s.c.prefix, LeaseTTL: s.c.leaseTTL},
+		BeaconInterval: 20 * time.Millisecond, WindowMessages: 256, BlockBytes: 64 << 10, NoWait: true,
+		HeartbeatInterval: 10 * time.Millisecond, SuspectTimeout: 200 * time.Millisecond,
+		Logger: testLogger(),
+		Clock: func() int64 {
+			return s.base.UnixNano() + int64(skew) + int64(s.now) + int64(float64(s.now)*drift)
+		},
+		OnView: func(v View) {
+			s.note("m%d view %d %v excluded %v start %d", id, v.Epoch, v.Members, v.Excluded, v.Start)
+			n.mu.Lock()
+			n.events = append(n.events, vsEvent{view: &v})
+			n.mu.Unlock()
+		},
+		openNet: s.wire.open,
+		plant:   s.plant,
+	}
+	g, err := newGroup(context.Background(), cfg, func(d Delivery) {
+		n.mu.Lock()
+		n.state.Apply(d.Payload)
+		n.events = append(n.events, vsEvent{d: d})
+		if n.got == nil {
+			n.got = make(map[string]bool)
+		}
+		n.got[string(d.Payload)] = true
+		n.mu.Unlock()
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	g.host = m
+	mem := &member{etcd: stepEtcd{}, ready: make(chan struct{}), left: make(chan struct{}), failed: make(chan struct{})}
+	mem.mu.addrs = make(map[NodeID]string)
+	g.mem = mem
+	m.g, n.g = g, g
+	var after uint64
+	if old := s.members[id]; old != nil {
+		after = old.g.mem.mu.self.Incarnation
+	}
+	self := membership.Member{ID: uint64(id), Incarnation: g.newIncarnation(after)}
+	s.wire.revive(id)
+	s.members[id] = m
+	s.c.nodes[id] = n
+	s.note("m%d open, incarnation %d", id, self.Incarnation)
+	m.register(self, 50*time.Millisecond, func(store *membership.Store, l *stepLease) {
+		mem.mu.store, m.lease = store, l
+		g.mu.out = ErrNotMember
+		mem.setSelf(self)
+		m.r = &runner{g: g, vs: vsync.NewCore(g.vsyncConfig(), self)}
+		m.resync()
+		m.s.after(g.cfg.Etcd.LeaseTTL/3, m.keepAlive)
+		m.s.after(0, m.settle)
+	})
+	s.load(m)
+}
+
+// load sends a message from m every 40 ms, while the run's load goes on
+// (every 20 ms, as in TestGroupSim, costs a tenth more CPU a seed).
+func (s *stepSim) load(m *stepMember) {
+	s.after(40*time.Millisecond, func() {
+		if s.loadStop || m.gone() {
+			return
+		}
+		s.load(m)
+		if m.r == nil {
+			return
+		}
+		p := fmt.Sprintf("set %s-%d %d", m.name, m.k, m.k)
+		m.k++
+		n := m.node
+		before := n.exclusions()
+		if _, err := m.g.Send(context.Background(), []byte(p)); err != nil {
+			return
+		}
+		n.mu.Lock()
+		n.accepted = append(n.accepted, p)
+		n.acceptedInc = append(n.acceptedInc, before)
+		n.mu.Unlock()
+	})
+}
+
+// crash stops member id as kill -9 would: its links break, its loop and
+// tasks stop, its lease is left to expire.
+func (s *stepSim) crash(id NodeID) {
+	m := s.members[id]
+	s.note("m%d crash", id)
+	m.dead = true
+	delete(s.c.nodes, id)
+	s.c.gone = append(s.c.gone, m.node)
+	s.wire.crash(id)
+	if m.r != nil && m.r.v != nil {
+		m.r.v.close()
+	}
+	m.g.cancel()
+}
+
+// runStep runs seed; verbose logs every step.
+func runStep(t testing.TB, seed uint64, verbose bool) stepResult {
+	return runStepPlanted(t, seed, verbose, 0)
+}
+
+// runStepPlanted runs seed with faults planted in every member.
+func runStepPlanted(t testing.TB, seed uint64, verbose bool, planted plant.Faults) stepResult {
+	plan, _ := seedPlan(seed, true)
+	plan.durable, plan.stateless, plan.wire = false, true, true
+	s := &stepSim{
+		t: t, plan: plan, rng: rand.New(rand.NewPCG(seed, seed^0x57e9)), verbose: verbose,
+		base: time.Unix(1_800_000_000, 0), plant: planted,
+		etcd:    newSimEtcd("/sim/", 2*time.Second),
+		members: make(map[NodeID]*stepMember),
+		c:       &vsCluster{t: t, leaseTTL: 2 * time.Second, prefix: "/sim/", nodes: make(map[NodeID]*vsNode)},
+	}
+	s.etcd.srv.Advance(s.clock().UnixNano())
+	s.wire = newSteppedWire(seed, plan.maxDelay, s.clock, func() {
+		s.kickWire()
+	})
+	t.Logf("seed %d: %v", seed, plan)
+	n := plan.n
+	for i := range n {
+		s.open(NodeID(i+1), n)
+	}
+	s.waitCount(NodeID(1), 20, 60*time.Second)
+	start := s.now
+	// undone is when the last fault is undone.
+	undone := s.now
+	for _, f := range plan.faults {
+		s.run(start+f.at, nil)
+		s.note("fault %v", f)
+		switch f.kind {
+		case "crash", "wipe":
+			id := f.who[0][0]
+			if s.members[id].gone() || !s.c.whole(n) {
+				s.note("skipped: the group is not whole")
+				continue
+			}
+			s.crash(id)
+			s.after(f.lasts, func() { s.open(id, n) })
+			undone = max(undone, s.now+f.lasts)
+		case "crash-all", "power-cut":
+			s.note("skipped: no durable logs")
+		case "partition":
+			s.wire.partition(f.who...)
+			s.after(f.lasts, func() { s.note("heal"); s.wire.heal() })
+			undone = max(undone, s.now+f.lasts)
+		case "break":
+			s.wire.breakLink(f.who[0][0], f.who[0][1])
+		case "etcd-down":
+			s.etcd.srv.Down()
+			s.after(f.lasts, func() { s.note("etcd up"); s.etcd.srv.Up() })
+			undone = max(undone, s.now+f.lasts)
+		case "etcd-cut":
+			id := f.who[0][0]
+			s.etcd.setCut(id, true)
+			s.after(f.lasts, func() { s.note("etcd reconnects m%d", id); s.etcd.setCut(id, false) })
+			undone = max(undone, s.now+f.lasts)
+		}
+	}
+	s.run(undone, nil)
+	// The faults are over: the group comes back whole and delivers.
+	faultsEnd := s.now
+	const liveness = 30 * time.Second
+	if !s.run(s.now+liveness, func() bool { return s.c.whole(n) }) {
+		s.fail("the group did not come back whole within %v of the last fault", liveness)
+	}
+	for _, nd := range s.c.live() {
+		s.waitCount(nd.id, nd.delivered()+20, liveness)
+	}
+	recovered := s.now - faultsEnd
+	s.loadStop = true
+	live := s.c.live()
+	// Until every member holds what was sent.
+	want := acceptedLast(live)
+	settled := func() bool {
+		var idx uint64
+		for i, nd := range live {
+			last, ok := nd.settled()
+			if !ok || i > 0 && last != idx || len(missingAccepted(nd, want, live, true)) > 0 {
+				return false
+			}
+			idx = last
+		}
+		return true
+	}
+	if !s.run(s.now+liveness, settled) {
+		for _, nd := range live {
+			if m := missingAccepted(nd, want, live, true); len(m) > 0 {
+				s.fail("member %d misses %d of %d accepted messages, first %q", nd.id, len(m), len(want), m[0])
+			}
+		}
+		s.fail("the members did not settle at one index")
+	}
+	s.c.check()
+	s.note("recovered in %v", recovered)
+	return stepResult{steps: s.steps, end: s.now, hash: s.hash}
+}
+
+// waitCount runs until member id delivered k messages.
+func (s *stepSim) waitCount(id NodeID, k int, bound time.Duration) {
+	nd := s.c.nodes[id]
+	if !s.run(s.now+bound, func() bool { return nd.delivered() >= k }) {
+		s.fail("member %d delivered %d messages in %v, want %d", id, nd.delivered(), bound, k)
+	}
+}
+
+// kickWire schedules the wire's step now, unless it is already.
+func (s *stepSim) kickWire() {
+	if s.wirePending && s.wireAt <= s.now {
+		return
+	}
+	s.scheduleWire(0)
+}
+
+func (s *stepSim) scheduleWire(wait time.Duration) {
+	s.wireGen++
+	gen := s.wireGen
+	s.wirePending, s.wireAt = true, s.now+wait
+	s.after(wait, func() {
+		if gen != s.wireGen {
+			return
+		}
+		// Kicks meanwhile are this loop's to serve.
+		s.wireAt = s.now
+		for {
+			ok, wait := s.wire.step()
+			if ok {
+				continue
+			}
+			s.wirePending = false
+			if wait < time.Hour {
+				s.scheduleWire(wait)
+			}
+			return
+		}
+	})
+}
