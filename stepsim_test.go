@@ -22,7 +22,7 @@ import (
 )
 
 var (
-	stepSeeds     = flag.Int("step.seeds", cond(raceEnabled, 50, 2000), "number of seeds TestGroupStep runs")
+	stepSeeds     = flag.Int("step.seeds", cond(raceEnabled, 50, 500), "number of seeds TestGroupStep runs")
 	stepSeed      = flag.Uint64("step.seed", 0, "run TestGroupStep on this seed only, printing its trace (0: seeds from -step.first)")
 	stepFirst     = flag.Uint64("step.first", 1, "the first seed TestGroupStep runs")
 	stepTraceKeep = 200 // trace lines a failing seed prints
