@@ -84,6 +84,17 @@ func (c *vsCluster) breakLink(a, b NodeID) {
 	}
 }
 
+// vsSlowdown scales the failure-detection timeout of the members that run
+// on real time (not in a simulation's bubble), and vsWait is how long the
+// tests wait for an event: under the race detector, on a loaded machine,
+// a member's goroutines not run for 200 ms are common, and each false
+// suspicion costs a view change (a 5-member group, beside two other
+// suites at load 38, delivered nothing in 60 s).
+var (
+	vsSlowdown = cond[time.Duration](raceEnabled, 3, 1)
+	vsWait     = 60 * time.Second * vsSlowdown
+)
+
 // vsNode is one incarnation of a member and what it saw.
 type vsNode struct {
 	id NodeID
@@ -185,6 +196,9 @@ func (c *vsCluster) open(id NodeID, initial int, opts ...func(*Config)) (*vsNode
 	}
 	if c.wire != nil {
 		cfg.openNet = c.wire.open
+	}
+	if c.sim == nil {
+		cfg.SuspectTimeout *= vsSlowdown
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -295,7 +309,7 @@ func (c *vsCluster) load(stop <-chan struct{}, nodes ...*vsNode) *sync.WaitGroup
 // least epoch with want members.
 func (c *vsCluster) waitView(epoch uint64, want int, nodes ...*vsNode) {
 	c.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(vsWait)
 	for _, n := range nodes {
 		for {
 			v, ok := n.lastView()
@@ -422,7 +436,7 @@ func (c *vsCluster) waitDelivered(receivers []*vsNode, senders ...*vsNode) {
 		}
 		return want
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(vsWait)
 	for _, n := range receivers {
 		for {
 			if n.wasExcluded() {
@@ -684,7 +698,7 @@ func TestViewsJoinWithStateTransfer(t *testing.T) {
 // delivered up to the same index.
 func (c *vsCluster) waitSameIndex(nodes ...*vsNode) {
 	c.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(vsWait)
 	for {
 		var idx []uint64
 		in := true
@@ -733,7 +747,7 @@ func (n *vsNode) settledLocked() (uint64, bool) {
 // waitCount waits until n delivered at least k messages.
 func (c *vsCluster) waitCount(n *vsNode, k int) {
 	c.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(vsWait)
 	for n.delivered() < k {
 		if time.Now().After(deadline) {
 			c.t.Fatalf("member %d delivered %d of %d messages", n.id, n.delivered(), k)
@@ -750,7 +764,7 @@ func (c *vsCluster) waitCount(n *vsNode, k int) {
 // states, or never get there.
 func sameState(t testing.TB, nodes ...*vsNode) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(vsWait)
 	for {
 		var (
 			idx     []uint64
@@ -959,7 +973,7 @@ func TestViewsSendRefusedOnceExcluded(t *testing.T) {
 	var p probe
 	select {
 	case p = <-probes:
-	case <-time.After(60 * time.Second):
+	case <-time.After(vsWait):
 		t.Fatal("member 3 was not told of its exclusion")
 	}
 	if !errors.Is(p.err, ErrExcluded) {
@@ -1002,7 +1016,7 @@ func TestViewsSplitWithoutMajorityHeals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(vsWait)
 	for {
 		st, err := store.State(context.Background())
 		if err != nil {
@@ -1038,7 +1052,7 @@ func TestViewsSplitWithoutMajorityHeals(t *testing.T) {
 // members (after any number of changes).
 func (c *vsCluster) waitMembers(want int, nodes ...*vsNode) {
 	c.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(vsWait)
 	for _, n := range nodes {
 		for {
 			v, ok := n.lastView()
@@ -1301,7 +1315,7 @@ func TestViewsDonorSnapshotOutlivesItsView(t *testing.T) {
 // would not see it either.
 func (c *vsCluster) waitEpochOrLeftOut(n *vsNode, epoch uint64) {
 	c.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(vsWait)
 	for {
 		n.g.mu.Lock()
 		e := n.g.mu.epoch

@@ -160,7 +160,7 @@ func (c *cluster) startOn(n *network, id uint64, initial int) *proc {
 		out:  filepath.Join(c.dir, fmt.Sprintf("member-%d.jsonl", id)), pause: sendPause,
 	}
 	p := &proc{id: id, path: spec.out, exited: make(chan struct{})}
-	p.cmd = n.sw.Command(context.Background(), host, exe, "-test.run=^TestHelperMember$", "-test.count=1", "-test.timeout=120s")
+	p.cmd = n.sw.Command(context.Background(), host, exe, "-test.run=^TestHelperMember$", "-test.count=1", "-test.timeout=10m")
 	p.cmd.Env = append(os.Environ(), spec.encode()...)
 	if os.Getenv("GORACE") == "" {
 		p.cmd.Env = append(p.cmd.Env, "GORACE=atexit_sleep_ms=0")

@@ -246,7 +246,7 @@ func (c *cluster) start(id uint64, initial int) *proc {
 		addr: "127.0.0.1:0", out: filepath.Join(c.dir, fmt.Sprintf("member-%d.jsonl", id)), pause: sendPause,
 	}
 	p := &proc{id: id, path: spec.out, exited: make(chan struct{})}
-	p.cmd = exec.Command(os.Args[0], "-test.run=^TestHelperMember$", "-test.count=1", "-test.timeout=120s")
+	p.cmd = exec.Command(os.Args[0], "-test.run=^TestHelperMember$", "-test.count=1", "-test.timeout=10m")
 	p.cmd.Env = append(os.Environ(), spec.encode()...)
 	if os.Getenv("GORACE") == "" {
 		p.cmd.Env = append(p.cmd.Env, "GORACE=atexit_sleep_ms=0")
