@@ -246,7 +246,7 @@ func (r *runner) fetch(v *view) {
 	g.mem.wg.Add(1)
 	go func() {
 		defer g.mem.wg.Done()
-		ctx, span := g.tr.Start(g.ctx, "convoy.state.transfer", trace.WithAttributes(
+		ctx, span := g.tr.Start(v.transfers, "convoy.state.transfer", trace.WithAttributes(
 			attribute.Int64("convoy.epoch", int64(v.rec.Epoch)), attribute.Int("convoy.donors", len(cfg.Donors))))
 		parts, err := membership.Fetch(ctx, cfg)
 		var n int

@@ -211,7 +211,7 @@ func (r *runner) fetchSuffix(v *view, sf membership.Suffix) {
 	g.mem.wg.Add(1)
 	go func() {
 		defer g.mem.wg.Done()
-		ctx, span := g.tr.Start(g.ctx, "convoy.state.transfer", trace.WithAttributes(
+		ctx, span := g.tr.Start(v.transfers, "convoy.state.transfer", trace.WithAttributes(
 			attribute.Int64("convoy.epoch", int64(v.rec.Epoch)), attribute.Int("convoy.donors", 1),
 			attribute.Int64("convoy.suffix_from", int64(sf.From))))
 		parts, err := membership.Fetch(ctx, cfg)

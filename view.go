@@ -48,6 +48,11 @@ type view struct {
 	// ctrlRetry[r], if set, is when to open the control stream to rank r
 	// again: its connection broke (see reopenControl).
 	ctrlRetry []int64
+	// transfers bounds this member's state and suffix transfers as a
+	// joiner of the view: they wait through broken connections and
+	// paused donors until the view closes (endTransfers).
+	transfers    context.Context
+	endTransfers context.CancelFunc
 	// donor serves this member's snapshot parts to the view's joiners.
 	donor *membership.Donor
 	// suffixDonors serve joiners the messages their logs miss.
@@ -68,6 +73,7 @@ type view struct {
 // rank self, at time now.
 func (g *Group) openView(ctx context.Context, rec membership.View, self int, now int64) (*view, error) {
 	v := &view{g: g, rec: rec, self: self}
+	v.transfers, v.endTransfers = context.WithCancel(g.ctx)
 	for _, m := range rec.Members {
 		v.ids = append(v.ids, NodeID(m.ID))
 	}
@@ -115,6 +121,9 @@ func (g *Group) openView(ctx context.Context, rec membership.View, self int, now
 func (v *view) close() {
 	if v == nil || v.done.Swap(true) {
 		return
+	}
+	if v.endTransfers != nil {
+		v.endTransfers()
 	}
 	if v.net != nil {
 		v.net.close()

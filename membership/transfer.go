@@ -49,8 +49,12 @@ package membership
 // an unknown kind, a part out of range, a repeated request, or more credits
 // than it may hold.
 //
-// A joiner closes all its queue pairs when it is done; a donor takes the
-// close as the end of that joiner's transfer.
+// When the connection under a queue pair breaks, both sides open the
+// stream again (on a new connection, after a pause that grows with each
+// failure), and the joiner asks again for what it still misses: a
+// partition or a reconnection costs a pause, not the donor. A joiner
+// closes all its queue pairs when it is done; a donor takes the close as
+// the end of that joiner's transfer.
 
 import (
 	"context"
@@ -58,8 +62,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
 
 	"github.com/convoy-gcs/convoy/rdma"
 )
@@ -373,6 +380,7 @@ type Donor struct {
 	cfg  DonorConfig
 	log  *slog.Logger
 	done chan struct{} // closed when every joiner's queue pair has ended
+	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
 	// parts holds the parts served, pending those announced but not yet
 	// added. Lock order: a donorConn's mu, then partsMu.
@@ -395,7 +403,12 @@ type donorConn struct {
 
 	mu struct {
 		sync.Mutex
-		qp        rdma.QueuePair // nil until Open returns
+		// qp is the current queue pair, nil until Open returns; link is
+		// its handler. Calls from the handlers of earlier queue pairs
+		// (whose connection broke) are ignored.
+		qp        rdma.QueuePair
+		link      *donorLink
+		backoff   *backoff.ExponentialBackOff // pause before a new queue pair
 		ended     bool
 		credits   int
 		requested map[int]bool
@@ -417,8 +430,8 @@ type donorRequest struct {
 
 // NewDonor opens a queue pair to each joiner on cfg.Stream and serves the
 // joiners' requests until they close their queue pairs or Close is called.
-// The joiners' endpoints must be up: a joiner whose queue pair fails is not
-// served again, and its Fetch turns to the other donors.
+// A joiner whose connection breaks is served again on a new queue pair, as
+// its Fetch asks; one that breaks the protocol is not served again.
 func NewDonor(ctx context.Context, cfg DonorConfig) (*Donor, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
@@ -430,6 +443,7 @@ func NewDonor(ctx context.Context, cfg DonorConfig) (*Donor, error) {
 		parts:   make(map[int][]byte, len(c.Parts)),
 		pending: make(map[int]bool, len(c.Pending)),
 		done:    make(chan struct{}),
+		stop:    make(chan struct{}),
 	}
 	for p, b := range c.Parts {
 		d.parts[p] = b
@@ -441,6 +455,13 @@ func NewDonor(ctx context.Context, cfg DonorConfig) (*Donor, error) {
 	for i, j := range c.Joiners {
 		dc := &donorConn{d: d, peer: j}
 		dc.mu.requested = make(map[int]bool)
+		dc.mu.backoff = &backoff.ExponentialBackOff{
+			InitialInterval:     fetchReopenMin,
+			RandomizationFactor: 0.5,
+			Multiplier:          2,
+			MaxInterval:         fetchReopenMax,
+		}
+		dc.mu.backoff.Reset()
 		conns[i] = dc
 	}
 	d.mu.conns = conns
@@ -449,26 +470,43 @@ func NewDonor(ctx context.Context, cfg DonorConfig) (*Donor, error) {
 		close(d.done)
 	}
 	for _, dc := range conns {
-		// Open may run handler calls before it returns; they find no queue
-		// pair and leave the answers to the pump below.
-		qp, err := c.Endpoint.Open(ctx, dc.peer, c.Stream, dc)
-		if err != nil {
+		if err := dc.open(ctx); err != nil {
 			d.Close()
-			return nil, fmt.Errorf("membership: donor: open transfer stream %d to node %d: %w", c.Stream, dc.peer, err)
-		}
-		dc.mu.Lock()
-		ended := dc.mu.ended // Open reported a failure already
-		if !ended {
-			dc.mu.qp = qp
-			dc.pumpLocked()
-		}
-		dc.mu.Unlock()
-		if ended {
-			qp.Close()
+			return nil, err
 		}
 	}
 	d.log.Debug("membership: donor serving", "joiners", c.Joiners, "of", c.Of, "parts", len(d.parts))
 	return d, nil
+}
+
+// open opens a new queue pair to dc's joiner.
+func (dc *donorConn) open(ctx context.Context) error {
+	d := dc.d
+	l := &donorLink{dc: dc}
+	dc.mu.Lock()
+	if dc.mu.ended {
+		dc.mu.Unlock()
+		return nil
+	}
+	dc.mu.link = l
+	dc.mu.Unlock()
+	// Open may run handler calls before it returns; they find no queue
+	// pair and leave the answers to the pump below.
+	qp, err := d.cfg.Endpoint.Open(ctx, dc.peer, d.cfg.Stream, l)
+	if err != nil {
+		return fmt.Errorf("membership: donor: open transfer stream %d to node %d: %w", d.cfg.Stream, dc.peer, err)
+	}
+	dc.mu.Lock()
+	current := dc.mu.link == l && !dc.mu.ended // else it failed already
+	if current {
+		dc.mu.qp = qp
+		dc.pumpLocked()
+	}
+	dc.mu.Unlock()
+	if !current {
+		qp.Close()
+	}
+	return nil
 }
 
 // AddPart hands the donor a part announced in DonorConfig.Pending and
@@ -505,20 +543,25 @@ func (d *Donor) part(p int) (data []byte, ok, pending bool) {
 	return data, ok, d.pending[p]
 }
 
-// Done is closed once every joiner's queue pair has ended: the joiner closed
-// it (it is done or gave up on this donor), it failed, or Close was called.
+// Done is closed once every joiner's transfer has ended: the joiner closed
+// its queue pair (it is done or gave up on this donor), broke the
+// protocol, or Close was called.
 func (d *Donor) Done() <-chan struct{} { return d.done }
 
 // Close stops serving and closes every queue pair. It is idempotent.
 func (d *Donor) Close() error {
 	d.mu.Lock()
-	d.mu.closed = true
+	if !d.mu.closed {
+		d.mu.closed = true
+		close(d.stop)
+	}
 	conns := d.mu.conns
 	d.mu.Unlock()
 	for _, dc := range conns {
 		dc.mu.Lock()
 		qp := dc.mu.qp
 		dc.mu.qp = nil
+		dc.mu.link = nil
 		dc.endLocked(nil)
 		dc.mu.Unlock()
 		if qp != nil {
@@ -554,31 +597,75 @@ func (dc *donorConn) endLocked(err error) {
 	d.mu.Unlock()
 }
 
-// failLocked ends dc after bad input, a failed post or a queue pair
-// failure, and closes its queue pair on another goroutine (a handler must
-// not close its own). REQUIRES: dc.mu.
+// failLocked drops dc's queue pair after bad input, a failed post or a
+// queue pair failure, and closes it on another goroutine (a handler must
+// not close its own). After a broken connection, the joiner is served
+// again on a new queue pair after a pause; after anything else, its
+// transfer ends. REQUIRES: dc.mu.
 func (dc *donorConn) failLocked(err error) {
+	d := dc.d
 	qp := dc.mu.qp
 	dc.mu.qp = nil
-	dc.endLocked(err)
-	if qp == nil {
+	dc.mu.link = nil
+	d.mu.Lock()
+	closed := d.mu.closed
+	d.mu.Unlock()
+	again := connBroke(err) && !dc.mu.ended && !closed
+	var wait time.Duration
+	if again {
+		// The joiner asks again, on the new queue pair, for what it
+		// still misses.
+		wait = dc.mu.backoff.NextBackOff()
+		d.log.Info("membership: donor: connection to joiner broke: serving it on a new one", "joiner", dc.peer, "retry_in", wait, "err", err)
+		dc.mu.credits = 0
+		dc.mu.requested = make(map[int]bool)
+		dc.mu.queue = nil
+		dc.mu.cur = nil
+	} else {
+		dc.endLocked(err)
+	}
+	if qp == nil && !again {
 		return
 	}
 	// Close has not taken this queue pair (it takes dc.mu to do so), so
 	// its Wait comes after this Add.
-	d := dc.d
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		qp.Close()
+		if qp != nil {
+			qp.Close()
+		}
+		if !again {
+			return
+		}
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+		}
+		if err := dc.open(context.Background()); err != nil {
+			dc.mu.Lock()
+			dc.endLocked(err)
+			dc.mu.Unlock()
+		}
 	}()
 }
 
+// donorLink is the handler of one queue pair to a joiner.
+type donorLink struct{ dc *donorConn }
+
+// current reports whether l is the handler of dc's current queue pair and
+// the transfer goes on. REQUIRES: dc.mu.
+func (l *donorLink) current() bool { return l.dc.mu.link == l && !l.dc.mu.ended }
+
 // Signal handles a request or a credit from the joiner.
-func (dc *donorConn) Signal(imm uint64) {
+func (l *donorLink) Signal(imm uint64) {
+	dc := l.dc
 	dc.mu.Lock()
 	defer dc.mu.Unlock()
-	if dc.mu.ended {
+	if !l.current() {
 		return
 	}
 	m, err := decodeTransferImm(imm)
@@ -594,6 +681,7 @@ func (dc *donorConn) Signal(imm uint64) {
 			return
 		}
 		dc.mu.requested[m.part] = true
+		dc.mu.backoff.Reset()
 		dc.mu.queue = append(dc.mu.queue, donorRequest{part: m.part, chunk: min(dc.d.cfg.ChunkBytes, int(m.arg))})
 	case transferCredit:
 		dc.mu.credits += int(m.arg)
@@ -668,22 +756,27 @@ func (dc *donorConn) pumpLocked() {
 
 // RecvComplete cannot happen: a donor posts no receive buffers, so the
 // transport fails the queue pair instead.
-func (dc *donorConn) RecvComplete(wr uint64, n int, imm uint64) {
+func (l *donorLink) RecvComplete(wr uint64, n int, imm uint64) {
+	dc := l.dc
 	dc.mu.Lock()
 	defer dc.mu.Unlock()
-	if !dc.mu.ended {
+	if l.current() {
 		dc.failLocked(fmt.Errorf("%w: transfer from a joiner", ErrTransferProtocol))
 	}
 }
 
 // SendComplete needs no action: part data stays with the donor.
-func (dc *donorConn) SendComplete(wr uint64) {}
+func (l *donorLink) SendComplete(wr uint64) {}
 
-// Failed ends the joiner's transfer.
-func (dc *donorConn) Failed(err error) {
+// Failed drops the queue pair: the transfer ends, or goes on on a new one
+// if the connection broke.
+func (l *donorLink) Failed(err error) {
+	dc := l.dc
 	dc.mu.Lock()
 	defer dc.mu.Unlock()
-	dc.failLocked(err)
+	if l.current() {
+		dc.failLocked(err)
+	}
 }
 
 // FetchConfig configures [Fetch].
@@ -762,12 +855,22 @@ func (c FetchConfig) withDefaults() (FetchConfig, error) {
 
 // Fetch runs on a joiner and obtains all parts of the state, one from each
 // donor in parallel, over queue pairs on cfg.Stream. Part i is requested
-// from Donors[i]; if that donor fails, breaks the protocol, does not hold
-// the part, or makes no progress for StallTimeout, the part is requested
-// from Donors[i-1] (which holds it as backup), then Donors[i-2], and so on
-// around the ring. A donor that failed once is not asked again. Fetch
-// returns the parts in order, or an error wrapping ErrTransfer if some part
-// could not be obtained from any donor, or the context's error.
+// from Donors[i]. When that donor's connection breaks, the part is
+// requested from Donors[i-1] (which holds it as backup), then Donors[i-2],
+// and so on around the ring; when the donor makes no progress for
+// StallTimeout, the part is requested of the next donor too, and the first
+// to send it whole serves it. A donor whose connection broke is opened
+// again on a new connection, after a pause that grows with each failure,
+// and may be asked again: the donor does the same on its side. A donor
+// that closed its queue pair (it stopped serving), broke the protocol, or
+// answered that it does not hold a part is not asked again (for that
+// part).
+//
+// Fetch returns the parts in order, or an error wrapping ErrTransfer if
+// some part has no donor left to ask. It waits through broken connections
+// and paused donors for as long as ctx lasts; when ctx ends first, the
+// error wraps ErrTransfer, the context's error, and why the donors asked
+// for the missing parts did not deliver. The caller bounds the transfer.
 //
 // The stall clock of a donor starts when it is first asked for something,
 // so donors should be serving (NewDonor) within StallTimeout of Fetch.
@@ -777,13 +880,21 @@ func Fetch(ctx context.Context, cfg FetchConfig) ([][]byte, error) {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("membership: fetch: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrTransfer, err)
 	}
 	f := newFetcher(c)
 	defer f.closeAll()
 	f.start(ctx)
 	return f.run(ctx)
 }
+
+// Bounds of a joiner's reconnections to a donor.
+const (
+	fetchReopenMin = 20 * time.Millisecond
+	fetchReopenMax = 2 * time.Second
+	// maxPartErrs bounds the causes kept for one part.
+	maxPartErrs = 8
+)
 
 // newFetcher returns the joiner's state for a transfer with configuration
 // c (with defaults applied).
@@ -795,11 +906,21 @@ func newFetcher(c FetchConfig) *fetcher {
 		wake: make(chan struct{}, 1),
 	}
 	f.mu.parts = make([]fetchPart, k*c.Slices)
+	for p := range f.mu.parts {
+		f.mu.parts[p].refused = make([]bool, k)
+	}
 	f.mu.remaining = k * c.Slices
 	f.conns = make([]*fetchConn, k)
 	for i, d := range c.Donors {
-		fc := &fetchConn{f: f, peer: d}
+		fc := &fetchConn{f: f, i: i, peer: d}
 		fc.mu.cur = -1
+		fc.mu.backoff = &backoff.ExponentialBackOff{
+			InitialInterval:     fetchReopenMin,
+			RandomizationFactor: 0.5,
+			Multiplier:          2,
+			MaxInterval:         fetchReopenMax,
+		}
+		fc.mu.backoff.Reset()
 		f.conns[i] = fc
 	}
 	return f
@@ -836,30 +957,58 @@ type fetcher struct {
 
 // fetchPart is the joiner's state of one part.
 type fetchPart struct {
-	tried int // donors asked so far; the current one is donorFor(p, tried-1)
-	data  []byte
-	done  bool
-	errs  []error // why each asked donor did not deliver
+	// next counts the donors asked so far: the next to ask is
+	// donorFor(p, next).
+	next    int
+	refused []bool // by donor index: the donor does not hold the part
+	data    []byte
+	done    bool
+	errs    []error // why donors asked did not deliver, the last few
 }
 
-// fetchConn is the joiner's queue pair to one donor.
+// addErr records why a donor asked for the part did not deliver it.
+func (p *fetchPart) addErr(err error) {
+	if len(p.errs) == maxPartErrs {
+		p.errs = append(p.errs[:0], p.errs[1:]...)
+	}
+	p.errs = append(p.errs, err)
+}
+
+// fetchConn is the joiner's link to one donor: its current queue pair,
+// and what it owes.
 type fetchConn struct {
 	f    *fetcher
+	i    int // donor index
 	peer rdma.NodeID
-	bufs [][]byte // receive buffers; wr is the index
 
 	mu struct { // guarded by f.mu
-		qp       rdma.QueuePair
+		// qp is the current queue pair, nil while none is open; link is
+		// its handler (set before Open returns). Calls from the handlers
+		// of earlier queue pairs are ignored.
+		qp   rdma.QueuePair
+		link *fetchLink
+		// dead: the donor is not asked again. broken: its connection
+		// broke, and run opens a new queue pair at reopenAt.
 		dead     bool
-		err      error
-		closed   bool
-		pending  []int // requested parts not yet answered, oldest first
-		last     time.Time
-		cur      int    // part being received, or -1
-		buf      []byte // its bytes; filled only by handler calls
+		broken   bool
+		reopenAt time.Time
+		backoff  *backoff.ExponentialBackOff
+		err      error            // why it failed last
+		toClose  []rdma.QueuePair // failed queue pairs run closes
+		pending  []int            // requested parts not yet answered, oldest first
+		last     time.Time        // last progress, or when it began to owe
+		cur      int              // part being received, or -1
+		buf      []byte           // its bytes; filled only by handler calls
 		got      int
 		received int64 // bytes received, for logs
 	}
+}
+
+// fetchLink is the handler of one queue pair to a donor, with the receive
+// buffers posted on it.
+type fetchLink struct {
+	fc   *fetchConn
+	bufs [][]byte // receive buffers; wr is the index
 }
 
 // wakeUp tells run that something changed.
@@ -876,27 +1025,48 @@ func (f *fetcher) donorFor(p, a int) int {
 	return ((p/f.cfg.Slices-a)%k + k) % k
 }
 
-// open opens fc's queue pair and grants the initial credits.
+// connBroke reports whether err means the connection under a queue pair
+// broke (the donor may be back on a new one), rather than that the donor
+// stopped serving or misbehaved.
+func connBroke(err error) bool {
+	return errors.Is(err, rdma.ErrConnectionLost) || errors.Is(err, rdma.ErrUnreachable)
+}
+
+// open opens a new queue pair to fc's donor, grants the initial credits,
+// and asks again for what fc owes.
 func (fc *fetchConn) open(ctx context.Context) {
 	f := fc.f
-	fc.bufs = make([][]byte, transferCredits)
-	for i := range fc.bufs {
-		fc.bufs[i] = make([]byte, f.cfg.ChunkBytes)
+	link := &fetchLink{fc: fc, bufs: make([][]byte, transferCredits)}
+	for i := range link.bufs {
+		link.bufs[i] = make([]byte, f.cfg.ChunkBytes)
 	}
+	f.mu.Lock()
+	if fc.mu.dead || f.mu.finished {
+		f.mu.Unlock()
+		return
+	}
+	fc.mu.broken = false
+	fc.mu.link = link
+	f.mu.Unlock()
 	// Open may run handler calls (Failed) before it returns: not under
 	// f.mu.
-	qp, err := f.cfg.Endpoint.Open(ctx, fc.peer, f.cfg.Stream, fc)
+	qp, err := f.cfg.Endpoint.Open(ctx, fc.peer, f.cfg.Stream, link)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err != nil {
-		fc.failLocked(fmt.Errorf("open transfer stream to node %d: %w", fc.peer, err))
+		if fc.mu.link == link {
+			fc.failLocked(fmt.Errorf("open transfer stream to node %d: %w", fc.peer, err))
+		}
+		return
+	}
+	if fc.mu.link != link || f.mu.finished {
+		// It failed already, or Fetch is over.
+		fc.mu.toClose = append(fc.mu.toClose, qp)
+		f.wakeUp()
 		return
 	}
 	fc.mu.qp = qp
-	if fc.mu.dead {
-		return
-	}
-	for i, b := range fc.bufs {
+	for i, b := range link.bufs {
 		if err := qp.PostRecv(b, uint64(i)); err != nil {
 			fc.failLocked(err)
 			return
@@ -904,74 +1074,135 @@ func (fc *fetchConn) open(ctx context.Context) {
 	}
 	if err := qp.Signal(encodeTransferImm(transferImm{kind: transferCredit, arg: transferCredits})); err != nil {
 		fc.failLocked(err)
+		return
 	}
-}
-
-// assignLocked asks the next donor for part p, or records that no donor
-// is left. REQUIRES: f.mu.
-func (f *fetcher) assignLocked(p int) {
-	k := len(f.cfg.Donors)
-	part := &f.mu.parts[p]
-	for part.tried < k {
-		fc := f.conns[f.donorFor(p, part.tried)]
-		part.tried++
-		if fc.mu.dead {
-			part.errs = append(part.errs, fmt.Errorf("donor %d failed earlier: %w", fc.peer, fc.mu.err))
-			continue
-		}
-		if fc.requestLocked(p) {
+	for _, p := range fc.mu.pending {
+		if !fc.signalRequestLocked(p) {
 			return
 		}
 	}
-	if f.mu.err == nil {
-		f.mu.err = fmt.Errorf("%w: part %d of %d: %w", ErrTransfer, p, len(f.mu.parts), errors.Join(part.errs...))
-		f.wakeUp()
-	}
 }
 
-// requestLocked asks fc for part p and reports whether the request went
-// out. REQUIRES: f.mu.
-func (fc *fetchConn) requestLocked(p int) bool {
-	f := fc.f
-	err := fc.mu.qp.Signal(encodeTransferImm(transferImm{kind: transferRequest, part: p, arg: uint64(f.cfg.ChunkBytes)}))
-	if err != nil {
-		f.mu.parts[p].errs = append(f.mu.parts[p].errs, fmt.Errorf("donor %d: %w", fc.peer, err))
-		fc.failLocked(err)
-		return false
+// owesLocked reports whether part p is asked of fc and not yet in from
+// it. REQUIRES: f.mu.
+func (fc *fetchConn) owesLocked(p int) bool {
+	return fc.mu.cur == p || slices.Contains(fc.mu.pending, p)
+}
+
+// owedLocked returns the parts fc owes, the one being received first.
+// REQUIRES: f.mu.
+func (fc *fetchConn) owedLocked() []int {
+	owed := slices.Clone(fc.mu.pending)
+	if fc.mu.cur >= 0 {
+		owed = slices.Insert(owed, 0, fc.mu.cur)
 	}
+	return owed
+}
+
+// assignLocked asks the next donor around the ring that may serve part p
+// and does not owe it already, one whose connection holds before one whose
+// broke. If there is none, p waits for the donors that owe it, or, if none
+// does, the transfer fails. REQUIRES: f.mu.
+func (f *fetcher) assignLocked(p int) {
+	k := len(f.conns)
+	part := &f.mu.parts[p]
+	if part.done || f.mu.err != nil {
+		return
+	}
+	good, fallback := -1, -1
+	owed := false
+	for a := part.next; a < part.next+k && good < 0; a++ {
+		fc := f.conns[f.donorFor(p, a)]
+		switch {
+		case fc.mu.dead || part.refused[fc.i]:
+		case fc.owesLocked(p):
+			owed = true
+		case fc.mu.broken:
+			if fallback < 0 {
+				fallback = a
+			}
+		default:
+			good = a
+		}
+	}
+	pick := good
+	if pick < 0 {
+		pick = fallback
+	}
+	if pick >= 0 {
+		part.next = pick + 1
+		f.conns[f.donorFor(p, pick)].requestLocked(p)
+		return
+	}
+	if owed {
+		return
+	}
+	f.mu.err = fmt.Errorf("%w: part %d of %d: no donor left: %w", ErrTransfer, p, len(f.mu.parts), errors.Join(part.errs...))
+	f.wakeUp()
+}
+
+// requestLocked asks fc for part p: at once if its queue pair is open,
+// else when it opens one. REQUIRES: f.mu.
+func (fc *fetchConn) requestLocked(p int) {
 	if len(fc.mu.pending) == 0 && fc.mu.cur < 0 {
 		fc.mu.last = time.Now()
 	}
 	fc.mu.pending = append(fc.mu.pending, p)
+	if fc.mu.qp != nil {
+		fc.signalRequestLocked(p)
+	}
+}
+
+// signalRequestLocked sends the request for part p and reports whether it
+// went out; if not, fc has failed. REQUIRES: f.mu.
+func (fc *fetchConn) signalRequestLocked(p int) bool {
+	f := fc.f
+	err := fc.mu.qp.Signal(encodeTransferImm(transferImm{kind: transferRequest, part: p, arg: uint64(f.cfg.ChunkBytes)}))
+	if err != nil {
+		fc.failLocked(err)
+		return false
+	}
 	f.log.Debug("membership: fetch: requested part", "part", p, "donor", fc.peer)
 	return true
 }
 
-// failLocked marks fc dead and asks other donors for its parts.
-// REQUIRES: f.mu.
+// failLocked ends fc's current queue pair and asks other donors for what
+// it owed. After a broken connection, fc opens a new one later and may be
+// asked again; after anything else it is dead. REQUIRES: f.mu.
 func (fc *fetchConn) failLocked(err error) {
 	if fc.mu.dead {
 		return
 	}
 	f := fc.f
-	fc.mu.dead = true
-	fc.mu.err = err
-	owed := fc.mu.pending
-	if fc.mu.cur >= 0 {
-		owed = append([]int{fc.mu.cur}, owed...)
-	}
+	owed := fc.owedLocked()
 	fc.mu.pending = nil
 	fc.mu.cur = -1
 	fc.mu.buf = nil
+	fc.mu.err = err
+	if fc.mu.qp != nil {
+		fc.mu.toClose = append(fc.mu.toClose, fc.mu.qp)
+		fc.mu.qp = nil
+	}
+	fc.mu.link = nil
+	if connBroke(err) && !f.mu.finished {
+		fc.mu.broken = true
+		wait := fc.mu.backoff.NextBackOff()
+		fc.mu.reopenAt = time.Now().Add(wait)
+		f.log.Info("membership: fetch: connection to donor broke", "donor", fc.peer, "received", fc.mu.received, "owed", owed, "retry_in", wait, "err", err)
+	} else {
+		fc.mu.dead = true
+		if !f.mu.finished {
+			f.log.Info("membership: fetch: giving up on donor", "donor", fc.peer, "received", fc.mu.received, "owed", owed, "err", err)
+		}
+	}
+	f.wakeUp() // run closes the queue pair
 	if f.mu.finished {
 		return
 	}
-	f.log.Info("membership: fetch: giving up on donor", "donor", fc.peer, "received", fc.mu.received, "owed", owed, "err", err)
 	for _, p := range owed {
-		f.mu.parts[p].errs = append(f.mu.parts[p].errs, fmt.Errorf("donor %d: %w", fc.peer, err))
+		f.mu.parts[p].addErr(fmt.Errorf("donor %d: %w", fc.peer, err))
 		f.assignLocked(p)
 	}
-	f.wakeUp() // run closes the queue pair
 }
 
 // protocolLocked fails fc for bad input. REQUIRES: f.mu.
@@ -994,7 +1225,13 @@ func (fc *fetchConn) answerLocked(m transferImm) bool {
 // complete or fc fails. REQUIRES: f.mu.
 func (fc *fetchConn) answeredLocked() {
 	fc.mu.pending = fc.mu.pending[1:]
+	fc.progressLocked()
+}
+
+// progressLocked records progress from the donor. REQUIRES: f.mu.
+func (fc *fetchConn) progressLocked() {
 	fc.mu.last = time.Now()
+	fc.mu.backoff.Reset()
 }
 
 // completeLocked records part p. REQUIRES: f.mu.
@@ -1002,7 +1239,7 @@ func (fc *fetchConn) completeLocked(p int, data []byte) {
 	f := fc.f
 	part := &f.mu.parts[p]
 	if part.done {
-		return
+		return // another donor it was asked of too sent it first
 	}
 	part.done = true
 	part.data = data
@@ -1013,12 +1250,19 @@ func (fc *fetchConn) completeLocked(p int, data []byte) {
 	}
 }
 
+// current reports whether l is fc's current queue pair's handler and the
+// transfer goes on. REQUIRES: f.mu.
+func (l *fetchLink) current() bool {
+	fc := l.fc
+	return fc.mu.link == l && !fc.mu.dead && !fc.f.mu.finished
+}
+
 // Signal handles an answer from the donor.
-func (fc *fetchConn) Signal(imm uint64) {
-	f := fc.f
+func (l *fetchLink) Signal(imm uint64) {
+	fc, f := l.fc, l.fc.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if fc.mu.dead || f.mu.finished {
+	if !l.current() {
 		return
 	}
 	m, err := decodeTransferImm(imm)
@@ -1048,8 +1292,12 @@ func (fc *fetchConn) Signal(imm uint64) {
 			return
 		}
 		fc.answeredLocked()
-		f.mu.parts[m.part].errs = append(f.mu.parts[m.part].errs, fmt.Errorf("donor %d does not hold it", fc.peer))
-		f.assignLocked(m.part)
+		part := &f.mu.parts[m.part]
+		part.refused[fc.i] = true
+		part.addErr(fmt.Errorf("donor %d does not hold it", fc.peer))
+		if !fc.owesLocked(m.part) {
+			f.assignLocked(m.part)
+		}
 	default:
 		fc.protocolLocked("%v signal", m.kind)
 	}
@@ -1057,10 +1305,10 @@ func (fc *fetchConn) Signal(imm uint64) {
 
 // RecvComplete handles a chunk: it checks it, copies it out, posts the
 // buffer again and grants its credit back.
-func (fc *fetchConn) RecvComplete(wr uint64, n int, imm uint64) {
-	f := fc.f
+func (l *fetchLink) RecvComplete(wr uint64, n int, imm uint64) {
+	fc, f := l.fc, l.fc.f
 	f.mu.Lock()
-	if fc.mu.dead || f.mu.finished {
+	if !l.current() {
 		f.mu.Unlock()
 		return
 	}
@@ -1070,7 +1318,7 @@ func (fc *fetchConn) RecvComplete(wr uint64, n int, imm uint64) {
 		fc.failLocked(fmt.Errorf("from node %d: %w", fc.peer, err))
 	case m.kind != transferChunk:
 		fc.protocolLocked("%v transfer", m.kind)
-	case wr >= uint64(len(fc.bufs)) || n < 0 || n > len(fc.bufs[wr]):
+	case wr >= uint64(len(l.bufs)) || n < 0 || n > len(l.bufs[wr]):
 		fc.protocolLocked("completion of receive %d with %d bytes", wr, n) // the transport's bug, really
 	case fc.mu.cur < 0 || m.part != fc.mu.cur:
 		fc.protocolLocked("chunk of part %d while receiving %d", m.part, fc.mu.cur)
@@ -1081,28 +1329,29 @@ func (fc *fetchConn) RecvComplete(wr uint64, n int, imm uint64) {
 	case (m.arg == 1) != (fc.mu.got+n == len(fc.mu.buf)):
 		fc.protocolLocked("chunk of part %d ends at %d of %d with final flag %d", m.part, fc.mu.got+n, len(fc.mu.buf), m.arg)
 	}
-	if fc.mu.dead {
+	if !l.current() {
 		f.mu.Unlock()
 		return
 	}
 	qp, buf, got := fc.mu.qp, fc.mu.buf, fc.mu.got
 	f.mu.Unlock()
 
-	// Only this queue pair's handler calls, which never overlap, touch buf.
-	copy(buf[got:got+n], fc.bufs[wr][:n])
-	postErr := qp.PostRecv(fc.bufs[wr], wr)
+	// Only this queue pair's handler calls, which never overlap, touch buf
+	// (a new queue pair gets a new buffer).
+	copy(buf[got:got+n], l.bufs[wr][:n])
+	postErr := qp.PostRecv(l.bufs[wr], wr)
 	if postErr == nil {
 		postErr = qp.Signal(encodeTransferImm(transferImm{kind: transferCredit, arg: 1}))
 	}
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if fc.mu.dead || f.mu.finished {
+	if !l.current() {
 		return
 	}
 	fc.mu.got += n
 	fc.mu.received += int64(n)
-	fc.mu.last = time.Now()
+	fc.progressLocked()
 	if fc.mu.got == len(fc.mu.buf) {
 		p, data := fc.mu.cur, fc.mu.buf
 		fc.mu.cur, fc.mu.buf, fc.mu.got = -1, nil, 0
@@ -1114,23 +1363,26 @@ func (fc *fetchConn) RecvComplete(wr uint64, n int, imm uint64) {
 }
 
 // SendComplete is never called: the joiner only signals.
-func (fc *fetchConn) SendComplete(wr uint64) {}
+func (l *fetchLink) SendComplete(wr uint64) {}
 
-// Failed gives up on this donor.
-func (fc *fetchConn) Failed(err error) {
-	f := fc.f
+// Failed ends this queue pair.
+func (l *fetchLink) Failed(err error) {
+	f := l.fc.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	fc.failLocked(err)
+	if l.fc.mu.link == l {
+		l.fc.failLocked(err)
+	}
 }
 
-// run waits for the parts, reassigning those of stalled donors and closing
-// the queue pairs of failed ones, until all parts are in or one cannot be
-// had.
+// run waits for the parts: it asks other donors too for the parts of
+// stalled ones, closes failed queue pairs and opens new ones to the donors
+// whose connection broke, until all parts are in, one cannot be had, or
+// ctx ends.
 func (f *fetcher) run(ctx context.Context) ([][]byte, error) {
 	tick := max(f.cfg.StallTimeout/4, time.Millisecond)
-	ticker := time.NewTicker(tick)
-	defer ticker.Stop()
+	timer := time.NewTimer(tick)
+	defer timer.Stop()
 	for {
 		f.mu.Lock()
 		if f.mu.remaining == 0 {
@@ -1149,33 +1401,58 @@ func (f *fetcher) run(ctx context.Context) ([][]byte, error) {
 		}
 		now := time.Now()
 		for _, fc := range f.conns {
-			owes := len(fc.mu.pending) > 0 || fc.mu.cur >= 0
-			if !fc.mu.dead && owes && now.Sub(fc.mu.last) >= f.cfg.StallTimeout {
-				fc.failLocked(fmt.Errorf("%w: no progress from node %d for %v", ErrDonorStalled, fc.peer, f.cfg.StallTimeout))
+			if fc.mu.dead {
+				continue
+			}
+			if owed := fc.owedLocked(); len(owed) > 0 && now.Sub(fc.mu.last) >= f.cfg.StallTimeout {
+				// Ask the next donor too; the stalled one may still send.
+				fc.mu.last = now
+				f.log.Info("membership: fetch: donor stalled: asking others too", "donor", fc.peer, "owed", owed, "stall", f.cfg.StallTimeout)
+				for _, p := range owed {
+					f.mu.parts[p].addErr(fmt.Errorf("%w: no progress from node %d for %v", ErrDonorStalled, fc.peer, f.cfg.StallTimeout))
+					f.assignLocked(p)
+				}
 			}
 		}
+		wait := tick
 		var toClose []rdma.QueuePair
+		var reopen []*fetchConn
 		for _, fc := range f.conns {
-			if fc.mu.dead && !fc.mu.closed && fc.mu.qp != nil {
-				fc.mu.closed = true
-				toClose = append(toClose, fc.mu.qp)
+			toClose = append(toClose, fc.mu.toClose...)
+			fc.mu.toClose = nil
+			if fc.mu.broken && !fc.mu.dead && fc.mu.link == nil {
+				if d := fc.mu.reopenAt.Sub(now); d > 0 {
+					wait = min(wait, d)
+				} else {
+					reopen = append(reopen, fc)
+				}
 			}
 		}
 		f.mu.Unlock()
 		for _, qp := range toClose {
 			qp.Close()
 		}
-		if len(toClose) > 0 {
+		for _, fc := range reopen {
+			fc.open(ctx)
+		}
+		if len(toClose) > 0 || len(reopen) > 0 {
 			continue // state may have changed meanwhile
 		}
+		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			f.mu.Lock()
 			f.mu.finished = true
+			var errs []error
+			for p, part := range f.mu.parts {
+				if !part.done {
+					errs = append(errs, fmt.Errorf("part %d: %w", p, errors.Join(part.errs...)))
+				}
+			}
 			f.mu.Unlock()
-			return nil, fmt.Errorf("membership: fetch: %w", ctx.Err())
+			return nil, fmt.Errorf("%w: %w: %d of %d parts missing: %w", ErrTransfer, ctx.Err(), len(errs), len(f.mu.parts), errors.Join(errs...))
 		case <-f.wake:
-		case <-ticker.C:
+		case <-timer.C:
 		}
 	}
 }
@@ -1186,10 +1463,13 @@ func (f *fetcher) closeAll() {
 	f.mu.finished = true
 	var qps []rdma.QueuePair
 	for _, fc := range f.conns {
-		if fc.mu.qp != nil && !fc.mu.closed {
-			fc.mu.closed = true
+		qps = append(qps, fc.mu.toClose...)
+		fc.mu.toClose = nil
+		if fc.mu.qp != nil {
 			qps = append(qps, fc.mu.qp)
+			fc.mu.qp = nil
 		}
+		fc.mu.link = nil
 	}
 	f.mu.Unlock()
 	for _, qp := range qps {

@@ -347,29 +347,87 @@ func TestTransferDonorCrash(t *testing.T) {
 	}
 }
 
+// TestTransferDonorAndBackupGone: with a part's donor and its backup
+// crashed, the joiner waits for them until its context ends, and then
+// says why.
 func TestTransferDonorAndBackupGone(t *testing.T) {
 	checkTransferLeaks(t)
 	for _, k := range []int{1, 3} {
 		t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) {
-			sizes := make([]int, k)
-			for i := range sizes {
-				sizes[i] = 100 << 10
-			}
-			s := randomParts(9, sizes...)
-			n := newMemNet(t, 9)
-			startDonors(t, n.endpoint, s, []rdma.NodeID{testJoiner})
-			n.fabric.Crash(1) // donor of part 0, backup of part k-1
-			if k > 1 {
-				n.fabric.Crash(rdma.NodeID(k)) // backup of part 0
-			}
-			_, err := Fetch(context.Background(), fetchConfig(n.endpoint(testJoiner), k))
-			if !errors.Is(err, ErrTransfer) {
-				t.Fatalf("Fetch: %v, want ErrTransfer", err)
-			}
-			if !errors.Is(err, rdma.ErrUnreachable) {
-				t.Errorf("Fetch: %v, want the cause (ErrUnreachable) too", err)
-			}
-			t.Log(err)
+			synctest.Test(t, func(t *testing.T) {
+				sizes := make([]int, k)
+				for i := range sizes {
+					sizes[i] = 100 << 10
+				}
+				s := randomParts(9, sizes...)
+				n := newMemNet(t, 9)
+				startDonors(t, n.endpoint, s, []rdma.NodeID{testJoiner})
+				n.fabric.Crash(1) // donor of part 0, backup of part k-1
+				if k > 1 {
+					n.fabric.Crash(rdma.NodeID(k)) // backup of part 0
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_, err := Fetch(ctx, fetchConfig(n.endpoint(testJoiner), k))
+				if !errors.Is(err, ErrTransfer) || !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("Fetch: %v, want ErrTransfer and the context's error", err)
+				}
+				if !errors.Is(err, rdma.ErrUnreachable) {
+					t.Errorf("Fetch: %v, want the cause (ErrUnreachable) too", err)
+				}
+				t.Log(err)
+			})
+		})
+	}
+}
+
+// TestTransferConnectionBreaks: the connection between the joiner and its
+// only donor breaks half way through, or the two are partitioned for a
+// while; both open the stream again on a new connection, and the transfer
+// completes from that donor.
+func TestTransferConnectionBreaks(t *testing.T) {
+	checkTransferLeaks(t)
+	const partBytes = 1 << 20
+	for _, fault := range []string{"break", "partition"} {
+		t.Run(fault, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := randomParts(13, partBytes)
+				n := newMemNet(t, 13)
+				donors := startDonors(t, n.endpoint, s, []rdma.NodeID{testJoiner})
+				ep := &countingEndpoint{Endpoint: n.endpoint(testJoiner)}
+				var once sync.Once
+				ep.onRecv = func(peer rdma.NodeID, total int64) {
+					if total < partBytes/4 {
+						return
+					}
+					once.Do(func() {
+						if fault == "break" {
+							n.fabric.BreakLink(1, testJoiner)
+							return
+						}
+						n.fabric.Partition([]rdma.NodeID{1}, []rdma.NodeID{testJoiner})
+						go func() {
+							time.Sleep(3 * time.Second)
+							n.fabric.Heal()
+						}()
+					})
+				}
+				cfg := fetchConfig(ep, 1)
+				cfg.StallTimeout = 10 * time.Second
+				got, err := Fetch(context.Background(), cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				restore(t, s, got)
+				if n := ep.count(1); n <= partBytes {
+					t.Errorf("donor sent %d bytes, want the part again after the break", n)
+				}
+				select {
+				case <-donors[0].Done():
+				case <-time.After(time.Minute):
+					t.Error("donor not done after the joiner finished")
+				}
+			})
 		})
 	}
 }
@@ -819,7 +877,7 @@ type scriptEndpoint struct{ qps map[rdma.NodeID]*scriptQP }
 func (e *scriptEndpoint) ID() rdma.NodeID { return testJoiner }
 func (e *scriptEndpoint) Close() error    { return nil }
 func (e *scriptEndpoint) Open(ctx context.Context, peer rdma.NodeID, stream rdma.StreamID, h rdma.Handler) (rdma.QueuePair, error) {
-	qp := &scriptQP{peer: peer, stream: stream}
+	qp := &scriptQP{peer: peer, stream: stream, h: h}
 	e.qps[peer] = qp
 	return qp, nil
 }
@@ -828,7 +886,8 @@ func (e *scriptEndpoint) Open(ctx context.Context, peer rdma.NodeID, stream rdma
 type scriptQP struct {
 	peer    rdma.NodeID
 	stream  rdma.StreamID
-	recvs   []uint64 // posted receive wrs, oldest first
+	h       rdma.Handler // the joiner's handler of this queue pair
+	recvs   []uint64     // posted receive wrs, oldest first
 	signals []uint64
 	closed  bool
 }
@@ -949,17 +1008,17 @@ func runFetchScript(t *testing.T, script []byte) *fetcher {
 		qp := ep.qps[fc.peer]
 		switch {
 		case sel&3 == 3:
-			fc.Failed(rdma.ErrConnectionLost)
+			qp.h.Failed(rdma.ErrConnectionLost)
 		case sel&4 == 0:
-			fc.Signal(imm)
+			qp.h.Signal(imm)
 		case len(qp.recvs) == 0:
 			// The transport fails a queue pair that gets a transfer with
 			// no receive posted.
-			fc.Failed(rdma.ErrProtocol)
+			qp.h.Failed(rdma.ErrProtocol)
 		default:
 			wr := qp.recvs[0]
 			qp.recvs = qp.recvs[1:]
-			fc.RecvComplete(wr, int(sel>>3)%(scriptChunk+1), imm)
+			qp.h.RecvComplete(wr, int(sel>>3)%(scriptChunk+1), imm)
 		}
 		checkFetcherInvariants(t, fe)
 	}

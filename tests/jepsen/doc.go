@@ -211,8 +211,10 @@
 // on top: seconds with a warm build cache, over a minute on a cache that
 // holds no build without the race detector.
 //
-// The short campaign's first ⌈kinds/2⌉ schedules (10 on the namespaces,
-// 7 on loopback as root, 6 on loopback otherwise) cover every fault kind
+// The short campaign first runs the schedules that once failed (the
+// regressions whose faults the network can draw). Its next ⌈kinds/2⌉
+// schedules (10 on the namespaces, 7 on loopback as root, 6 on loopback
+// otherwise) cover every fault kind
 // it draws from, most paired with one of another class, and take the
 // workloads in turn; the test fails if a campaign bounded by time did
 // not cover every kind and workload. It prints where its processes run,
