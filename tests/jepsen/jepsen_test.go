@@ -17,7 +17,7 @@ import (
 var (
 	flagSeed      = flag.Int64("jepsen.seed", 0, "run the schedule of this `seed` alone (with -jepsen.include, as a campaign printed it)")
 	flagInclude   = flag.String("jepsen.include", "", "fault `kinds` the schedule of -jepsen.seed includes, comma-separated (as a campaign printed them)")
-	flagSeeds     = flag.Int("jepsen.seeds", 0, "run a campaign of `N` schedules (default: as many as fit in -jepsen.budget, at least those that cover every fault kind)")
+	flagSeeds     = flag.Int("jepsen.seeds", 0, "run a campaign of `N` schedules (default: as many as fit in -jepsen.budget, at least 20 and those that cover every fault kind)")
 	flagCampaign  = flag.Int64("jepsen.campaign", 0, "the campaign's `seed` (default: drawn from the clock, and printed)")
 	flagBudget    = flag.Duration("jepsen.budget", 4*time.Minute, "time after which the default campaign starts no new schedule once it has covered every fault kind")
 	flagMembers   = flag.Int("jepsen.members", 5, "Convoy members")
@@ -31,9 +31,15 @@ var (
 // Campaign settings.
 const (
 	// minSchedules is the least number of schedules the default campaign
-	// runs, if the first ⌈kinds/2⌉ schedules that cover every fault kind
-	// it draws from (schedule.Campaign) are fewer.
-	minSchedules = 8
+	// runs (after the regressions), if the first ⌈kinds/2⌉ schedules that
+	// cover every fault kind it draws from (schedule.Campaign) are fewer,
+	// unless the test's deadline comes first (deadlineMargin).
+	minSchedules = 20
+	// deadlineMargin is the time, beside three schedules as long as the
+	// average so far, that a campaign keeps before the test's deadline:
+	// past the schedules that cover every kind, it starts no schedule
+	// that would eat into it.
+	deadlineMargin = 30 * time.Second
 	// etcdMembers is the size of the etcd cluster.
 	etcdMembers = 3
 	// leaseTTL is the members' etcd lease TTL: shorter than the library's
@@ -220,10 +226,13 @@ func TestCampaign(t *testing.T) {
 		parent = os.TempDir()
 	}
 	rc := runConfig{bins: bins, clients: *flagClients, reportParent: parent, keep: *flagKeep, net: nw}
-	least := leastSchedules(cfg.Kinds)
+	least, covering := leastSchedules(cfg.Kinds), (len(cfg.Kinds)+1)/2
 	if timed {
-		least += len(regressionSchedules(cfg)) // they come first
+		n := len(regressionSchedules(cfg)) // they come first
+		least += n
+		covering += n
 	}
+	deadline, hasDeadline := t.Deadline()
 
 	start := time.Now()
 	var passed, failed int
@@ -231,10 +240,18 @@ func TestCampaign(t *testing.T) {
 	var ran []string
 	var slowest time.Duration
 	for i, s := range scheds {
-		if timed && i >= least {
+		if timed && i >= covering {
 			// Start another schedule only if one as long as the average
-			// so far still fits the budget.
-			if avg := time.Since(start) / time.Duration(i); time.Since(start)+avg > *flagBudget {
+			// so far still fits the budget (once least ran) and leaves the
+			// margin before the test's deadline.
+			avg := time.Since(start) / time.Duration(i)
+			if i >= least && time.Since(start)+avg > *flagBudget {
+				break
+			}
+			if hasDeadline && time.Until(deadline) < 3*avg+deadlineMargin {
+				msg := fmt.Sprintf("stopping after %d schedules: the test's deadline is %v away", i, time.Until(deadline).Round(time.Second))
+				t.Log(msg)
+				fmt.Println(msg)
 				break
 			}
 		}
