@@ -164,8 +164,10 @@ type Config struct {
 	State     StateMachine
 	MaxDonors int
 	// TransferStall is how long a donor may make no progress — taking
-	// its snapshot included — before a joiner asks another for its part
-	// (default DefaultTransferStall, 10s).
+	// its snapshot included — before a joiner asks the part's other
+	// holder too; after three such periods in a row over a connection
+	// that holds, the joiner gives the donor up (and, with no holder of a
+	// part left, joins again). Default DefaultTransferStall, 10s.
 	TransferStall time.Duration
 	// Durable, if set, makes delivery durable (Atomic mode only): see
 	// DurableConfig.

@@ -151,6 +151,8 @@ func (r *runner) snapshotted(part int, data []byte, err error) {
 	g, v := r.g, r.snap.v
 	switch {
 	case err != nil:
+		// The part stays pending: the joiners ask its other holder once
+		// this donor stalls, and give it up after a few stalls.
 		g.log.Error("snapshot for joiners", "epoch", v.rec.Epoch, "part", part, "err", err)
 	case v.donor == nil:
 		// Every joiner has its state already (from other donors).

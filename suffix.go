@@ -171,8 +171,10 @@ func (r *runner) donateSuffixes(v *view) {
 			defer g.mem.wg.Done()
 			data, err := g.readSuffix(sf.From, rec.Start)
 			if err != nil {
+				// The joiner's transfer fails ("does not hold it"): it
+				// joins again with the whole state.
 				g.log.Error("serving a suffix", "epoch", rec.Epoch, "joiner", sf.ID, "err", err)
-				d.Close()
+				_ = d.DropPart(0)
 				return
 			}
 			if err := d.AddPart(0, data); err != nil {

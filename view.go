@@ -73,7 +73,6 @@ type view struct {
 // rank self, at time now.
 func (g *Group) openView(ctx context.Context, rec membership.View, self int, now int64) (*view, error) {
 	v := &view{g: g, rec: rec, self: self}
-	v.transfers, v.endTransfers = context.WithCancel(g.ctx)
 	for _, m := range rec.Members {
 		v.ids = append(v.ids, NodeID(m.ID))
 	}
@@ -86,6 +85,7 @@ func (g *Group) openView(ctx context.Context, rec membership.View, self int, now
 		return nil, err
 	}
 	v.core = core
+	v.transfers, v.endTransfers = context.WithCancel(g.ctx) // close ends them
 	openNet := g.openRDMANet
 	if g.cfg.openNet != nil {
 		openNet = g.cfg.openNet

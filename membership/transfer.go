@@ -379,7 +379,7 @@ func (c DonorConfig) withDefaults() (DonorConfig, error) {
 type Donor struct {
 	cfg  DonorConfig
 	log  *slog.Logger
-	done chan struct{} // closed when every joiner's queue pair has ended
+	done chan struct{} // closed when every joiner's transfer has ended (see Done)
 	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
 	// parts holds the parts served, pending those announced but not yet
@@ -523,6 +523,29 @@ func (d *Donor) AddPart(part int, data []byte) error {
 	delete(d.pending, part)
 	d.parts[part] = data
 	d.partsMu.Unlock()
+	d.pumpAll()
+	return nil
+}
+
+// DropPart withdraws a part announced in DonorConfig.Pending that this
+// donor cannot produce after all (its snapshot failed): the requests for
+// it, waiting or to come, are answered that the donor does not hold it,
+// and joiners ask the part's other holder.
+func (d *Donor) DropPart(part int) error {
+	d.partsMu.Lock()
+	if !d.pending[part] {
+		d.partsMu.Unlock()
+		return fmt.Errorf("membership: donor part %d was not pending", part)
+	}
+	delete(d.pending, part)
+	d.partsMu.Unlock()
+	d.pumpAll()
+	return nil
+}
+
+// pumpAll answers the requests that can be answered now, on every queue
+// pair.
+func (d *Donor) pumpAll() {
 	d.mu.Lock()
 	conns := d.mu.conns
 	d.mu.Unlock()
@@ -531,7 +554,6 @@ func (d *Donor) AddPart(part int, data []byte) error {
 		dc.pumpLocked()
 		dc.mu.Unlock()
 	}
-	return nil
 }
 
 // part returns part p, whether it is held, and whether it is still
@@ -799,8 +821,9 @@ type FetchConfig struct {
 	// MaxTransferChunkBytes.
 	ChunkBytes int
 	// StallTimeout is how long a donor may go without progress (a chunk or
-	// an answer) while it owes some before its parts are asked of others.
-	// Default DefaultStallTimeout.
+	// an answer) while it owes some before its parts are asked of their
+	// other holder too; after three in a row over a connection that
+	// holds, the donor is given up. Default DefaultStallTimeout.
 	StallTimeout time.Duration
 	// MaxPartBytes bounds the size of a part a donor may announce. Default
 	// DefaultMaxPartBytes.
@@ -862,13 +885,14 @@ func (c FetchConfig) withDefaults() (FetchConfig, error) {
 // to send it whole serves it. A donor whose connection broke is opened
 // again on a new connection, after a pause that grows with each failure,
 // and may be asked again: the donor does the same on its side. A donor
-// that closed its queue pair (it stopped serving), broke the protocol, or
-// answered that it does not hold a part is not asked again (for that
-// part).
+// that closed its queue pair (it stopped serving), broke the protocol,
+// made no progress for three StallTimeouts in a row over a connection
+// that holds, or answered that it does not hold a part is not asked again
+// (for that part).
 //
 // Fetch returns the parts in order, or an error wrapping ErrTransfer if
 // some part has no donor left to ask. It waits through broken connections
-// and paused donors for as long as ctx lasts; when ctx ends first, the
+// for as long as ctx lasts; when ctx ends first, the
 // error wraps ErrTransfer, the context's error, and why the donors asked
 // for the missing parts did not deliver. The caller bounds the transfer.
 //
@@ -892,6 +916,9 @@ func Fetch(ctx context.Context, cfg FetchConfig) ([][]byte, error) {
 const (
 	fetchReopenMin = 20 * time.Millisecond
 	fetchReopenMax = 2 * time.Second
+	// fetchGiveUpStalls is how many stall timeouts in a row a donor whose
+	// connection holds may make no progress before the joiner gives it up.
+	fetchGiveUpStalls = 3
 	// maxPartErrs bounds the causes kept for one part.
 	maxPartErrs = 8
 )
@@ -1001,6 +1028,9 @@ type fetchConn struct {
 		buf      []byte           // its bytes; filled only by handler calls
 		got      int
 		received int64 // bytes received, for logs
+		// stalls counts the stall timeouts since the donor's last progress
+		// (at the first, its parts are asked of others too).
+		stalls int
 	}
 }
 
@@ -1026,10 +1056,11 @@ func (f *fetcher) donorFor(p, a int) int {
 }
 
 // connBroke reports whether err means the connection under a queue pair
-// broke (the donor may be back on a new one), rather than that the donor
+// broke (the peer may be back on a new one), rather than that the peer
 // stopped serving or misbehaved.
 func connBroke(err error) bool {
-	return errors.Is(err, rdma.ErrConnectionLost) || errors.Is(err, rdma.ErrUnreachable)
+	return (errors.Is(err, rdma.ErrConnectionLost) || errors.Is(err, rdma.ErrUnreachable)) &&
+		!errors.Is(err, rdma.ErrProtocol) // the transport closed it over bad input
 }
 
 // open opens a new queue pair to fc's donor, grants the initial credits,
@@ -1099,20 +1130,21 @@ func (fc *fetchConn) owedLocked() []int {
 	return owed
 }
 
-// assignLocked asks the next donor around the ring that may serve part p
-// and does not owe it already, one whose connection holds before one whose
-// broke. If there is none, p waits for the donors that owe it, or, if none
-// does, the transfer fails. REQUIRES: f.mu.
+// assignLocked asks for part p the next of the donors that hold it (its
+// own and its backup) that may serve it and does not owe it already, one
+// whose connection holds before one whose broke. If there is none, p
+// waits for the donors that owe it, or, if none does, the transfer fails.
+// REQUIRES: f.mu.
 func (f *fetcher) assignLocked(p int) {
-	k := len(f.conns)
+	holders := min(len(f.conns), 2)
 	part := &f.mu.parts[p]
 	if part.done || f.mu.err != nil {
 		return
 	}
 	good, fallback := -1, -1
 	owed := false
-	for a := part.next; a < part.next+k && good < 0; a++ {
-		fc := f.conns[f.donorFor(p, a)]
+	for a := part.next; a < part.next+holders && good < 0; a++ {
+		fc := f.conns[f.donorFor(p, a%holders)]
 		switch {
 		case fc.mu.dead || part.refused[fc.i]:
 		case fc.owesLocked(p):
@@ -1131,7 +1163,7 @@ func (f *fetcher) assignLocked(p int) {
 	}
 	if pick >= 0 {
 		part.next = pick + 1
-		f.conns[f.donorFor(p, pick)].requestLocked(p)
+		f.conns[f.donorFor(p, pick%holders)].requestLocked(p)
 		return
 	}
 	if owed {
@@ -1231,6 +1263,7 @@ func (fc *fetchConn) answeredLocked() {
 // progressLocked records progress from the donor. REQUIRES: f.mu.
 func (fc *fetchConn) progressLocked() {
 	fc.mu.last = time.Now()
+	fc.mu.stalls = 0
 	fc.mu.backoff.Reset()
 }
 
@@ -1405,12 +1438,22 @@ func (f *fetcher) run(ctx context.Context) ([][]byte, error) {
 				continue
 			}
 			if owed := fc.owedLocked(); len(owed) > 0 && now.Sub(fc.mu.last) >= f.cfg.StallTimeout {
-				// Ask the next donor too; the stalled one may still send.
 				fc.mu.last = now
-				f.log.Info("membership: fetch: donor stalled: asking others too", "donor", fc.peer, "owed", owed, "stall", f.cfg.StallTimeout)
-				for _, p := range owed {
-					f.mu.parts[p].addErr(fmt.Errorf("%w: no progress from node %d for %v", ErrDonorStalled, fc.peer, f.cfg.StallTimeout))
-					f.assignLocked(p)
+				fc.mu.stalls++
+				stalled := fmt.Errorf("%w: no progress from node %d for %v", ErrDonorStalled, fc.peer, time.Duration(fc.mu.stalls)*f.cfg.StallTimeout)
+				switch {
+				case fc.mu.stalls >= fetchGiveUpStalls && fc.mu.qp != nil:
+					// Its connection holds, yet it sends nothing: it
+					// will not (its snapshot failed, or it lost track).
+					fc.failLocked(stalled)
+				case fc.mu.stalls == 1:
+					// Ask the other holder too; the stalled one may
+					// still send.
+					f.log.Info("membership: fetch: donor stalled: asking others too", "donor", fc.peer, "owed", owed, "stall", f.cfg.StallTimeout)
+					for _, p := range owed {
+						f.mu.parts[p].addErr(stalled)
+						f.assignLocked(p)
+					}
 				}
 			}
 		}

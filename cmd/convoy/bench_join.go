@@ -114,7 +114,9 @@ type joinRun struct {
 	// LinkFraction is BytesPerSec over the joiner's link rate; 0 without
 	// -netns.
 	LinkFraction float64 `json:"link_fraction"`
-	// DonorFailures counts the donors the joiner gave up on.
+	// DonorFailures counts the joiner's troubles with its donors: broken
+	// connections, stalls (its parts asked of another donor too) and
+	// donors given up on.
 	DonorFailures int        `json:"donor_failures"`
 	Parts         []joinPart `json:"parts"`
 }
@@ -463,7 +465,7 @@ func (w *joinWatch) add(ev joinEvent) error {
 	case jnError, jnExited:
 		err := fmt.Errorf("member %d: %s %s", ev.Node, ev.Event, ev.Err)
 		if strings.Contains(ev.Err, membership.ErrDonorStalled.Error()) {
-			err = fmt.Errorf("%w\n(a donor answers only once it has snapshotted its parts; the joiner gives up on it after membership.DefaultStallTimeout, %v: see the snapshot times with -v)",
+			err = fmt.Errorf("%w\n(a donor answers only once it has snapshotted its parts; the joiner asks the next donor too after membership.DefaultStallTimeout, %v, without a reply: see the snapshot times with -v)",
 				err, membership.DefaultStallTimeout)
 		}
 		return err
@@ -501,7 +503,7 @@ func (w *joinWatch) progress() string {
 	case w.fetch == 0:
 		return "waiting for the view that admits the joiner"
 	case w.restored == 0:
-		return fmt.Sprintf("waiting for the state transfer (%d of %d parts received, %d donors failed)", len(w.parts), w.donors, w.failures)
+		return fmt.Sprintf("waiting for the state transfer (%d of %d parts received, %d donor failures)", len(w.parts), w.donors, w.failures)
 	}
 	return "waiting for the joiner's Open to return"
 }

@@ -230,13 +230,15 @@ type joinLogHandler struct {
 
 // joinLogEvents maps the library's log messages to events.
 var joinLogEvents = map[string]string{
-	"entered view":                          jnFetch,
-	"membership: fetch: part received":      jnPart,
-	"membership: fetch: giving up on donor": jnDonorFailed,
-	"excluded from the group":               jnError,
-	"group failed":                          jnError,
-	"snapshot for joiners":                  jnError,
-	"serving state to joiners":              jnError,
+	"entered view":                                        jnFetch,
+	"membership: fetch: part received":                    jnPart,
+	"membership: fetch: giving up on donor":               jnDonorFailed,
+	"membership: fetch: connection to donor broke":        jnDonorFailed,
+	"membership: fetch: donor stalled: asking others too": jnDonorFailed,
+	"excluded from the group":                             jnError,
+	"group failed":                                        jnError,
+	"snapshot for joiners":                                jnError,
+	"serving state to joiners":                            jnError,
 }
 
 func (h *joinLogHandler) Enabled(ctx context.Context, l slog.Level) bool {
