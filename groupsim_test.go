@@ -494,17 +494,27 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 		disks: make(map[NodeID]*vfs.MemFS), mem: make(map[NodeID]*simDisk), dead: make(map[*vsNode]bool), shown: make(map[NodeID]map[uint64]bool)}
 	sim.checkPut = r.checkPut
 	var stopLoad sync.Once
+	// undo tracks the goroutines that undo faults (restarts).
+	var undo sync.WaitGroup
 	defer func() {
 		// The run may end at a violation, with the load and restarts
-		// still going: they stop.
+		// still going: they stop, and the run waits for them, which
+		// must not report to the test once it returned.
 		stopLoad.Do(func() { close(r.stop) })
 		close(r.ended)
 		stopOpens()
+		undo.Wait()
 		c.mu.Lock()
 		nodes := mapValues(c.nodes)
 		c.mu.Unlock()
 		for _, n := range nodes {
 			n.g.Close()
+		}
+		r.mu.Lock()
+		loads := slices.Clone(r.loads)
+		r.mu.Unlock()
+		for _, l := range loads {
+			l.Wait()
 		}
 		c.fabric.Close()
 		if c.wire != nil {
@@ -531,7 +541,6 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 
 	// The faults, each undone after it lasted.
 	start := time.Now()
-	var undo sync.WaitGroup
 	for _, f := range plan.faults {
 		if !r.sleep(time.Until(start.Add(f.at))) {
 			break // a violation ends the run
@@ -826,6 +835,13 @@ func (r *simRun) crashKeeping(id NodeID, wipe, all bool) {
 // from it.
 func (r *simRun) restart(id NodeID, initial int) {
 	nd, err := r.c.openJoin(id, initial, r.config)
+	select {
+	case <-r.ended:
+		// The run ended (at a violation) and stopped the open; a member
+		// it opened meanwhile is closed with the others.
+		return
+	default:
+	}
 	if err != nil {
 		r.t.Errorf("restart member %d: %v", id, err)
 		return
