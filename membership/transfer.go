@@ -455,13 +455,7 @@ func NewDonor(ctx context.Context, cfg DonorConfig) (*Donor, error) {
 	for i, j := range c.Joiners {
 		dc := &donorConn{d: d, peer: j}
 		dc.mu.requested = make(map[int]bool)
-		dc.mu.backoff = &backoff.ExponentialBackOff{
-			InitialInterval:     fetchReopenMin,
-			RandomizationFactor: 0.5,
-			Multiplier:          2,
-			MaxInterval:         fetchReopenMax,
-		}
-		dc.mu.backoff.Reset()
+		dc.mu.backoff = newReopenBackoff()
 		conns[i] = dc
 	}
 	d.mu.conns = conns
@@ -923,6 +917,20 @@ const (
 	maxPartErrs = 8
 )
 
+// newReopenBackoff returns the pauses before each new queue pair to a
+// peer whose connection broke (donor and joiner alike): jittered, from
+// fetchReopenMin doubling up to fetchReopenMax.
+func newReopenBackoff() *backoff.ExponentialBackOff {
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     fetchReopenMin,
+		RandomizationFactor: 0.5,
+		Multiplier:          2,
+		MaxInterval:         fetchReopenMax,
+	}
+	b.Reset()
+	return b
+}
+
 // newFetcher returns the joiner's state for a transfer with configuration
 // c (with defaults applied).
 func newFetcher(c FetchConfig) *fetcher {
@@ -941,13 +949,7 @@ func newFetcher(c FetchConfig) *fetcher {
 	for i, d := range c.Donors {
 		fc := &fetchConn{f: f, i: i, peer: d}
 		fc.mu.cur = -1
-		fc.mu.backoff = &backoff.ExponentialBackOff{
-			InitialInterval:     fetchReopenMin,
-			RandomizationFactor: 0.5,
-			Multiplier:          2,
-			MaxInterval:         fetchReopenMax,
-		}
-		fc.mu.backoff.Reset()
+		fc.mu.backoff = newReopenBackoff()
 		f.conns[i] = fc
 	}
 	return f

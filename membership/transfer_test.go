@@ -1101,16 +1101,8 @@ func TestTransferPendingParts(t *testing.T) {
 	n := newMemNet(t, 9)
 	n.endpoint(testJoiner)
 	donors := make([]*Donor, k)
-	for i, id := range donorIDs(k) {
-		d, err := NewDonor(context.Background(), DonorConfig{
-			Endpoint: n.endpoint(id), Stream: testStream, Joiners: []rdma.NodeID{testJoiner},
-			Pending: DonorParts(i, k), Of: k, ChunkBytes: testChunkBytes,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		donors[i] = d
+	for i := range donors {
+		donors[i] = startPendingDonor(t, n, i, k)
 	}
 	type result struct {
 		parts [][]byte
@@ -1158,15 +1150,8 @@ func TestTransferDroppedPart(t *testing.T) {
 				s := randomParts(17, sizes...)
 				n := newMemNet(t, 17)
 				n.endpoint(testJoiner)
-				for i, id := range donorIDs(k) {
-					d, err := NewDonor(context.Background(), DonorConfig{
-						Endpoint: n.endpoint(id), Stream: testStream, Joiners: []rdma.NodeID{testJoiner},
-						Pending: DonorParts(i, k), Of: k, ChunkBytes: testChunkBytes,
-					})
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { d.Close() })
+				for i := range k {
+					d := startPendingDonor(t, n, i, k)
 					parts, err := SnapshotParts(s, DonorParts(i, k), k)
 					if err != nil {
 						t.Fatal(err)
@@ -1218,6 +1203,21 @@ func TestConnBroke(t *testing.T) {
 			t.Errorf("connBroke(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
+}
+
+// startPendingDonor starts donor number i of k serving the testJoiner,
+// with its parts (DonorParts) pending.
+func startPendingDonor(t *testing.T, n *memNet, i, k int) *Donor {
+	t.Helper()
+	d, err := NewDonor(context.Background(), DonorConfig{
+		Endpoint: n.endpoint(donorIDs(k)[i]), Stream: testStream, Joiners: []rdma.NodeID{testJoiner},
+		Pending: DonorParts(i, k), Of: k, ChunkBytes: testChunkBytes,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
 }
 
 func TestBlockWriter(t *testing.T) {
