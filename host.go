@@ -16,6 +16,7 @@ type host interface {
 	// post queues ev for g's loop (Group.post); it never blocks.
 	post(g *Group, ev event)
 	// etcdWrite makes fn, an etcd write for g's loop, after wait, with
-	// the retries runner.async makes (asyncRetry).
-	etcdWrite(g *Group, wait time.Duration, what string, fn func(ctx context.Context, s *membership.Store) error)
+	// the retries runner.async makes (asyncRetry), and calls done once
+	// it is made or given up.
+	etcdWrite(g *Group, wait time.Duration, what string, fn func(ctx context.Context, s *membership.Store) error, done func())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -124,6 +125,9 @@ type runner struct {
 	// reported is the final report this member last wrote for its view
 	// (see refreshReport).
 	reported membership.Report
+	// reportWrites counts the writes of reports under way (they end on
+	// other goroutines).
+	reportWrites atomic.Int32
 	// change spans a view change, from the wedge to the next view (or
 	// the exclusion).
 	change trace.Span

@@ -174,12 +174,23 @@ func dialEtcd(ctx context.Context, g *Group) (_ *clientEtcd, err error) {
 		}
 	} else if e.client, err = clientv3.New(clientv3.Config{
 		Endpoints: c.Etcd.Endpoints, DialTimeout: c.Etcd.DialTimeout, TLS: c.Etcd.TLS, Logger: zap.NewNop(), Context: g.ctx,
+		// Pings find a connection the network cut off while a request
+		// or a watch waits on it, so that the client moves to another
+		// endpoint; etcd refuses pings more often than every 5s.
+		DialKeepAliveTime: etcdKeepAliveTime, DialKeepAliveTimeout: etcdKeepAliveTimeout,
 	}); err != nil {
 		return nil, fmt.Errorf("convoy: connect to etcd %v: %w", c.Etcd.Endpoints, err)
 	}
 	e.cfg = membership.StoreConfig{Client: e.client, Prefix: c.Etcd.Prefix, LeaseTTL: c.Etcd.LeaseTTL, Logger: c.Logger}
 	return e, nil
 }
+
+// The etcd client's keepalive pings: every etcdKeepAliveTime while a
+// request waits, a connection given up etcdKeepAliveTimeout later.
+const (
+	etcdKeepAliveTime    = 10 * time.Second
+	etcdKeepAliveTimeout = 5 * time.Second
+)
 
 func (e *clientEtcd) newStore(ctx context.Context) (*membership.Store, error) {
 	return membership.NewStore(ctx, e.cfg)
@@ -261,7 +272,13 @@ func (m *member) watch(g *Group) {
 // store's lease is lost or the group closes.
 func (m *member) follow(g *Group, store *membership.Store, changes <-chan membership.Change, resync time.Duration) {
 	for {
-		st, err := store.State(g.ctx)
+		// A read etcd's client sent on a connection the network cut off
+		// gets no answer until TCP gives up on it, which takes minutes:
+		// bounded, it is made again, on the next endpoint (the client
+		// takes turns among them).
+		ctx, cancel := context.WithTimeout(g.ctx, stateReadTimeout(g))
+		st, err := store.State(ctx)
+		cancel()
 		switch {
 		case g.ctx.Err() != nil:
 			return
@@ -281,6 +298,10 @@ func (m *member) follow(g *Group, store *membership.Store, changes <-chan member
 		}
 	}
 }
+
+// stateReadTimeout bounds one read of the group's state from etcd: a
+// lease period, and at least a second.
+func stateReadTimeout(g *Group) time.Duration { return max(g.cfg.Etcd.LeaseTTL, time.Second) }
 
 // renew replaces a store whose lease was lost, retrying until it works or
 // the group closes: an error that register does not retry (credentials
@@ -380,14 +401,24 @@ func (r *runner) async(what string, fn func(ctx context.Context, s *membership.S
 
 // asyncAfter is async, the write made after wait.
 func (r *runner) asyncAfter(wait time.Duration, what string, fn func(ctx context.Context, s *membership.Store) error) {
+	r.asyncThen(wait, what, fn, nil)
+}
+
+// asyncThen is asyncAfter, with done (if not nil) called, from another
+// goroutine, once the write is made or given up.
+func (r *runner) asyncThen(wait time.Duration, what string, fn func(ctx context.Context, s *membership.Store) error, done func()) {
 	g, m := r.g, r.g.mem
+	if done == nil {
+		done = func() {}
+	}
 	if g.host != nil {
-		g.host.etcdWrite(g, wait, what, fn)
+		g.host.etcdWrite(g, wait, what, fn, done)
 		return
 	}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
+		defer done()
 		if wait > 0 {
 			select {
 			case <-time.After(wait):

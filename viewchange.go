@@ -83,7 +83,7 @@ func (r *runner) do(a vsync.Action) bool {
 	case vsync.Report:
 		r.report()
 	case vsync.RefreshReport:
-		r.refreshReport()
+		r.refreshReport(a.Report)
 	case vsync.Propose:
 		r.propose(*a.View, a.Logs)
 	case vsync.Minority:
@@ -211,22 +211,39 @@ func (r *runner) hears() []uint64 {
 	return out
 }
 
+// putReport writes rep, this member's final report for its view, to
+// etcd. The writes are numbered (Report.Seq): one retried while etcd was
+// out of reach may land after a later one, and the later stands
+// (membership.Store.PutReport).
 func (r *runner) putReport(rep membership.Report) {
+	rep.Seq = 1
+	if r.reported.Epoch == rep.Epoch && r.reported.Member == rep.Member {
+		rep.Seq = r.reported.Seq + 1
+	}
 	r.reported = rep
-	r.async("final report", func(ctx context.Context, s *membership.Store) error { return s.PutReport(ctx, rep) })
+	r.reportWrites.Add(1)
+	r.asyncThen(0, "final report", func(ctx context.Context, s *membership.Store) error { return s.PutReport(ctx, rep) },
+		func() { r.reportWrites.Add(-1) })
 }
 
 // refreshReport writes the final report again if whom this member hears
-// has changed since it last wrote it (the core asks once the last write
-// is a suspect timeout old: vsync.RefreshReport says why).
-func (r *runner) refreshReport() {
+// has changed since it last wrote it, or if etcd does not hold its last
+// write (stored, the report the last state read holds) and no write is
+// under way: the last was given up while etcd was out of reach. The core
+// asks once the last write is a suspect timeout old (vsync.RefreshReport
+// says why).
+func (r *runner) refreshReport(stored *membership.Report) {
 	hears := r.hears()
-	if slices.Equal(hears, r.reported.Hears) {
+	switch {
+	case !slices.Equal(hears, r.reported.Hears):
+		r.g.log.Info("whom this member hears changed: reporting again", "epoch", r.reported.Epoch, "hears", hears)
+	case stored != nil && stored.Seq >= r.reported.Seq, r.reportWrites.Load() > 0:
 		return
+	default:
+		r.g.log.Info("etcd does not hold the final report: reporting again", "epoch", r.reported.Epoch, "hears", hears)
 	}
 	rep := r.reported
 	rep.Hears = hears
-	r.g.log.Info("whom this member hears changed: reporting again", "epoch", rep.Epoch, "hears", hears)
 	r.putReport(rep)
 	r.vs.Rereported(r.g.cfg.Clock())
 }

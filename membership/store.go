@@ -231,9 +231,41 @@ func (s *Store) PutRecovery(ctx context.Context, r Recovery) error {
 	return s.putLeased(ctx, "put recovery claim", s.k.recovery(r.Epoch, r.Member.ID), r)
 }
 
-// PutReport records r, a member's final report for view r.Epoch.
+// PutReport records r, a member's final report for view r.Epoch, unless
+// the store holds a later write of the same incarnation's report (a
+// higher Seq): of writes retried concurrently, the last one stands,
+// whatever the order they land in.
 func (s *Store) PutReport(ctx context.Context, r Report) error {
-	return s.putJSON(ctx, "put report", s.k.report(r.Epoch, r.Member.ID), r)
+	key := s.k.report(r.Epoch, r.Member.ID)
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("membership: put report: %w", err)
+	}
+	for range maxAttempts {
+		resp, err := s.kv.Get(ctx, key)
+		if err != nil {
+			return fmt.Errorf("membership: put report: %w", err)
+		}
+		var mod int64
+		if len(resp.Kvs) > 0 {
+			var old Report
+			mod = resp.Kvs[0].ModRevision
+			if json.Unmarshal(resp.Kvs[0].Value, &old) == nil && old.Member == r.Member && old.Seq >= r.Seq {
+				return nil // a later write landed first
+			}
+		}
+		txn, err := s.kv.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", mod)).
+			Then(clientv3.OpPut(key, string(b))).
+			Commit()
+		if err != nil {
+			return fmt.Errorf("membership: put report: %w", err)
+		}
+		if txn.Succeeded {
+			return nil
+		}
+	}
+	return fmt.Errorf("membership: put report: %w", ErrConflict)
 }
 
 // Suspect records that member by suspects member suspect in view epoch.

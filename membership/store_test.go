@@ -604,6 +604,79 @@ func testState(t *testing.T, b *testBackend) {
 	}
 }
 
+// TestPutReportOrder writes one member's report several times, out of
+// order and concurrently: the write with the highest Seq stands, and a
+// report of another incarnation is replaced whatever its Seq.
+func TestPutReportOrder(t *testing.T) {
+	eachBackend(t, testPutReportOrder)
+}
+
+func testPutReportOrder(t *testing.T, b *testBackend) {
+	s := b.store(t)
+	ctx := testCtx(t)
+	if err := s.Bootstrap(ctx, firstView(1, 2, 3)); err != nil {
+		t.Fatal(err)
+	}
+	rep := func(m Member, seq uint64, hears ...ID) Report {
+		return Report{Epoch: 1, Member: m, Held: []uint64{1, 2, 3}, Delivered: 4, Hears: hears, Seq: seq}
+	}
+	stored := func() Report {
+		t.Helper()
+		st, err := s.State(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Reports[1]
+	}
+	m1 := member(1)
+	for i, step := range []struct {
+		put, want Report
+	}{
+		{put: rep(m1, 1, 1, 2, 3), want: rep(m1, 1, 1, 2, 3)},
+		{put: rep(m1, 3, 1, 2), want: rep(m1, 3, 1, 2)},
+		{put: rep(m1, 2, 1), want: rep(m1, 3, 1, 2)}, // landed late: ignored
+		{put: rep(m1, 3, 1), want: rep(m1, 3, 1, 2)}, // the same write again
+		{put: rep(Member{ID: 1, Incarnation: 2}, 1), want: rep(Member{ID: 1, Incarnation: 2}, 1)},
+	} {
+		if err := s.PutReport(ctx, step.put); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if got := stored(); !reflect.DeepEqual(got, step.want) {
+			t.Errorf("step %d: stored %+v, want %+v", i, got, step.want)
+		}
+	}
+
+	// Concurrent writers, from two stores: the highest Seq stands. (A
+	// write tries again only when another landed in between, at most
+	// writers-1 times: fewer than PutReport's attempts.)
+	other := b.open(t, 0, "", true)
+	m2 := member(2)
+	const writers = 12
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for seq := uint64(1); seq <= writers; seq++ {
+		st := s
+		if seq%2 == 0 {
+			st = other
+		}
+		wg.Go(func() { errs <- st.PutReport(ctx, rep(m2, seq, ID(seq))) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := s.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := st.Reports[2], rep(m2, writers, writers); !reflect.DeepEqual(got, want) {
+		t.Errorf("after concurrent writes: stored %+v, want %+v", got, want)
+	}
+}
+
 // TestStateConsistent reads State while views are installed and reports
 // filed: every snapshot must hold only reports of its own current view,
 // and a report for every member of the previous view once the view moved.

@@ -131,6 +131,10 @@ type Report struct {
 	// Hears lists the members the reporter heard from after it wedged:
 	// whom it still reaches (see Suspected).
 	Hears []ID `json:"hears,omitempty"`
+	// Seq numbers the reporter's writes of its report for the view, from
+	// 1: it writes again when whom it hears changes, and a write that
+	// lands late never replaces a later one (Store.PutReport).
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 // Errors about views, for callers to test with errors.Is.

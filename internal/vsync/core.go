@@ -1,6 +1,7 @@
 package vsync
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -72,6 +73,12 @@ type Core struct {
 	// at lastExcluded.
 	exclusions   int
 	lastExcluded int64
+	// stored is this member's final report for its view as the last
+	// state read holds it (nil: none).
+	stored *membership.Report
+	// decided is the last decision logged (debug): a decision is logged
+	// when it differs from it.
+	decided string
 }
 
 // NewCore returns the core of a member whose incarnation self has just
@@ -129,14 +136,17 @@ const (
 	// members' logs.
 	Recover
 	// RefreshReport: the final report was written a suspect timeout ago
-	// or more; write it again if whom the member hears changed since, and
-	// say so (Rereported). What it holds and delivered is final from the
-	// wedge on, whom it hears is not: a partition that healed after the
+	// or more; write it again if whom the member hears changed since, or
+	// if etcd does not hold the last write (Report: the report as the
+	// last state read holds it) and none is under way, and say so
+	// (Rereported). What it holds and delivered is final from the wedge
+	// on, whom it hears is not: a partition that healed after the
 	// reports were written would otherwise stand in them for good, and a
 	// view change that waits for a majority of reporters who hear each
 	// other (membership.Suspected) would wait forever once the
-	// suspicions on both sides leave no side a majority. It comes with
-	// every Tick from then on until the report is written again, with no
+	// suspicions on both sides leave no side a majority. Likewise for a
+	// write given up while etcd was out of reach. It comes with every
+	// Tick from then on until the report is written again, with no
 	// deadline of its own: the loop ticks often enough anyway (its
 	// heartbeats).
 	RefreshReport
@@ -165,6 +175,9 @@ type Action struct {
 	// Logs holds the log positions of joiners that restarted with their
 	// durable logs (Propose).
 	Logs map[membership.ID]membership.LogPos
+	// Report is the member's final report as the last state read holds
+	// it, nil if none (RefreshReport).
+	Report *membership.Report
 }
 
 // State applies a state of the group read from etcd, at time now, and
@@ -314,6 +327,10 @@ func (c *Core) giveWay(st *membership.State) []Action {
 
 // decide runs the view-change decision on a state of the current view.
 func (c *Core) decide(now int64, st *membership.State) []Action {
+	c.stored = nil
+	if r, ok := st.Reports[c.self.ID]; ok && r.Member == c.self && r.Epoch == c.epoch {
+		c.stored = &r
+	}
 	in := membership.ChangeInput{
 		Current: st.Current, CaughtUp: st.CaughtUp,
 		Joins: st.Joins, Leaves: st.Leaves, Reports: st.Reports,
@@ -327,6 +344,7 @@ func (c *Core) decide(now int64, st *membership.State) []Action {
 		c.log.Error("view change", "epoch", c.epoch, "err", err)
 		return nil
 	}
+	c.logDecision(in.Suspected, d)
 	var out []Action
 	if d.Change {
 		out = c.wedge(now, "view change under way", out)
@@ -359,6 +377,32 @@ func (c *Core) decide(now int64, st *membership.State) []Action {
 		out = append(out, Action{Kind: DonorsDone})
 	}
 	return out
+}
+
+// logDecision logs (debug) a view-change decision that differs from the
+// last one logged.
+func (c *Core) logDecision(suspected map[membership.ID]bool, d membership.Decision) {
+	if !d.Change || !c.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	ids := make([]membership.ID, 0, len(suspected))
+	for id, ok := range suspected {
+		if ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	next := make([]membership.ID, len(d.Next))
+	for i, m := range d.Next {
+		next[i] = m.ID
+	}
+	s := fmt.Sprint("suspected=", ids, " next=", next, " waiting=", d.Waiting, " leader=", d.Leader, " minority=", d.Minority)
+	if s == c.decided {
+		return
+	}
+	c.decided = s
+	c.log.Debug("view change decision", "epoch", c.epoch, "suspected", ids, "next", next, "waiting", d.Waiting,
+		"leader", d.Leader, "minority", d.Minority, "propose", d.Propose != nil)
 }
 
 // unregistered returns the members of the current view that the etcd
@@ -467,7 +511,7 @@ func (c *Core) Tick(now int64) []Action {
 		c.to(Reported)
 		out = append(out, Action{Kind: Report})
 	case c.phase == Reported && now-c.reportedAt >= int64(c.cfg.SuspectTimeout):
-		out = append(out, Action{Kind: RefreshReport})
+		out = append(out, Action{Kind: RefreshReport, Report: c.stored})
 	}
 	return out
 }
@@ -516,7 +560,7 @@ func (c *Core) Ending(now int64) {
 
 func (c *Core) inView(rec *membership.View) {
 	c.epoch = rec.Epoch
-	c.reportAt, c.retryAt, c.retryState = 0, 0, nil
+	c.reportAt, c.retryAt, c.retryState, c.stored = 0, 0, nil, nil
 }
 
 // Excluded says the member left its view at time now, and not to leave

@@ -126,6 +126,8 @@ type cluster struct {
 	tl       *timeline
 	net      *network
 	leaseTTL time.Duration
+	// logLevel, if set, is the members' -log-level.
+	logLevel string
 	etcd     []*etcdMember
 	members  []*member
 	// procs is every process started, for the cleanup; mounted every
@@ -293,6 +295,9 @@ func (c *cluster) startMember(id int, wipe bool) error {
 		"-data", m.dir, "-listen", m.transport, "-http", m.http,
 		"-initial", strconv.Itoa(len(c.members)), "-lease-ttl", c.leaseTTL.String(),
 	)
+	if c.logLevel != "" {
+		args = append(args, "-log-level", c.logLevel)
+	}
 	if m.clock.Offset != 0 {
 		args = append(args, "-clock-offset", m.clock.Offset.String())
 	}

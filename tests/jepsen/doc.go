@@ -207,7 +207,7 @@
 //
 // On two cores a schedule takes 15s to 30s (the setup, the faults, the
 // quiet period and the checks; clock episodes last 5s to 15s), so the
-// short campaign's 21 schedules take 6 to 8 minutes. Building the
+// short campaign's 22 schedules take 6 to 8 minutes. Building the
 // programs comes on top: seconds with a warm build cache, over a minute
 // on a cache that holds no build without the race detector.
 //
@@ -229,7 +229,9 @@
 // -jepsen.workloads (the workloads the seeds draw from; replaying a
 // schedule of a campaign with other workloads than all three needs the
 // same flag, which the printed command carries), -jepsen.keep (write the
-// report of passing schedules too), -jepsen.loopback (run on loopback
-// even where namespaces can be built; replaying a schedule of such a run
-// needs it too).
+// report of passing schedules too), -jepsen.log-level (the members' log
+// level: debug to replay a failure with the view changes' every step in
+// the members' logs), -jepsen.loopback (run on loopback even where
+// namespaces can be built; replaying a schedule of such a run needs it
+// too).
 package jepsen

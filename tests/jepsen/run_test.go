@@ -36,6 +36,8 @@ type runConfig struct {
 	// keep: write the report of a run that passed too.
 	keep bool
 	net  *network
+	// logLevel, if set, is the members' -log-level.
+	logLevel string
 }
 
 // result is what one run found.
@@ -61,6 +63,7 @@ func run(ctx context.Context, rc runConfig, s schedule.Schedule, dir string) (re
 		res.err = err
 		return res
 	}
+	c.logLevel = rc.logLevel
 	defer c.close()
 	// w is nil until the schedule starts.
 	var w workload

@@ -10,7 +10,7 @@
 //
 // Started again on its data directory (with the next -run), it replays
 // its log and rejoins, or restarts the group with the others; it takes
-// -clock-offset and -clock-drift-ppm as "convoy node" does. The -seed
+// -clock-offset, -clock-drift-ppm and -log-level as "convoy node" does. The -seed
 // chooses what it sends (grouprec.Mix): the share of sends that wait
 // until the message is delivered, which in durable delivery means on
 // every member's disk (the others return once the group accepts it), and
@@ -90,6 +90,7 @@ type settings struct {
 	waitPct      int
 	pause        time.Duration
 	seed         int64
+	logLevel     slog.Level
 }
 
 func parseFlags() (settings, error) {
@@ -108,6 +109,7 @@ func parseFlags() (settings, error) {
 	flag.DurationVar(&s.clockOffset, "clock-offset", 0, "set this member's clock off by this `offset`")
 	flag.IntVar(&s.clockDrift, "clock-drift-ppm", 0, "make this member's clock gain `ppm` microseconds a second")
 	flag.Int64Var(&s.seed, "seed", 1, "the `seed` that chooses what the member sends")
+	flag.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "log to stderr at this `level` (debug, info, warn or error)")
 	flag.Parse()
 	s.waitPct, s.pause = grouprec.Mix(s.seed)
 	s.etcd = strings.Split(etcd, ",")
@@ -137,7 +139,7 @@ func run() (err error) {
 			err = fmt.Errorf("writing %s: %w", s.out, cerr)
 		}
 	}()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("member", s.id, "run", s.run)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: s.logLevel})).With("member", s.id, "run", s.run)
 	m := &member{s: s, f: f, inc: 1, opened: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{})}
 
 	// The control API answers from the start: /status says the member
