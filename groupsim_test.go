@@ -510,12 +510,7 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 		for _, n := range nodes {
 			n.g.Close()
 		}
-		r.mu.Lock()
-		loads := slices.Clone(r.loads)
-		r.mu.Unlock()
-		for _, l := range loads {
-			l.Wait()
-		}
+		r.waitLoads()
 		c.fabric.Close()
 		if c.wire != nil {
 			c.wire.close()
@@ -619,12 +614,7 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 		}
 	}
 	stopLoad.Do(func() { close(r.stop) })
-	r.mu.Lock()
-	loads := slices.Clone(r.loads)
-	r.mu.Unlock()
-	for _, l := range loads {
-		l.Wait()
-	}
+	r.waitLoads()
 	if t.Failed() {
 		return
 	}
@@ -637,6 +627,16 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 		sameState(t, live...)
 	}
 	r.checkAcked(live)
+}
+
+// waitLoads waits until every sender of the run has stopped.
+func (r *simRun) waitLoads() {
+	r.mu.Lock()
+	loads := slices.Clone(r.loads)
+	r.mu.Unlock()
+	for _, l := range loads {
+		l.Wait()
+	}
 }
 
 // sleep waits for d, or until a violation is found; it reports whether

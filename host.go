@@ -17,6 +17,6 @@ type host interface {
 	post(g *Group, ev event)
 	// etcdWrite makes fn, an etcd write for g's loop, after wait, with
 	// the retries runner.async makes (asyncRetry), and calls done once
-	// it is made or given up.
-	etcdWrite(g *Group, wait time.Duration, what string, fn func(ctx context.Context, s *membership.Store) error, done func())
+	// it is made (nil) or given up (its last error).
+	etcdWrite(g *Group, wait time.Duration, what string, fn func(ctx context.Context, s *membership.Store) error, done func(error))
 }

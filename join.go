@@ -318,8 +318,15 @@ func (r *runner) joined() {
 	r.g.mem.markReady()
 }
 
-// caughtUp marks this joiner as holding the group's state.
+// caughtUp marks this joiner as holding the group's state (and tells
+// the core, which asks for the mark again while etcd does not show it).
 func (r *runner) caughtUp() {
+	r.vs.CaughtUp(r.g.cfg.Clock())
+	r.markCaughtUp()
+}
+
+// markCaughtUp writes this member's caught-up mark.
+func (r *runner) markCaughtUp() {
 	epoch, self := r.v.rec.Epoch, r.vs.Self()
 	r.async("mark caught up", func(ctx context.Context, s *membership.Store) error { return s.MarkCaughtUp(ctx, epoch, self) })
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -125,9 +124,9 @@ type runner struct {
 	// reported is the final report this member last wrote for its view
 	// (see refreshReport).
 	reported membership.Report
-	// reportWrites counts the writes of reports under way (they end on
+	// reportWrites follows the writes of the latest report (they end on
 	// other goroutines).
-	reportWrites atomic.Int32
+	reportWrites reportWrites
 	// change spans a view change, from the wedge to the next view (or
 	// the exclusion).
 	change trace.Span

@@ -174,9 +174,10 @@ func dialEtcd(ctx context.Context, g *Group) (_ *clientEtcd, err error) {
 		}
 	} else if e.client, err = clientv3.New(clientv3.Config{
 		Endpoints: c.Etcd.Endpoints, DialTimeout: c.Etcd.DialTimeout, TLS: c.Etcd.TLS, Logger: zap.NewNop(), Context: g.ctx,
-		// Pings find a connection the network cut off while a request
-		// or a watch waits on it, so that the client moves to another
-		// endpoint; etcd refuses pings more often than every 5s.
+		// Pings find a connection the network cut off while a request,
+		// a watch or a lease's keepalive stream is open on it, so that
+		// the client moves to another endpoint; etcd refuses pings more
+		// often than every 5s (its --grpc-keepalive-min-time).
 		DialKeepAliveTime: etcdKeepAliveTime, DialKeepAliveTimeout: etcdKeepAliveTimeout,
 	}); err != nil {
 		return nil, fmt.Errorf("convoy: connect to etcd %v: %w", c.Etcd.Endpoints, err)
@@ -185,8 +186,9 @@ func dialEtcd(ctx context.Context, g *Group) (_ *clientEtcd, err error) {
 	return e, nil
 }
 
-// The etcd client's keepalive pings: every etcdKeepAliveTime while a
-// request waits, a connection given up etcdKeepAliveTimeout later.
+// The etcd client's keepalive pings: one after etcdKeepAliveTime without
+// traffic on a connection with a stream open, the connection given up
+// if no answer comes within etcdKeepAliveTimeout.
 const (
 	etcdKeepAliveTime    = 10 * time.Second
 	etcdKeepAliveTimeout = 5 * time.Second
@@ -405,11 +407,11 @@ func (r *runner) asyncAfter(wait time.Duration, what string, fn func(ctx context
 }
 
 // asyncThen is asyncAfter, with done (if not nil) called, from another
-// goroutine, once the write is made or given up.
-func (r *runner) asyncThen(wait time.Duration, what string, fn func(ctx context.Context, s *membership.Store) error, done func()) {
+// goroutine, once the write is made (nil) or given up (its last error).
+func (r *runner) asyncThen(wait time.Duration, what string, fn func(ctx context.Context, s *membership.Store) error, done func(error)) {
 	g, m := r.g, r.g.mem
 	if done == nil {
-		done = func() {}
+		done = func(error) {}
 	}
 	if g.host != nil {
 		g.host.etcdWrite(g, wait, what, fn, done)
@@ -418,11 +420,13 @@ func (r *runner) asyncThen(wait time.Duration, what string, fn func(ctx context.
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		defer done()
+		err := g.ctx.Err()
+		defer func() { done(err) }()
 		if wait > 0 {
 			select {
 			case <-time.After(wait):
 			case <-g.ctx.Done():
+				err = g.ctx.Err()
 				return
 			}
 		}
@@ -432,7 +436,7 @@ func (r *runner) asyncThen(wait time.Duration, what string, fn func(ctx context.
 		ctx, cancel := context.WithTimeout(g.ctx, asyncTimeout)
 		defer cancel()
 		for backoff := 20 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-			err := fn(ctx, m.current())
+			err = fn(ctx, m.current())
 			if !asyncRetry(g, what, err, ctx.Err()) {
 				return
 			}

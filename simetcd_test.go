@@ -37,6 +37,9 @@ type simEtcd struct {
 	// checkPut, if set before the members start, is called with every
 	// put a member makes, before it is made.
 	checkPut func(id NodeID, key, value []byte)
+	// refusePut, if set before the members start, is asked of every put
+	// a member makes: true fails it as if etcd were out of reach.
+	refusePut func(id NodeID, key []byte) bool
 }
 
 // newSimCluster returns an empty cluster on a simulated etcd (leases of
@@ -279,6 +282,9 @@ func (k simKV) RangeStream(ctx context.Context, r *pb.RangeRequest, opts ...grpc
 func (k simKV) Put(ctx context.Context, r *pb.PutRequest, opts ...grpc.CallOption) (*pb.PutResponse, error) {
 	if err := k.check(); err != nil {
 		return nil, err
+	}
+	if k.b.s.refusePut != nil && k.b.s.refusePut(k.b.id, r.Key) {
+		return nil, etcdsim.ErrUnavailable
 	}
 	if k.b.s.checkPut != nil {
 		k.b.s.checkPut(k.b.id, r.Key, r.Value)

@@ -460,13 +460,13 @@ func evName(ev event) string {
 	return fmt.Sprintf("event %d", ev.kind)
 }
 
-func (m *stepMember) etcdWrite(g *Group, wait time.Duration, what string, fn func(ctx context.Context, s *membership.Store) error, done func()) {
+func (m *stepMember) etcdWrite(g *Group, wait time.Duration, what string, fn func(ctx context.Context, s *membership.Store) error, done func(error)) {
 	start := m.s.now + wait
 	backoff := 20 * time.Millisecond
 	var try func()
 	try = func() {
 		if m.gone() {
-			done()
+			done(context.Canceled)
 			return
 		}
 		err := fn(g.ctx, g.mem.current())
@@ -476,7 +476,7 @@ func (m *stepMember) etcdWrite(g *Group, wait time.Duration, what string, fn fun
 			deadline = context.DeadlineExceeded
 		}
 		if !asyncRetry(g, what, err, deadline) {
-			done()
+			done(err)
 			return
 		}
 		m.s.after(backoff, try)

@@ -49,8 +49,8 @@ type view struct {
 	// again: its connection broke (see reopenControl).
 	ctrlRetry []int64
 	// transfers bounds this member's state and suffix transfers as a
-	// joiner of the view: they wait through broken connections and
-	// paused donors until the view closes (endTransfers).
+	// joiner of the view: they reopen broken connections to their donors
+	// until the view closes (endTransfers).
 	transfers    context.Context
 	endTransfers context.CancelFunc
 	// donor serves this member's snapshot parts to the view's joiners.

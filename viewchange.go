@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -83,7 +84,7 @@ func (r *runner) do(a vsync.Action) bool {
 	case vsync.Report:
 		r.report()
 	case vsync.RefreshReport:
-		r.refreshReport(a.Report)
+		r.refreshReport()
 	case vsync.Propose:
 		r.propose(*a.View, a.Logs)
 	case vsync.Minority:
@@ -93,6 +94,9 @@ func (r *runner) do(a vsync.Action) bool {
 		}
 	case vsync.DonorsDone:
 		r.donorsDone()
+	case vsync.MarkCaughtUp:
+		g.log.Info("etcd does not show this member caught up: marking it again", "epoch", r.v.rec.Epoch)
+		r.markCaughtUp()
 	case vsync.Claim:
 		r.claimLog(a.View)
 	case vsync.Recover:
@@ -221,31 +225,77 @@ func (r *runner) putReport(rep membership.Report) {
 		rep.Seq = r.reported.Seq + 1
 	}
 	r.reported = rep
-	r.reportWrites.Add(1)
+	r.reportWrites.start(rep)
 	r.asyncThen(0, "final report", func(ctx context.Context, s *membership.Store) error { return s.PutReport(ctx, rep) },
-		func() { r.reportWrites.Add(-1) })
+		func(err error) { r.reportWrites.done(rep, err) })
 }
 
 // refreshReport writes the final report again if whom this member hears
-// has changed since it last wrote it, or if etcd does not hold its last
-// write (stored, the report the last state read holds) and no write is
-// under way: the last was given up while etcd was out of reach. The core
-// asks once the last write is a suspect timeout old (vsync.RefreshReport
-// says why).
-func (r *runner) refreshReport(stored *membership.Report) {
+// has changed since it last wrote it, or if its last write was given up
+// (etcd was out of reach for longer than writes are retried) and none is
+// under way. The core asks once the last write is a suspect timeout old
+// (vsync.RefreshReport says why).
+func (r *runner) refreshReport() {
 	hears := r.hears()
 	switch {
 	case !slices.Equal(hears, r.reported.Hears):
 		r.g.log.Info("whom this member hears changed: reporting again", "epoch", r.reported.Epoch, "hears", hears)
-	case stored != nil && stored.Seq >= r.reported.Seq, r.reportWrites.Load() > 0:
+	case !r.reportWrites.lost(r.reported):
 		return
 	default:
-		r.g.log.Info("etcd does not hold the final report: reporting again", "epoch", r.reported.Epoch, "hears", hears)
+		r.g.log.Info("the final report's write was given up: reporting again", "epoch", r.reported.Epoch, "hears", hears)
 	}
 	rep := r.reported
 	rep.Hears = hears
 	r.putReport(rep)
 	r.vs.Rereported(r.g.cfg.Clock())
+}
+
+// reportWrites follows the writes of a member's latest final report: the
+// writes of its current view's report by its current incarnation under
+// way, and the highest write number etcd acknowledged. Writes of other
+// reports do not count.
+type reportWrites struct {
+	mu      sync.Mutex
+	epoch   uint64
+	self    membership.Member
+	pending int
+	acked   uint64
+}
+
+// start records a write of rep under way.
+func (w *reportWrites) start(rep membership.Report) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rep.Epoch != w.epoch || rep.Member != w.self {
+		w.epoch, w.self, w.pending, w.acked = rep.Epoch, rep.Member, 0, 0
+	}
+	w.pending++
+}
+
+// done records the end of a write of rep, made if err is nil.
+func (w *reportWrites) done(rep membership.Report, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rep.Epoch != w.epoch || rep.Member != w.self {
+		return
+	}
+	w.pending--
+	if err == nil {
+		w.acked = max(w.acked, rep.Seq)
+	}
+}
+
+// lost reports whether no write of rep, or of a later write of the same
+// report, is under way or acknowledged: etcd does not hold it (or a
+// later one), and will not.
+func (w *reportWrites) lost(rep membership.Report) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rep.Epoch != w.epoch || rep.Member != w.self {
+		return true
+	}
+	return w.pending == 0 && w.acked < rep.Seq
 }
 
 // suspect records a confirmed suspicion of member id in etcd.

@@ -234,9 +234,12 @@ func (s *Store) PutRecovery(ctx context.Context, r Recovery) error {
 // PutReport records r, a member's final report for view r.Epoch, unless
 // the store holds a later write of the same incarnation's report (a
 // higher Seq): of writes retried concurrently, the last one stands,
-// whatever the order they land in.
+// whatever the order they land in. A report with Seq 0 replaces any.
 func (s *Store) PutReport(ctx context.Context, r Report) error {
 	key := s.k.report(r.Epoch, r.Member.ID)
+	if r.Seq == 0 {
+		return s.putJSON(ctx, "put report", key, r)
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("membership: put report: %w", err)
@@ -250,7 +253,7 @@ func (s *Store) PutReport(ctx context.Context, r Report) error {
 		if len(resp.Kvs) > 0 {
 			var old Report
 			mod = resp.Kvs[0].ModRevision
-			if json.Unmarshal(resp.Kvs[0].Value, &old) == nil && old.Member == r.Member && old.Seq >= r.Seq {
+			if json.Unmarshal(resp.Kvs[0].Value, &old) == nil && old.Member.Incarnation == r.Member.Incarnation && old.Seq >= r.Seq {
 				return nil // a later write landed first
 			}
 		}

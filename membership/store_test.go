@@ -605,8 +605,8 @@ func testState(t *testing.T, b *testBackend) {
 }
 
 // TestPutReportOrder writes one member's report several times, out of
-// order and concurrently: the write with the highest Seq stands, and a
-// report of another incarnation is replaced whatever its Seq.
+// order and concurrently: the write with the highest Seq stands; a
+// report of another incarnation, and an unnumbered one, replace any.
 func TestPutReportOrder(t *testing.T) {
 	eachBackend(t, testPutReportOrder)
 }
@@ -635,8 +635,9 @@ func testPutReportOrder(t *testing.T, b *testBackend) {
 		{put: rep(m1, 1, 1, 2, 3), want: rep(m1, 1, 1, 2, 3)},
 		{put: rep(m1, 3, 1, 2), want: rep(m1, 3, 1, 2)},
 		{put: rep(m1, 2, 1), want: rep(m1, 3, 1, 2)}, // landed late: ignored
-		{put: rep(m1, 3, 1), want: rep(m1, 3, 1, 2)}, // the same write again
+		{put: rep(m1, 3, 1), want: rep(m1, 3, 1, 2)}, // the same number again
 		{put: rep(Member{ID: 1, Incarnation: 2}, 1), want: rep(Member{ID: 1, Incarnation: 2}, 1)},
+		{put: rep(Member{ID: 1, Incarnation: 2}, 0, 3), want: rep(Member{ID: 1, Incarnation: 2}, 0, 3)}, // unnumbered
 	} {
 		if err := s.PutReport(ctx, step.put); err != nil {
 			t.Fatalf("step %d: %v", i, err)

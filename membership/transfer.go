@@ -1022,7 +1022,6 @@ type fetchConn struct {
 		broken   bool
 		reopenAt time.Time
 		backoff  *backoff.ExponentialBackOff
-		err      error            // why it failed last
 		toClose  []rdma.QueuePair // failed queue pairs run closes
 		pending  []int            // requested parts not yet answered, oldest first
 		last     time.Time        // last progress, or when it began to owe
@@ -1212,7 +1211,6 @@ func (fc *fetchConn) failLocked(err error) {
 	fc.mu.pending = nil
 	fc.mu.cur = -1
 	fc.mu.buf = nil
-	fc.mu.err = err
 	if fc.mu.qp != nil {
 		fc.mu.toClose = append(fc.mu.toClose, fc.mu.qp)
 		fc.mu.qp = nil

@@ -132,8 +132,9 @@ type Report struct {
 	// whom it still reaches (see Suspected).
 	Hears []ID `json:"hears,omitempty"`
 	// Seq numbers the reporter's writes of its report for the view, from
-	// 1: it writes again when whom it hears changes, and a write that
-	// lands late never replaces a later one (Store.PutReport).
+	// 1 (0: unnumbered): it writes again when whom it hears changes or a
+	// write was given up, and a write that lands late never replaces a
+	// later one (Store.PutReport).
 	Seq uint64 `json:"seq,omitempty"`
 }
 

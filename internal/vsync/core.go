@@ -47,9 +47,9 @@ type Core struct {
 	epoch uint64
 
 	// Outside the views: when to ask to join again if no request is
-	// recorded; whether this member wrote the first view.
-	joinRetry int64
-	bootAsked bool
+	// recorded; when to write the first view again while none is
+	// committed (its write may have been given up).
+	joinRetry, bootRetry int64
 	// A restart from the logs: whether and since when it looks needed,
 	// whether and since when this member (as leader) saw a majority's
 	// claims, and when to claim again if its claim is missing.
@@ -69,13 +69,15 @@ type Core struct {
 	// proposal held back).
 	wedgedAt, reportAt, reportedAt, retryAt int64
 	retryState                              *membership.State
+	// holds says the member holds the group's state (a joiner's
+	// transfer ended, or it needed none); markRetry is when to write its
+	// caught-up mark again if a state read still shows it missing.
+	holds     bool
+	markRetry int64
 	// exclusions counts the exclusions that followed each other, the last
 	// at lastExcluded.
 	exclusions   int
 	lastExcluded int64
-	// stored is this member's final report for its view as the last
-	// state read holds it (nil: none).
-	stored *membership.Report
 	// decided is the last decision logged (debug): a decision is logged
 	// when it differs from it.
 	decided string
@@ -135,11 +137,16 @@ const (
 	// Recover: as leader, commit View, which restarts the group from the
 	// members' logs.
 	Recover
+	// MarkCaughtUp: write the member's caught-up mark again: it holds
+	// the group's state (CaughtUp), but a state read a retry interval
+	// later shows the mark missing (its write was given up while etcd
+	// was out of reach). Without the mark the member would stay a joiner,
+	// counting towards no majority, in every view from then on.
+	MarkCaughtUp
 	// RefreshReport: the final report was written a suspect timeout ago
 	// or more; write it again if whom the member hears changed since, or
-	// if etcd does not hold the last write (Report: the report as the
-	// last state read holds it) and none is under way, and say so
-	// (Rereported). What it holds and delivered is final from the wedge
+	// if its last write failed (given up while etcd was out of reach),
+	// and say so (Rereported). What it holds and delivered is final from the wedge
 	// on, whom it hears is not: a partition that healed after the
 	// reports were written would otherwise stand in them for good, and a
 	// view change that waits for a majority of reporters who hear each
@@ -153,7 +160,7 @@ const (
 )
 
 var actionNames = [...]string{"", "bootstrap", "request-join", "enter", "install", "exclude", "wedge", "report",
-	"propose", "minority", "donors-done", "claim", "recover", "refresh-report"}
+	"propose", "minority", "donors-done", "claim", "recover", "mark-caught-up", "refresh-report"}
 
 func (k ActionKind) String() string {
 	if int(k) < len(actionNames) && k > 0 {
@@ -175,9 +182,6 @@ type Action struct {
 	// Logs holds the log positions of joiners that restarted with their
 	// durable logs (Propose).
 	Logs map[membership.ID]membership.LogPos
-	// Report is the member's final report as the last state read holds
-	// it, nil if none (RefreshReport).
-	Report *membership.Report
 }
 
 // State applies a state of the group read from etcd, at time now, and
@@ -191,7 +195,7 @@ func (c *Core) State(now int64, st *membership.State) []Action {
 	case c.phase.Final():
 		return nil
 	case cur.Epoch == 0:
-		return c.bootstrap(st)
+		return c.bootstrap(now, st)
 	case !c.phase.InView():
 		return c.outside(now, st)
 	case cur.Epoch < c.epoch:
@@ -210,9 +214,10 @@ func (c *Core) State(now int64, st *membership.State) []Action {
 }
 
 // bootstrap founds the group once enough members have registered: the
-// one with the lowest ID writes the first view.
-func (c *Core) bootstrap(st *membership.State) []Action {
-	if c.bootAsked || c.phase != Joining || len(st.Registered) < c.cfg.InitialMembers {
+// one with the lowest ID writes the first view, and again a retry
+// interval later while none is committed.
+func (c *Core) bootstrap(now int64, st *membership.State) []Action {
+	if c.phase != Joining || now < c.bootRetry || len(st.Registered) < c.cfg.InitialMembers {
 		return nil
 	}
 	ids := make([]uint64, 0, len(st.Registered))
@@ -227,7 +232,7 @@ func (c *Core) bootstrap(st *membership.State) []Action {
 	for _, id := range ids {
 		first.Members = append(first.Members, st.Registered[id])
 	}
-	c.bootAsked = true
+	c.bootRetry = now + c.retryInterval()
 	return []Action{{Kind: Bootstrap, View: &first}}
 }
 
@@ -327,10 +332,6 @@ func (c *Core) giveWay(st *membership.State) []Action {
 
 // decide runs the view-change decision on a state of the current view.
 func (c *Core) decide(now int64, st *membership.State) []Action {
-	c.stored = nil
-	if r, ok := st.Reports[c.self.ID]; ok && r.Member == c.self && r.Epoch == c.epoch {
-		c.stored = &r
-	}
 	in := membership.ChangeInput{
 		Current: st.Current, CaughtUp: st.CaughtUp,
 		Joins: st.Joins, Leaves: st.Leaves, Reports: st.Reports,
@@ -375,6 +376,10 @@ func (c *Core) decide(now int64, st *membership.State) []Action {
 	}
 	if len(st.Current.Joining) > 0 && allCaughtUp(&st.Current, st.CaughtUp) {
 		out = append(out, Action{Kind: DonorsDone})
+	}
+	if c.holds && !st.CaughtUp[c.self.ID] && slices.Contains(st.Current.Joining, c.self.ID) && now >= c.markRetry {
+		c.markRetry = now + c.retryInterval()
+		out = append(out, Action{Kind: MarkCaughtUp})
 	}
 	return out
 }
@@ -511,7 +516,7 @@ func (c *Core) Tick(now int64) []Action {
 		c.to(Reported)
 		out = append(out, Action{Kind: Report})
 	case c.phase == Reported && now-c.reportedAt >= int64(c.cfg.SuspectTimeout):
-		out = append(out, Action{Kind: RefreshReport, Report: c.stored})
+		out = append(out, Action{Kind: RefreshReport})
 	}
 	return out
 }
@@ -560,7 +565,7 @@ func (c *Core) Ending(now int64) {
 
 func (c *Core) inView(rec *membership.View) {
 	c.epoch = rec.Epoch
-	c.reportAt, c.retryAt, c.retryState, c.stored = 0, 0, nil, nil
+	c.reportAt, c.retryAt, c.retryState, c.decided = 0, 0, nil, ""
 }
 
 // Excluded says the member left its view at time now, and not to leave
@@ -586,6 +591,15 @@ func (c *Core) Excluded(now int64, next membership.Member) time.Duration {
 	*c = Core{cfg: c.cfg, log: c.log, phase: Joining, self: next, exclusions: c.exclusions, lastExcluded: c.lastExcluded}
 	c.joinRetry = now + int64(wait) + c.retryInterval()
 	return wait
+}
+
+// CaughtUp says the member, a joiner of its view, holds the group's state
+// from time now on, and the runtime is writing its caught-up mark: the
+// core asks for the mark again (MarkCaughtUp) while state reads a retry
+// interval apart show it missing.
+func (c *Core) CaughtUp(now int64) {
+	c.holds = true
+	c.markRetry = now + c.retryInterval()
 }
 
 // Left says the member left the group on purpose.

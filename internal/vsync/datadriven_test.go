@@ -46,11 +46,8 @@ import (
 //	                      a join request, with the joiner's log position
 //	leave 3               a leave request
 //	suspect 3 by=1        a suspicion recorded in the current view
-//	report 1 held=(4,2,0) delivered=104 [hears=(1,2)] [seq=1]
-//	                      a final report for the current view (its
-//	                      writer's seq-th write of it)
-//	unreport 1            the member's final report is gone (it never
-//	                      landed)
+//	report 1 held=(4,2,0) delivered=104 [hears=(1,2)]
+//	                      a final report for the current view
 //	caughtup 4            a caught-up mark of the member's registered incarnation
 //	claim 2.2 last=120    a claim to restart the current view from a log
 //	                      whose last usable entry is 120 [beyond: the log
@@ -76,6 +73,8 @@ import (
 //	                      although it was active (the runtime does so first)
 //	rereported 1          the member wrote its final report again (whom it
 //	                      hears changed)
+//	holds 4               the member holds the group's state: the runtime
+//	                      writes its caught-up mark (caughtup: it landed)
 //	excluded 1            the member left its view; it comes back as the next incarnation
 //	left 1, failed 1      the member left the group on purpose, or stopped
 //	phases                every core's phase, incarnation, view and deadline
@@ -229,12 +228,7 @@ func (h *harness) run(t *testing.T, td *datadriven.TestData) {
 		h.st.Reports[id] = membership.Report{
 			Epoch: cur.Epoch, Member: cur.Members[rank],
 			Held: ddargs.Uints(t, td, "held"), Delivered: ddargs.Uint(t, td, "delivered", cur.Start),
-			Hears: ddargs.Uints(t, td, "hears"), Seq: ddargs.Uint(t, td, "seq", 1),
-		}
-		h.changed()
-	case "unreport":
-		for _, m := range bareMembers(t, td) {
-			delete(h.st.Reports, m.ID)
+			Hears: ddargs.Uints(t, td, "hears"),
 		}
 		h.changed()
 	case "caughtup":
@@ -333,6 +327,10 @@ func (h *harness) run(t *testing.T, td *datadriven.TestData) {
 	case "rereported":
 		for _, id := range h.selected(t, td) {
 			h.step(id, func(c *Core) []Action { c.Rereported(int64(h.now)); return nil })
+		}
+	case "holds":
+		for _, id := range h.selected(t, td) {
+			h.step(id, func(c *Core) []Action { c.CaughtUp(int64(h.now)); return nil })
 		}
 	case "left":
 		for _, id := range h.selected(t, td) {
@@ -577,11 +575,6 @@ func describeAction(a Action) string {
 		return "minority over"
 	case Claim:
 		return fmt.Sprintf("claim the log for view %d", a.View.Epoch)
-	case RefreshReport:
-		if a.Report == nil {
-			return "refresh-report (etcd holds none)"
-		}
-		return fmt.Sprintf("refresh-report (etcd holds seq=%d hears=%s)", a.Report.Seq, describeIDs(a.Report.Hears))
 	}
 	return a.Kind.String()
 }
