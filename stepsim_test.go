@@ -38,7 +38,8 @@ var (
 //
 // A seed draws a short schedule of faults (simSchedule): crashes and
 // restarts, partitions, broken links, etcd outages shorter and longer
-// than the leases, members cut off from etcd; the members keep no state
+// than the leases (and now and then than the retries of etcd writes),
+// members cut off from etcd; the members keep no state
 // to transfer and no durable log (TestGroupSim and TestGroupSimMany run
 // those, on goroutines). Then the faults stop and the checks run: the
 // group comes back whole and delivers again within a bound of virtual
@@ -756,6 +757,14 @@ func runStepPlanted(t testing.TB, seed uint64, verbose bool, planted plant.Fault
 	s.wire = newSteppedWire(seed, plan.maxDelay, s.clock, func() {
 		s.kickWire()
 	})
+	// One etcd outage in sixteen outlasts the retries of etcd writes
+	// (asyncTimeout): what a view change needs written there is written
+	// again once etcd is back.
+	for i := range plan.faults {
+		if f := &plan.faults[i]; (f.kind == "etcd-down" || f.kind == "etcd-cut") && s.rng.IntN(16) == 0 {
+			f.lasts = asyncTimeout + time.Duration(1000+s.rng.IntN(4000))*time.Millisecond
+		}
+	}
 	t.Logf("seed %d: %v", seed, plan)
 	n := plan.n
 	for i := range n {
