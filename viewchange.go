@@ -286,9 +286,10 @@ func (w *reportWrites) done(rep membership.Report, err error) {
 	}
 }
 
-// lost reports whether no write of rep, or of a later write of the same
-// report, is under way or acknowledged: etcd does not hold it (or a
-// later one), and will not.
+// lost reports whether etcd does not hold rep (or a later write of the
+// same report) and no write under way may still bring it: none of the
+// report's writes is under way, and none numbered rep's or higher was
+// acknowledged.
 func (w *reportWrites) lost(rep membership.Report) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
