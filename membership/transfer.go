@@ -62,11 +62,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/cenkalti/backoff/v5"
 
 	"github.com/convoy-gcs/convoy/rdma"
 )
@@ -329,6 +328,14 @@ type DonorConfig struct {
 	// smaller ones. Default DefaultTransferChunkBytes, at most
 	// MaxTransferChunkBytes.
 	ChunkBytes int
+	// Clock is the time the donor runs on: the pauses before it serves a
+	// joiner again on a new queue pair. Default SystemClock().
+	Clock Clock
+	// Rand, if set, draws the jitter of those pauses: a simulation's
+	// seeded source, with a Clock and a transport that run everything on
+	// one goroutine (a *rand.Rand is not safe for concurrent use).
+	// Default: the backoff's own source.
+	Rand *rand.Rand
 	// Logger receives the donor's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -366,6 +373,9 @@ func (c DonorConfig) withDefaults() (DonorConfig, error) {
 	if c.ChunkBytes < 0 || c.ChunkBytes > MaxTransferChunkBytes {
 		return c, fmt.Errorf("membership: donor chunk size %d out of range", c.ChunkBytes)
 	}
+	if c.Clock == nil {
+		c.Clock = SystemClock()
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -380,8 +390,9 @@ type Donor struct {
 	cfg  DonorConfig
 	log  *slog.Logger
 	done chan struct{} // closed when every joiner's transfer has ended (see Done)
-	stop chan struct{} // closed by Close
-	wg   sync.WaitGroup
+	// wg counts the calls scheduled on the clock (later) that have not
+	// ended.
+	wg sync.WaitGroup
 	// parts holds the parts served, pending those announced but not yet
 	// added. Lock order: a donorConn's mu, then partsMu.
 	partsMu sync.Mutex
@@ -393,7 +404,38 @@ type Donor struct {
 		closed bool
 		conns  []*donorConn
 		live   int // conns not ended
+		// tasks are the calls scheduled on the clock that have not
+		// started.
+		tasks map[*donorTask]bool
 	}
+}
+
+// donorTask is a call a donor scheduled on its clock (later).
+type donorTask struct {
+	t Timer
+	// always: Close makes the call itself if it has not started (closing
+	// a failed queue pair).
+	always bool
+	fn     func()
+}
+
+// later calls fn after wait on the donor's clock: on another goroutine
+// than the caller's, which may be a handler (and a handler must not
+// close its own queue pair). Close stops the calls that have not
+// started, making those marked always itself. REQUIRES: not d.mu.
+func (d *Donor) later(wait time.Duration, always bool, fn func()) {
+	task := &donorTask{always: always, fn: fn}
+	d.wg.Add(1)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.mu.tasks[task] = true
+	task.t = d.cfg.Clock.AfterFunc(wait, func() {
+		d.mu.Lock()
+		delete(d.mu.tasks, task)
+		d.mu.Unlock()
+		defer d.wg.Done()
+		fn()
+	})
 }
 
 // donorConn serves one joiner.
@@ -408,7 +450,7 @@ type donorConn struct {
 		// (whose connection broke) are ignored.
 		qp        rdma.QueuePair
 		link      *donorLink
-		backoff   *backoff.ExponentialBackOff // pause before a new queue pair
+		backoff   *reopenBackoff // pause before a new queue pair
 		ended     bool
 		credits   int
 		requested map[int]bool
@@ -443,8 +485,8 @@ func NewDonor(ctx context.Context, cfg DonorConfig) (*Donor, error) {
 		parts:   make(map[int][]byte, len(c.Parts)),
 		pending: make(map[int]bool, len(c.Pending)),
 		done:    make(chan struct{}),
-		stop:    make(chan struct{}),
 	}
+	d.mu.tasks = make(map[*donorTask]bool)
 	for p, b := range c.Parts {
 		d.parts[p] = b
 	}
@@ -455,7 +497,7 @@ func NewDonor(ctx context.Context, cfg DonorConfig) (*Donor, error) {
 	for i, j := range c.Joiners {
 		dc := &donorConn{d: d, peer: j}
 		dc.mu.requested = make(map[int]bool)
-		dc.mu.backoff = newReopenBackoff()
+		dc.mu.backoff = newReopenBackoff(c.Rand)
 		conns[i] = dc
 	}
 	d.mu.conns = conns
@@ -567,10 +609,7 @@ func (d *Donor) Done() <-chan struct{} { return d.done }
 // Close stops serving and closes every queue pair. It is idempotent.
 func (d *Donor) Close() error {
 	d.mu.Lock()
-	if !d.mu.closed {
-		d.mu.closed = true
-		close(d.stop)
-	}
+	d.mu.closed = true
 	conns := d.mu.conns
 	d.mu.Unlock()
 	for _, dc := range conns {
@@ -583,6 +622,25 @@ func (d *Donor) Close() error {
 		if qp != nil {
 			qp.Close()
 		}
+	}
+	// Every joiner's transfer has ended, so nothing schedules calls any
+	// more: those not started are stopped (or made, to close a queue
+	// pair), and those started are waited for. On a simulation's clock,
+	// none has started.
+	var run []func()
+	d.mu.Lock()
+	for task := range d.mu.tasks {
+		if task.t.Stop() {
+			delete(d.mu.tasks, task)
+			if task.always {
+				run = append(run, task.fn)
+			}
+			d.wg.Done()
+		}
+	}
+	d.mu.Unlock()
+	for _, fn := range run {
+		fn()
 	}
 	d.wg.Wait()
 	return nil
@@ -617,7 +675,7 @@ func (dc *donorConn) endLocked(err error) {
 // queue pair failure, and closes it on another goroutine (a handler must
 // not close its own). After a broken connection, the joiner is served
 // again on a new queue pair after a pause; after anything else, its
-// transfer ends. REQUIRES: dc.mu.
+// transfer ends. REQUIRES: dc.mu (not d.mu).
 func (dc *donorConn) failLocked(err error) {
 	d := dc.d
 	qp := dc.mu.qp
@@ -631,7 +689,7 @@ func (dc *donorConn) failLocked(err error) {
 	if again {
 		// The joiner asks again, on the new queue pair, for what it
 		// still misses.
-		wait = dc.mu.backoff.NextBackOff()
+		wait = dc.mu.backoff.next()
 		d.log.Info("membership: donor: connection to joiner broke: serving it on a new one", "joiner", dc.peer, "retry_in", wait, "err", err)
 		dc.mu.credits = 0
 		dc.mu.requested = make(map[int]bool)
@@ -640,33 +698,21 @@ func (dc *donorConn) failLocked(err error) {
 	} else {
 		dc.endLocked(err)
 	}
-	if qp == nil && !again {
-		return
+	// Close has not ended dc (it takes dc.mu to do so), so it finds these
+	// calls scheduled.
+	if qp != nil {
+		d.later(0, true, func() { qp.Close() })
 	}
-	// Close has not taken this queue pair (it takes dc.mu to do so), so
-	// its Wait comes after this Add.
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		if qp != nil {
-			qp.Close()
-		}
-		if !again {
-			return
-		}
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-d.stop:
-			return
-		case <-t.C:
-		}
-		if err := dc.open(context.Background()); err != nil {
-			dc.mu.Lock()
-			dc.endLocked(err)
-			dc.mu.Unlock()
-		}
-	}()
+	if again {
+		d.later(wait, false, func() {
+			// dc.open does nothing once Close has ended dc.
+			if err := dc.open(context.Background()); err != nil {
+				dc.mu.Lock()
+				dc.endLocked(err)
+				dc.mu.Unlock()
+			}
+		})
+	}
 }
 
 // donorLink is the handler of one queue pair to a joiner.
@@ -697,7 +743,7 @@ func (l *donorLink) Signal(imm uint64) {
 			return
 		}
 		dc.mu.requested[m.part] = true
-		dc.mu.backoff.Reset()
+		dc.mu.backoff.reset()
 		dc.mu.queue = append(dc.mu.queue, donorRequest{part: m.part, chunk: min(dc.d.cfg.ChunkBytes, int(m.arg))})
 	case transferCredit:
 		dc.mu.credits += int(m.arg)
@@ -822,6 +868,15 @@ type FetchConfig struct {
 	// MaxPartBytes bounds the size of a part a donor may announce. Default
 	// DefaultMaxPartBytes.
 	MaxPartBytes int64
+	// Clock is the time the transfer runs on: stall timeouts, and the
+	// pauses before a broken connection is opened again. Default
+	// SystemClock().
+	Clock Clock
+	// Rand, if set, draws the jitter of those pauses: a simulation's
+	// seeded source, with a Clock and a transport that run everything on
+	// one goroutine (a *rand.Rand is not safe for concurrent use).
+	// Default: the backoff's own source.
+	Rand *rand.Rand
 	// Logger receives the joiner's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -864,6 +919,9 @@ func (c FetchConfig) withDefaults() (FetchConfig, error) {
 	if c.MaxPartBytes < 0 {
 		return c, fmt.Errorf("membership: fetch part bound %d", c.MaxPartBytes)
 	}
+	if c.Clock == nil {
+		c.Clock = SystemClock()
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -893,17 +951,62 @@ func (c FetchConfig) withDefaults() (FetchConfig, error) {
 // The stall clock of a donor starts when it is first asked for something,
 // so donors should be serving (NewDonor) within StallTimeout of Fetch.
 func Fetch(ctx context.Context, cfg FetchConfig) ([][]byte, error) {
-	c, err := cfg.withDefaults()
-	if err != nil {
+	if _, err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTransfer, err)
 	}
-	f := newFetcher(c)
-	defer f.closeAll()
-	f.start(ctx)
-	return f.run(ctx)
+	type result struct {
+		parts [][]byte
+		err   error
+	}
+	ch := make(chan result, 1)
+	t, err := StartFetch(ctx, cfg, func(parts [][]byte, err error) { ch <- result{parts, err} })
+	if err != nil {
+		return nil, err
+	}
+	var r result
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		t.Stop(ctx.Err())
+		r = <-ch
+	}
+	return r.parts, r.err
+}
+
+// Transfer is a joiner's state transfer in progress (StartFetch).
+type Transfer struct{ f *fetcher }
+
+// StartFetch starts the transfer Fetch makes, and returns at once. done is
+// called once, when the transfer ends: with the parts in order, or with
+// the error Fetch would return (Stop in place of ctx's end). It is called
+// on one of cfg.Clock's calls, after every queue pair of the transfer was
+// closed. ctx bounds only the setup of queue pairs (rdma.Endpoint.Open):
+// Stop ends the transfer.
+func StartFetch(ctx context.Context, cfg FetchConfig, done func(parts [][]byte, err error)) (*Transfer, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	f := newFetcher(ctx, c, done)
+	f.start()
+	return &Transfer{f: f}, nil
+}
+
+// Stop ends the transfer unless it has ended: done is then called with an
+// error wrapping ErrTransfer, cause, and why the donors asked for the
+// missing parts did not deliver them.
+func (t *Transfer) Stop(cause error) {
+	f := t.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mu.finished || f.mu.stopped != nil {
+		return
+	}
+	f.mu.stopped = cause
+	f.wakeUpLocked()
 }
 
 // Bounds of a joiner's reconnections to a donor.
@@ -917,28 +1020,15 @@ const (
 	maxPartErrs = 8
 )
 
-// newReopenBackoff returns the pauses before each new queue pair to a
-// peer whose connection broke (donor and joiner alike): jittered, from
-// fetchReopenMin doubling up to fetchReopenMax.
-func newReopenBackoff() *backoff.ExponentialBackOff {
-	b := &backoff.ExponentialBackOff{
-		InitialInterval:     fetchReopenMin,
-		RandomizationFactor: 0.5,
-		Multiplier:          2,
-		MaxInterval:         fetchReopenMax,
-	}
-	b.Reset()
-	return b
-}
-
 // newFetcher returns the joiner's state for a transfer with configuration
-// c (with defaults applied).
-func newFetcher(c FetchConfig) *fetcher {
+// c (with defaults applied); done is called when it ends.
+func newFetcher(ctx context.Context, c FetchConfig, done func([][]byte, error)) *fetcher {
 	k := len(c.Donors)
 	f := &fetcher{
+		ctx:  ctx,
 		cfg:  c,
 		log:  c.Logger.With("node", c.Endpoint.ID(), "stream", c.Stream),
-		wake: make(chan struct{}, 1),
+		done: done,
 	}
 	f.mu.parts = make([]fetchPart, k*c.Slices)
 	for p := range f.mu.parts {
@@ -949,30 +1039,33 @@ func newFetcher(c FetchConfig) *fetcher {
 	for i, d := range c.Donors {
 		fc := &fetchConn{f: f, i: i, peer: d}
 		fc.mu.cur = -1
-		fc.mu.backoff = newReopenBackoff()
+		fc.mu.backoff = newReopenBackoff(c.Rand)
 		f.conns[i] = fc
 	}
 	return f
 }
 
-// start opens the queue pairs and asks each donor for its part.
-func (f *fetcher) start(ctx context.Context) {
+// start opens the queue pairs, asks each donor for its part, and starts
+// polling (poll).
+func (f *fetcher) start() {
 	for _, fc := range f.conns {
-		fc.open(ctx)
+		fc.open()
 	}
 	f.mu.Lock()
 	for p := range f.mu.parts {
 		f.assignLocked(p)
 	}
+	f.wakeUpLocked()
 	f.mu.Unlock()
 }
 
 // fetcher is the joiner's side of one transfer.
 type fetcher struct {
+	ctx   context.Context // bounds the setup of queue pairs
 	cfg   FetchConfig
 	log   *slog.Logger
-	wake  chan struct{} // capacity 1: something changed
-	conns []*fetchConn  // by donor index; fixed
+	done  func([][]byte, error) // called once, by poll, when it ends
+	conns []*fetchConn          // by donor index; fixed
 
 	// mu guards the fields in mu and the mu fields of every fetchConn.
 	mu struct {
@@ -981,6 +1074,14 @@ type fetcher struct {
 		parts     []fetchPart
 		remaining int
 		err       error // set when a part has no donor left
+		stopped   error // Stop's cause
+		// timer calls poll at timerAt (nil: no call is pending). polling:
+		// poll runs; again: something changed meanwhile, and it looks
+		// again before it ends.
+		timer   Timer
+		timerAt time.Time
+		polling bool
+		again   bool
 	}
 }
 
@@ -1017,12 +1118,12 @@ type fetchConn struct {
 		qp   rdma.QueuePair
 		link *fetchLink
 		// dead: the donor is not asked again. broken: its connection
-		// broke, and run opens a new queue pair at reopenAt.
+		// broke, and poll opens a new queue pair at reopenAt.
 		dead     bool
 		broken   bool
 		reopenAt time.Time
-		backoff  *backoff.ExponentialBackOff
-		toClose  []rdma.QueuePair // failed queue pairs run closes
+		backoff  *reopenBackoff
+		toClose  []rdma.QueuePair // failed queue pairs poll closes
 		pending  []int            // requested parts not yet answered, oldest first
 		last     time.Time        // last progress, or when it began to owe
 		cur      int              // part being received, or -1
@@ -1042,12 +1143,27 @@ type fetchLink struct {
 	bufs [][]byte // receive buffers; wr is the index
 }
 
-// wakeUp tells run that something changed.
-func (f *fetcher) wakeUp() {
-	select {
-	case f.wake <- struct{}{}:
-	default:
+// wakeUpLocked makes poll look at once (after the poll in progress, if
+// one is): something changed. REQUIRES: f.mu.
+func (f *fetcher) wakeUpLocked() {
+	if f.mu.polling {
+		f.mu.again = true
+		return
 	}
+	f.scheduleLocked(f.cfg.Clock.Now())
+}
+
+// scheduleLocked makes poll run at at, unless a call is pending for no
+// later. REQUIRES: f.mu.
+func (f *fetcher) scheduleLocked(at time.Time) {
+	if f.mu.finished || f.mu.timer != nil && !f.mu.timerAt.After(at) {
+		return
+	}
+	if f.mu.timer != nil {
+		f.mu.timer.Stop() // if it runs anyway, it finds nothing to do
+	}
+	f.mu.timerAt = at
+	f.mu.timer = f.cfg.Clock.AfterFunc(max(at.Sub(f.cfg.Clock.Now()), 0), f.poll)
 }
 
 // donorFor returns the donor asked for part p on attempt a (0-based).
@@ -1066,7 +1182,7 @@ func connBroke(err error) bool {
 
 // open opens a new queue pair to fc's donor, grants the initial credits,
 // and asks again for what fc owes.
-func (fc *fetchConn) open(ctx context.Context) {
+func (fc *fetchConn) open() {
 	f := fc.f
 	link := &fetchLink{fc: fc, bufs: make([][]byte, transferCredits)}
 	for i := range link.bufs {
@@ -1082,8 +1198,14 @@ func (fc *fetchConn) open(ctx context.Context) {
 	f.mu.Unlock()
 	// Open may run handler calls (Failed) before it returns: not under
 	// f.mu.
-	qp, err := f.cfg.Endpoint.Open(ctx, fc.peer, f.cfg.Stream, link)
+	qp, err := f.cfg.Endpoint.Open(f.ctx, fc.peer, f.cfg.Stream, link)
 	f.mu.Lock()
+	if err == nil && f.mu.finished {
+		// The transfer ended meanwhile.
+		f.mu.Unlock()
+		qp.Close()
+		return
+	}
 	defer f.mu.Unlock()
 	if err != nil {
 		if fc.mu.link == link {
@@ -1091,10 +1213,10 @@ func (fc *fetchConn) open(ctx context.Context) {
 		}
 		return
 	}
-	if fc.mu.link != link || f.mu.finished {
-		// It failed already, or Fetch is over.
+	if fc.mu.link != link {
+		// It failed already: poll closes it.
 		fc.mu.toClose = append(fc.mu.toClose, qp)
-		f.wakeUp()
+		f.wakeUpLocked()
 		return
 	}
 	fc.mu.qp = qp
@@ -1171,14 +1293,14 @@ func (f *fetcher) assignLocked(p int) {
 		return
 	}
 	f.mu.err = fmt.Errorf("%w: part %d of %d: no donor left: %w", ErrTransfer, p, len(f.mu.parts), errors.Join(part.errs...))
-	f.wakeUp()
+	f.wakeUpLocked()
 }
 
 // requestLocked asks fc for part p: at once if its queue pair is open,
 // else when it opens one. REQUIRES: f.mu.
 func (fc *fetchConn) requestLocked(p int) {
 	if len(fc.mu.pending) == 0 && fc.mu.cur < 0 {
-		fc.mu.last = time.Now()
+		fc.mu.last = fc.f.cfg.Clock.Now()
 	}
 	fc.mu.pending = append(fc.mu.pending, p)
 	if fc.mu.qp != nil {
@@ -1218,8 +1340,8 @@ func (fc *fetchConn) failLocked(err error) {
 	fc.mu.link = nil
 	if connBroke(err) && !f.mu.finished {
 		fc.mu.broken = true
-		wait := fc.mu.backoff.NextBackOff()
-		fc.mu.reopenAt = time.Now().Add(wait)
+		wait := fc.mu.backoff.next()
+		fc.mu.reopenAt = f.cfg.Clock.Now().Add(wait)
 		f.log.Info("membership: fetch: connection to donor broke", "donor", fc.peer, "received", fc.mu.received, "owed", owed, "retry_in", wait, "err", err)
 	} else {
 		fc.mu.dead = true
@@ -1227,7 +1349,7 @@ func (fc *fetchConn) failLocked(err error) {
 			f.log.Info("membership: fetch: giving up on donor", "donor", fc.peer, "received", fc.mu.received, "owed", owed, "err", err)
 		}
 	}
-	f.wakeUp() // run closes the queue pair
+	f.wakeUpLocked() // poll closes the queue pair
 	if f.mu.finished {
 		return
 	}
@@ -1262,9 +1384,9 @@ func (fc *fetchConn) answeredLocked() {
 
 // progressLocked records progress from the donor. REQUIRES: f.mu.
 func (fc *fetchConn) progressLocked() {
-	fc.mu.last = time.Now()
+	fc.mu.last = fc.f.cfg.Clock.Now()
 	fc.mu.stalls = 0
-	fc.mu.backoff.Reset()
+	fc.mu.backoff.reset()
 }
 
 // completeLocked records part p. REQUIRES: f.mu.
@@ -1279,7 +1401,7 @@ func (fc *fetchConn) completeLocked(p int, data []byte) {
 	f.mu.remaining--
 	f.log.Debug("membership: fetch: part received", "part", p, "donor", fc.peer, "bytes", len(data))
 	if f.mu.remaining == 0 {
-		f.wakeUp()
+		f.wakeUpLocked()
 	}
 }
 
@@ -1408,31 +1530,34 @@ func (l *fetchLink) Failed(err error) {
 	}
 }
 
-// run waits for the parts: it asks other donors too for the parts of
-// stalled ones, closes failed queue pairs and opens new ones to the donors
-// whose connection broke, until all parts are in, one cannot be had, or
-// ctx ends.
-func (f *fetcher) run(ctx context.Context) ([][]byte, error) {
+// poll ends the transfer once all parts are in, one cannot be had, or Stop
+// was called; until then it asks other donors too for the parts of
+// stalled ones, closes failed queue pairs and opens new ones to the
+// donors whose connection broke, and calls itself again on the clock. It
+// runs when something changed (wakeUpLocked) and at least every quarter
+// of StallTimeout; one call at a time does the work.
+func (f *fetcher) poll() {
+	f.mu.Lock()
+	if f.mu.polling {
+		f.mu.again = true
+		f.mu.Unlock()
+		return
+	}
+	f.mu.polling = true
+	f.mu.timer = nil
 	tick := max(f.cfg.StallTimeout/4, time.Millisecond)
-	timer := time.NewTimer(tick)
-	defer timer.Stop()
 	for {
-		f.mu.Lock()
-		if f.mu.remaining == 0 {
-			out := make([][]byte, len(f.mu.parts))
-			for i := range f.mu.parts {
-				out[i] = f.mu.parts[i].data
+		f.mu.again = false
+		if parts, err, ended := f.endedLocked(); ended {
+			qps := f.finishLocked()
+			f.mu.Unlock()
+			for _, qp := range qps {
+				qp.Close()
 			}
-			f.mu.finished = true
-			f.mu.Unlock()
-			return out, nil
+			f.done(parts, err)
+			return
 		}
-		if err := f.mu.err; err != nil {
-			f.mu.finished = true
-			f.mu.Unlock()
-			return nil, err
-		}
-		now := time.Now()
+		now := f.cfg.Clock.Now()
 		for _, fc := range f.conns {
 			if fc.mu.dead {
 				continue
@@ -1471,39 +1596,55 @@ func (f *fetcher) run(ctx context.Context) ([][]byte, error) {
 				}
 			}
 		}
+		if len(toClose) == 0 && len(reopen) == 0 && !f.mu.again {
+			f.mu.polling = false
+			f.scheduleLocked(now.Add(wait))
+			f.mu.Unlock()
+			return
+		}
 		f.mu.Unlock()
 		for _, qp := range toClose {
 			qp.Close()
 		}
 		for _, fc := range reopen {
-			fc.open(ctx)
+			fc.open()
 		}
-		if len(toClose) > 0 || len(reopen) > 0 {
-			continue // state may have changed meanwhile
-		}
-		timer.Reset(wait)
-		select {
-		case <-ctx.Done():
-			f.mu.Lock()
-			f.mu.finished = true
-			var errs []error
-			for p, part := range f.mu.parts {
-				if !part.done {
-					errs = append(errs, fmt.Errorf("part %d: %w", p, errors.Join(part.errs...)))
-				}
-			}
-			f.mu.Unlock()
-			return nil, fmt.Errorf("%w: %w: %d of %d parts missing: %w", ErrTransfer, ctx.Err(), len(errs), len(f.mu.parts), errors.Join(errs...))
-		case <-f.wake:
-		case <-timer.C:
-		}
+		f.mu.Lock() // and look again: state may have changed meanwhile
 	}
 }
 
-// closeAll closes every queue pair; called once Fetch is done.
-func (f *fetcher) closeAll() {
-	f.mu.Lock()
+// endedLocked reports whether the transfer is over, and with what.
+// REQUIRES: f.mu.
+func (f *fetcher) endedLocked() (parts [][]byte, err error, ended bool) {
+	switch {
+	case f.mu.remaining == 0:
+		out := make([][]byte, len(f.mu.parts))
+		for i := range f.mu.parts {
+			out[i] = f.mu.parts[i].data
+		}
+		return out, nil, true
+	case f.mu.err != nil:
+		return nil, f.mu.err, true
+	case f.mu.stopped != nil:
+		var errs []error
+		for p, part := range f.mu.parts {
+			if !part.done {
+				errs = append(errs, fmt.Errorf("part %d: %w", p, errors.Join(part.errs...)))
+			}
+		}
+		return nil, fmt.Errorf("%w: %w: %d of %d parts missing: %w", ErrTransfer, f.mu.stopped, len(errs), len(f.mu.parts), errors.Join(errs...)), true
+	}
+	return nil, nil, false
+}
+
+// finishLocked ends the transfer and returns the queue pairs to close.
+// REQUIRES: f.mu.
+func (f *fetcher) finishLocked() []rdma.QueuePair {
 	f.mu.finished = true
+	if f.mu.timer != nil {
+		f.mu.timer.Stop()
+		f.mu.timer = nil
+	}
 	var qps []rdma.QueuePair
 	for _, fc := range f.conns {
 		qps = append(qps, fc.mu.toClose...)
@@ -1514,6 +1655,14 @@ func (f *fetcher) closeAll() {
 		}
 		fc.mu.link = nil
 	}
+	return qps
+}
+
+// closeAll ends the transfer without calling done, and closes every
+// queue pair.
+func (f *fetcher) closeAll() {
+	f.mu.Lock()
+	qps := f.finishLocked()
 	f.mu.Unlock()
 	for _, qp := range qps {
 		qp.Close()

@@ -1015,12 +1015,14 @@ func goodScript() []byte {
 // joiner's invariants after each step.
 func runFetchScript(t *testing.T, script []byte) *fetcher {
 	ep := &scriptEndpoint{qps: map[rdma.NodeID]*scriptQP{}}
-	cfg, err := FetchConfig{Endpoint: ep, Donors: donorIDs(scriptDonors), ChunkBytes: scriptChunk, MaxPartBytes: 64}.withDefaults()
+	// On a clock that never calls poll, only the handler calls change the
+	// joiner's state.
+	cfg, err := FetchConfig{Endpoint: ep, Donors: donorIDs(scriptDonors), ChunkBytes: scriptChunk, MaxPartBytes: 64, Clock: stillClock{}}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
-	fe := newFetcher(cfg)
-	fe.start(context.Background())
+	fe := newFetcher(context.Background(), cfg, func([][]byte, error) { t.Error("the transfer ended on a clock that stands still") })
+	fe.start()
 	checkFetcherInvariants(t, fe)
 	for ; len(script) >= 9; script = script[9:] {
 		sel := script[0]
@@ -1049,6 +1051,17 @@ func runFetchScript(t *testing.T, script []byte) *fetcher {
 	fe.closeAll()
 	return fe
 }
+
+// stillClock is a clock that stands still: it never makes the calls
+// scheduled on it.
+type stillClock struct{}
+
+func (stillClock) Now() time.Time                        { return time.Unix(0, 0) }
+func (stillClock) AfterFunc(time.Duration, func()) Timer { return stillTimer{} }
+
+type stillTimer struct{}
+
+func (stillTimer) Stop() bool { return true }
 
 func TestFetchScript(t *testing.T) {
 	fe := runFetchScript(t, goodScript())

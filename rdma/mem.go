@@ -17,13 +17,25 @@ type MemOptions struct {
 	// Seed seeds the generator that chooses delivery order and delays.
 	Seed int64
 	// MaxDelay bounds the random delay a frame waits before delivery. Zero
-	// delivers as soon as possible. It is ignored in Manual mode.
+	// delivers as soon as possible. In Manual mode it is ignored unless
+	// Now is set.
 	MaxDelay time.Duration
 	// Manual, when set, starts no goroutine: nothing is delivered and no
-	// handler runs until the caller calls [MemFabric.Step] or
-	// [MemFabric.RunUntilIdle]. Delivery order is then a function of the
-	// seed and the sequence of calls alone.
+	// handler runs until the caller calls [MemFabric.Step],
+	// [MemFabric.StepDue] or [MemFabric.RunUntilIdle]. Delivery order is
+	// then a function of the seed and the sequence of calls alone (and,
+	// with Now, of the times they are made at).
 	Manual bool
+	// Now, in Manual mode, is the clock frames are delayed on (by up to
+	// MaxDelay): a simulation's virtual clock, with which it steps the
+	// fabric by StepDue as frames fall due. Outside Manual mode the fabric
+	// runs on the system's clock and Now must be nil.
+	Now func() time.Time
+	// OnWork, in Manual mode, is called when the fabric may have work
+	// due: a frame was sent, a queue pair opened or closed, a link broke.
+	// It is called with no lock held, possibly from a handler, and must
+	// not call into the fabric; a simulation schedules a StepDue.
+	OnWork func()
 	// Logger receives the fabric's logs. Nil discards them.
 	Logger *slog.Logger
 }
@@ -44,6 +56,8 @@ type MemFabric struct {
 	log      *slog.Logger
 	maxDelay time.Duration
 	manual   bool
+	now      func() time.Time // the clock of delays in Manual mode, or nil
+	onWork   func()
 	wake     chan struct{} // capacity 1: there may be work for the dispatcher
 	done     chan struct{} // closed by Close
 	wg       sync.WaitGroup
@@ -71,8 +85,12 @@ type MemFabric struct {
 	}
 }
 
-// NewMemFabric returns a fabric with no endpoints.
+// NewMemFabric returns a fabric with no endpoints. It panics if Now or
+// OnWork is set outside Manual mode, which is a programming error.
 func NewMemFabric(opts MemOptions) *MemFabric {
+	if !opts.Manual && (opts.Now != nil || opts.OnWork != nil) {
+		panic("rdma: MemOptions.Now and OnWork need Manual mode")
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -81,6 +99,8 @@ func NewMemFabric(opts MemOptions) *MemFabric {
 		log:      log,
 		maxDelay: opts.MaxDelay,
 		manual:   opts.Manual,
+		now:      opts.Now,
+		onWork:   opts.OnWork,
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
@@ -189,6 +209,35 @@ func (f *MemFabric) Step() bool {
 	return did
 }
 
+// StepDue, in Manual mode, performs one unit of work as Step does, but
+// delivers only a frame due by the clock MemOptions.Now (with no Now,
+// any frame). If there was nothing to do, it reports false and how long
+// until the next frame falls due (0: none is queued). Outside Manual
+// mode it does nothing and returns false, 0. StepDue must not be called
+// from a handler.
+func (f *MemFabric) StepDue() (did bool, wait time.Duration) {
+	if !f.manual {
+		return false, 0
+	}
+	if f.now == nil {
+		return f.step(time.Time{})
+	}
+	return f.step(f.now())
+}
+
+// delayed reports whether frames are held for a random delay.
+func (f *MemFabric) delayed() bool {
+	return f.maxDelay > 0 && (!f.manual || f.now != nil)
+}
+
+// clock is the time frames are due by.
+func (f *MemFabric) clock() time.Time {
+	if f.now != nil {
+		return f.now()
+	}
+	return time.Now()
+}
+
 // RunUntilIdle, in Manual mode, calls Step until there is nothing left to
 // do and returns the number of steps taken.
 func (f *MemFabric) RunUntilIdle() int {
@@ -225,8 +274,12 @@ func (f *MemFabric) Close() error {
 	return nil
 }
 
-// kick wakes the dispatcher.
+// kick wakes the dispatcher, or in Manual mode tells OnWork.
 func (f *MemFabric) kick() {
+	if f.onWork != nil {
+		f.onWork()
+		return
+	}
 	select {
 	case f.wake <- struct{}{}:
 	default:
@@ -271,7 +324,8 @@ func (f *MemFabric) dispatch() {
 }
 
 // step runs the ready handler calls or, if there are none, delivers one
-// frame whose time has come (any frame if now is zero) and runs the calls
+// frame whose time has come (any frame if now is zero or frames are not
+// delayed) and runs the calls
 // that follow. It reports whether it did anything and, if not, how long
 // until the next frame is due (0 if none is queued).
 func (f *MemFabric) step(now time.Time) (did bool, wait time.Duration) {
@@ -300,7 +354,7 @@ func (f *MemFabric) step(now time.Time) (did bool, wait time.Duration) {
 // pickLocked chooses at random a direction whose head frame is due.
 // REQUIRES: f.mu.
 func (f *MemFabric) pickLocked(now time.Time) (*memDir, time.Duration) {
-	if f.manual || f.maxDelay <= 0 {
+	if !f.delayed() {
 		// No frame is ever held: every direction with frames is due.
 		if len(f.mu.active) == 0 {
 			return nil, 0

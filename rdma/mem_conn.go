@@ -120,8 +120,8 @@ func (f *MemFabric) connLocked(a, b NodeID) *memConn {
 // sendLocked queues a frame from side on c. REQUIRES: f.mu.
 func (f *MemFabric) sendLocked(c *memConn, side int, fr memFrame) {
 	d := c.dirs[side]
-	if !f.manual && f.maxDelay > 0 {
-		fr.due = time.Now().Add(time.Duration(f.mu.rng.Int64N(int64(f.maxDelay) + 1)))
+	if f.delayed() {
+		fr.due = f.clock().Add(time.Duration(f.mu.rng.Int64N(int64(f.maxDelay) + 1)))
 		if fr.due.Before(d.lastDue) {
 			fr.due = d.lastDue
 		}
@@ -131,7 +131,7 @@ func (f *MemFabric) sendLocked(c *memConn, side int, fr memFrame) {
 	if d.frames.len() > 1 {
 		return // d is active or later already
 	}
-	if f.manual || f.maxDelay <= 0 {
+	if !f.delayed() {
 		f.addActiveLocked(d)
 	} else {
 		heap.Push(&f.mu.later, d)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 )
 
 // traceHandler appends every call to a shared log and relays: on a
@@ -192,4 +193,76 @@ func TestMemPartition(t *testing.T) {
 	n.f.Heal()
 	x, y := openPair(t, a, b, 3)
 	transfer(t, x, y, []int{0, 100})
+}
+
+// TestMemStepDueOnClock steps a Manual fabric on a virtual clock: a frame
+// is held until its delay, drawn up to MaxDelay, has passed on that
+// clock, OnWork tells of every send, and frames of one connection keep
+// their order.
+func TestMemStepDueOnClock(t *testing.T) {
+	var now time.Time
+	base := time.Unix(1000, 0)
+	now = base
+	kicks := 0
+	f := NewMemFabric(MemOptions{
+		Seed: 5, Manual: true, MaxDelay: 10 * time.Millisecond,
+		Now: func() time.Time { return now }, OnWork: func() { kicks++ },
+	})
+	defer f.Close()
+	a, _ := f.Endpoint(1)
+	b, _ := f.Endpoint(2)
+	ra, rb := newRecorder(t, "a"), newRecorder(t, "b")
+	ctx := context.Background()
+	qa, _ := a.Open(ctx, 2, 1, ra)
+	qb, _ := b.Open(ctx, 1, 1, rb)
+	for i := range 3 {
+		must(t, qb.PostRecv(make([]byte, 10), uint64(i)))
+	}
+	kicks = 0
+	for i := range 3 {
+		must(t, qa.PostSend([]byte{byte(i)}, uint64(i), uint64(i)))
+	}
+	if kicks != 3 {
+		t.Errorf("OnWork was called %d times for 3 sends, want 3", kicks)
+	}
+	// Step through virtual time as a simulation does: whatever is due,
+	// then on to when the next frame is.
+	var recvAt []time.Duration
+	for steps := 0; ; steps++ {
+		if steps > 100 {
+			t.Fatal("the fabric does not go idle")
+		}
+		before := rb.count("recv")
+		did, wait := f.StepDue()
+		if did {
+			if rb.count("recv") > before {
+				recvAt = append(recvAt, now.Sub(base))
+			}
+			continue
+		}
+		if wait == 0 {
+			break
+		}
+		now = now.Add(wait)
+	}
+	if len(recvAt) != 3 {
+		t.Fatalf("received %d frames, want 3: %v", len(recvAt), rb.snapshot())
+	}
+	for i, at := range recvAt {
+		if at > 10*time.Millisecond || i > 0 && at < recvAt[i-1] {
+			t.Errorf("frame %d received at %v (all at %v), want within 10ms and in order", i, at, recvAt)
+		}
+	}
+	if recvAt[2] == 0 {
+		t.Errorf("every frame was received at once (%v): no delay on the clock", recvAt)
+	}
+	var imms []uint64
+	for _, e := range rb.snapshot() {
+		if e.kind == "recv" {
+			imms = append(imms, e.imm)
+		}
+	}
+	if !slices.Equal(imms, []uint64{0, 1, 2}) {
+		t.Errorf("received immediates %v, want [0 1 2]", imms)
+	}
 }
