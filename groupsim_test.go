@@ -725,38 +725,58 @@ func (r *simRun) config(cfg *Config) {
 	}
 }
 
-// checkPut checks a write of member id to etcd as it is made. A joiner
-// marks itself caught up (and so counts towards majorities) only once it
-// holds the group's state: once its application has been shown the view
-// that admitted it, which it is only after its state transfer.
+// checkPut checks a write of member id to etcd as it is made
+// (checkCaughtUpMark).
 func (r *simRun) checkPut(id NodeID, key, value []byte) {
-	rest, ok := strings.CutPrefix(string(key), r.c.prefix+"caughtup/")
+	err := checkCaughtUpMark(r.c.prefix, id, key, func(epoch uint64) bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.shown[id][epoch]
+	})
+	if err != nil {
+		r.t.Error(err)
+	}
+}
+
+// checkCaughtUpMark checks a write of member id to etcd under prefix as
+// it is made. A joiner marks itself caught up (and so counts towards
+// majorities) only once it holds the group's state: once its application
+// has been shown the view that admitted it (shown), which it is only
+// after its state transfer.
+func checkCaughtUpMark(prefix string, id NodeID, key []byte, shown func(epoch uint64) bool) error {
+	rest, ok := strings.CutPrefix(string(key), prefix+"caughtup/")
 	if !ok {
-		return
+		return nil
 	}
 	var epoch uint64
 	if _, err := fmt.Sscanf(rest, "%d/", &epoch); err != nil {
-		r.t.Errorf("member %d: caught-up mark %q: %v", id, key, err)
-		return
+		return fmt.Errorf("member %d: caught-up mark %q: %w", id, key, err)
 	}
-	r.mu.Lock()
-	shown := r.shown[id][epoch]
-	r.mu.Unlock()
-	if !shown {
-		r.t.Errorf("member %d marked itself caught up in view %d before it was shown the view (before its state came)", id, epoch)
+	if !shown(epoch) {
+		return fmt.Errorf("member %d marked itself caught up in view %d before it was shown the view (before its state came)", id, epoch)
 	}
+	return nil
 }
 
 // checkViewInLog is checkViewOnDisk for a log in memory.
 func (r *simRun) checkViewInLog(id NodeID, disk *simDisk, epoch uint64) {
+	if err := viewInLog(id, disk, epoch); err != nil {
+		r.t.Error(err)
+	}
+}
+
+// viewInLog checks that the record of view epoch, which member id's
+// application was just shown, is synced in its log in memory (see
+// checkViewOnDisk).
+func viewInLog(id NodeID, disk *simDisk, epoch uint64) error {
 	views, open, err := disk.views(context.Background())
 	if err != nil {
-		r.t.Errorf("member %d: the view records in its log: %v", id, err)
-		return
+		return fmt.Errorf("member %d: the view records in its log: %w", id, err)
 	}
 	if open && !slices.ContainsFunc(views, func(v membership.View) bool { return v.Epoch == epoch }) {
-		r.t.Errorf("member %d was shown view %d, whose record is not synced in its log", id, epoch)
+		return fmt.Errorf("member %d was shown view %d, whose record is not synced in its log", id, epoch)
 	}
+	return nil
 }
 
 // checkViewOnDisk checks that the record of view epoch, which member
@@ -915,10 +935,17 @@ func (r *simRun) checkAcked(live []*vsNode) {
 	r.mu.Lock()
 	acked := slices.Clone(r.acked)
 	r.mu.Unlock()
-	if r.plan.stateless {
-		// No member need hold the whole state: a message reported
-		// durable must still be in the history a live member delivered
-		// or replayed.
+	if err := checkAckedSurvived(acked, live, r.plan.stateless); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// checkAckedSurvived checks that the messages reported durable (acked) survived
+// every crash: each live member's state holds them or, in a stateless
+// group, where no member need hold the whole state, some live member
+// delivered or replayed each.
+func checkAckedSurvived(acked []string, live []*vsNode, stateless bool) error {
+	if stateless {
 		seen := make(map[string]bool)
 		for _, nd := range live {
 			nd.mu.Lock()
@@ -934,10 +961,10 @@ func (r *simRun) checkAcked(live []*vsNode) {
 		}
 		for _, p := range acked {
 			if !seen[p] {
-				r.t.Fatalf("%q was reported durable and no live member delivered it (%d acknowledged in all)", p, len(acked))
+				return fmt.Errorf("%q was reported durable and no live member delivered it (%d acknowledged in all)", p, len(acked))
 			}
 		}
-		return
+		return nil
 	}
 	for _, nd := range live {
 		nd.mu.Lock()
@@ -945,11 +972,12 @@ func (r *simRun) checkAcked(live []*vsNode) {
 			k, v, _ := kvtest.ParseSet(p)
 			if have, _ := nd.state.Get(k); have != v {
 				nd.mu.Unlock()
-				r.t.Fatalf("member %d lost %q, which was reported durable (%d acknowledged in all)", nd.id, p, len(acked))
+				return fmt.Errorf("member %d lost %q, which was reported durable (%d acknowledged in all)", nd.id, p, len(acked))
 			}
 		}
 		nd.mu.Unlock()
 	}
+	return nil
 }
 
 // node returns the running incarnation of member id.

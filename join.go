@@ -67,9 +67,11 @@ func (r *runner) donate(v *view) {
 		joiners = append(joiners, rdma.NodeID(id))
 	}
 	var err error
-	v.donor, err = membership.NewDonor(g.ctx, membership.DonorConfig{
+	dcfg := membership.DonorConfig{
 		Endpoint: g.ep, Stream: transferStream(rec.Epoch), Joiners: joiners, Pending: parts, Of: of, Logger: g.cfg.Logger,
-	})
+	}
+	dcfg.Clock, dcfg.Rand = g.transferClock()
+	v.donor, err = membership.NewDonor(g.ctx, dcfg)
 	if err != nil {
 		g.log.Error("serving state to joiners", "epoch", rec.Epoch, "err", err)
 		return
@@ -81,9 +83,7 @@ func (r *runner) donate(v *view) {
 		results: make(chan snapshot, len(parts)),
 	}
 	r.snap = job
-	g.mem.wg.Add(1)
-	go func() {
-		defer g.mem.wg.Done()
+	g.spawn(func() {
 		defer close(job.done)
 		for _, p := range parts {
 			if job.stop.Load() {
@@ -92,7 +92,7 @@ func (r *runner) donate(v *view) {
 			data, err := membership.SnapshotParts(g.cfg.State, []int{p}, of)
 			job.results <- snapshot{part: p, data: data[p], err: err}
 		}
-	}()
+	})
 }
 
 // snapJob takes the parts of this member's share of a snapshot for the
@@ -245,12 +245,9 @@ func (r *runner) fetch(v *view) {
 		Endpoint: g.ep, Stream: transferStream(v.rec.Epoch), Donors: donorsOf(&v.rec, g.cfg.MaxDonors),
 		Slices: transferSlices, StallTimeout: g.cfg.TransferStall, Logger: g.cfg.Logger,
 	}
-	g.mem.wg.Add(1)
-	go func() {
-		defer g.mem.wg.Done()
-		ctx, span := g.tr.Start(v.transfers, "convoy.state.transfer", trace.WithAttributes(
-			attribute.Int64("convoy.epoch", int64(v.rec.Epoch)), attribute.Int("convoy.donors", len(cfg.Donors))))
-		parts, err := membership.Fetch(ctx, cfg)
+	ctx, span := g.tr.Start(v.transfers, "convoy.state.transfer", trace.WithAttributes(
+		attribute.Int64("convoy.epoch", int64(v.rec.Epoch)), attribute.Int("convoy.donors", len(cfg.Donors))))
+	g.startFetch(ctx, cfg, func(parts [][]byte, err error) {
 		var n int
 		for _, p := range parts {
 			n += len(p)
@@ -261,7 +258,7 @@ func (r *runner) fetch(v *view) {
 		}
 		span.End()
 		g.post(event{kind: evRestored, v: v, parts: parts, err: err})
-	}()
+	})
 }
 
 // restored installs the state transferred to this joiner and hands over

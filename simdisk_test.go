@@ -21,6 +21,9 @@ import (
 type simDisk struct {
 	// fsync is how long a sync takes after the write that asks for it.
 	fsync time.Duration
+	// after schedules a sync: time.AfterFunc, or the deterministic
+	// simulation's scheduler.
+	after func(d time.Duration, f func())
 
 	mu sync.Mutex
 	// log is the log a member opening now finds: the running
@@ -29,7 +32,7 @@ type simDisk struct {
 }
 
 func newSimDisk(fsync time.Duration) *simDisk {
-	return &simDisk{fsync: fsync, log: memlog.New()}
+	return &simDisk{fsync: fsync, log: memlog.New(), after: func(d time.Duration, f func()) { time.AfterFunc(d, f) }}
 }
 
 // open opens the log for a member starting on this disk (Config.openDisk).
@@ -39,7 +42,7 @@ func (d *simDisk) open(context.Context) (durableLog, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.log = d.log.Crash(func(unsynced int) int { return unsynced })
-	return &syncingLog{Log: d.log, fsync: d.fsync}, nil
+	return &syncingLog{Log: d.log, fsync: d.fsync, after: d.after}, nil
 }
 
 // crash stops the running incarnation's log as a crash of the machine
@@ -79,6 +82,7 @@ func (d *simDisk) views(ctx context.Context) ([]membership.View, bool, error) {
 type syncingLog struct {
 	*memlog.Log
 	fsync time.Duration
+	after func(d time.Duration, f func())
 
 	mu  sync.Mutex
 	due bool // a sync is scheduled
@@ -100,7 +104,7 @@ func (l *syncingLog) syncSoon() {
 		return
 	}
 	l.due = true
-	time.AfterFunc(l.fsync, func() {
+	l.after(l.fsync, func() {
 		l.mu.Lock()
 		l.due = false
 		l.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/convoy-gcs/convoy/internal/plant"
 	"github.com/convoy-gcs/convoy/internal/vsync"
 	"github.com/convoy-gcs/convoy/membership"
+	"github.com/convoy-gcs/convoy/rdma"
 )
 
 var (
@@ -30,20 +32,26 @@ var (
 
 // TestGroupStep runs whole groups deterministically: every member's
 // production runner — its view-change core, ordering core, failure
-// detector — driven by one goroutine on a virtual clock, with the I/O
-// simulated (the wire for the views' traffic, a simulated etcd with
-// leases on the virtual clock) and every draw made from the seed. The
-// same seed gives the same run, step for step: a run's fingerprint (a
-// hash of every step it took) is checked by running seeds twice.
+// detector, state transfers, durable log — driven by one goroutine on a
+// virtual clock, with the I/O simulated (the wire for the views' traffic,
+// a Manual rdma.MemFabric for state transfers, logs in memory that sync
+// an fsync's time after a write, a simulated etcd with leases on the
+// virtual clock) and every draw made from the seed. The same seed gives
+// the same run, step for step: a run's fingerprint (a hash of every step
+// it took) is checked by running seeds twice.
 //
-// A seed draws a short schedule of faults (simSchedule): crashes and
-// restarts, partitions, broken links, etcd outages shorter and longer
+// A seed draws its group (3 to 7 members; durable or not; with a state
+// machine, whose state joiners get by transfer, or stateless) and a short
+// schedule of faults (simSchedule): crashes and restarts (on the same
+// disk, or a wiped one), the whole durable group crashing at once or in
+// a power cut, partitions, broken links, etcd outages shorter and longer
 // than the leases (and now and then than the retries of etcd writes),
-// members cut off from etcd; the members keep no state
-// to transfer and no durable log (TestGroupSim and TestGroupSimMany run
-// those, on goroutines). Then the faults stop and the checks run: the
+// members cut off from etcd. Then the faults stop and the checks run: the
 // group comes back whole and delivers again within a bound of virtual
-// time (liveness), and the histories hold the guarantees (vsCluster.check).
+// time (liveness), the histories hold the guarantees (vsCluster.check),
+// the members hold the same state, nothing reported durable was lost, a
+// view is shown only once its record is synced, and a joiner marks
+// itself caught up only once its state came.
 //
 // A failing seed prints its last steps and replays, the same, with
 //
@@ -83,31 +91,56 @@ func TestGroupStepReplays(t *testing.T) {
 	}
 }
 
-// TestPlantedFaultsStepped plants a protocol fault in every member of
-// the deterministic simulation's groups, and checks that the seeds catch
-// it: delivering beyond the view's cut before the cut is committed
-// (plant.EarlyDelivery). A run is a function of its seed, so the seed
-// that catches it is always the same one, and it passes without the
-// fault. (The faults that need durable logs or state transfer are
-// TestPlantedFaults', which runs the runtime on goroutines.)
+// TestPlantedFaultsStepped plants protocol faults, one at a time, in
+// every member of the deterministic simulation's groups, and checks that
+// the seeds catch each, within a bound: delivering beyond the view's cut
+// before the cut is committed (plant.EarlyDelivery), showing a view
+// whose record is not synced in the log (plant.UnsyncedView), a joiner
+// marking itself caught up before its state came (plant.EarlyCaughtUp),
+// and a restart replaying its log beyond the durable mark
+// (plant.ReplayBeyondDurable, which takes a power cut: a member keeping
+// writes the others lost). A run is a function of its seed, so the seed
+// that catches a fault is always the same one, and it must pass without
+// the fault.
 func TestPlantedFaultsStepped(t *testing.T) {
-	for seed := uint64(1); seed <= 20; seed++ {
-		found := runStepRecorded(t, seed, plant.EarlyDelivery)
-		if len(found) == 0 {
-			continue
-		}
-		t.Logf("seed %d caught %v: %s", seed, plant.EarlyDelivery, found[0])
-		if found := runStepRecorded(t, seed, 0); len(found) > 0 {
-			t.Fatalf("seed %d fails without the fault too: %s", seed, found[0])
-		}
-		return
+	for _, tc := range []struct {
+		fault plant.Faults
+		// durable forces durable delivery; faults, if set, replace the
+		// faults drawn.
+		durable bool
+		faults  []simFault
+		seeds   uint64
+	}{
+		{fault: plant.EarlyDelivery, seeds: 20},
+		{fault: plant.UnsyncedView, seeds: 20},
+		{fault: plant.EarlyCaughtUp, seeds: 20},
+		// The power fails while member 1 has writes the others lose, and
+		// member 1 restarts after the others restarted the group.
+		{fault: plant.ReplayBeyondDurable, durable: true, seeds: 100, faults: []simFault{{at: 500 * time.Millisecond, kind: "power-cut", who: [][]NodeID{{1}}, lasts: 300 * time.Millisecond}}},
+	} {
+		t.Run(tc.fault.String(), func(t *testing.T) {
+			opts := stepOptions{plant: tc.fault, durable: tc.durable, faults: tc.faults}
+			for seed := uint64(1); seed <= tc.seeds; seed++ {
+				found := runStepRecorded(t, seed, opts)
+				if len(found) == 0 {
+					continue
+				}
+				t.Logf("seed %d caught %v: %s", seed, tc.fault, found[0])
+				clean := opts
+				clean.plant = 0
+				if found := runStepRecorded(t, seed, clean); len(found) > 0 {
+					t.Fatalf("seed %d fails without the fault too: %s", seed, found[0])
+				}
+				return
+			}
+			t.Fatalf("%d seeds ran with %v planted, and no check caught it", tc.seeds, tc.fault)
+		})
 	}
-	t.Fatalf("20 seeds ran with %v planted, and no check caught it", plant.EarlyDelivery)
 }
 
 // runStepRecorded runs seed with planted faults and returns the
 // violations its checks found instead of failing t.
-func runStepRecorded(t *testing.T, seed uint64, planted plant.Faults) []string {
+func runStepRecorded(t *testing.T, seed uint64, opts stepOptions) []string {
 	rec := &simRecorder{TB: t}
 	func() {
 		defer func() {
@@ -117,7 +150,7 @@ func runStepRecorded(t *testing.T, seed uint64, planted plant.Faults) []string {
 				}
 			}
 		}()
-		runStepPlanted(rec, seed, false, planted)
+		runStepWith(rec, seed, opts)
 	}()
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
@@ -159,9 +192,28 @@ type stepSim struct {
 	wireAt      time.Duration
 	wireGen     uint64
 	wirePending bool
-	c           *vsCluster
-	members     map[NodeID]*stepMember
-	loadStop    bool
+	// fabric carries the state transfers (the members' endpoints), in
+	// Manual mode on the virtual clock; fabricDue: its step of generation
+	// fabricGen is scheduled, at fabricAt.
+	fabric    *rdma.MemFabric
+	fabricDue bool
+	fabricAt  time.Duration
+	fabricGen uint64
+	c         *vsCluster
+	members   map[NodeID]*stepMember
+	loadStop  bool
+	// shown holds, for each member, the views its application has been
+	// shown as a member (in any incarnation).
+	shown map[NodeID]map[uint64]bool
+	// disks are the members' durable logs, in durable runs; acked holds
+	// the messages reported durable to their senders (delivered to them:
+	// what Send with WaitDelivered reports).
+	disks map[NodeID]*simDisk
+	acked []string
+	// restarting counts the members crashed and not yet started again.
+	restarting int
+	// cutAt is a power cut waiting for its member's next write.
+	cutAt *simFault
 	// spins counts the loop's timer running again at one instant.
 	spinAt time.Duration
 	spins  int
@@ -396,7 +448,103 @@ func (m *stepMember) runLoop() {
 			return
 		}
 	}
+	// What the disk and the work spawned for the loop left in its
+	// channels (the other cases of Group.loop's select), looked at in a
+	// fixed order: a select would choose among them at random.
+	var diskFailed <-chan struct{}
+	if m.g.disk != nil {
+		diskFailed = m.g.disk.Failed()
+	}
+	for r := m.r; r != nil; {
+		if ready(m.g.synced) {
+			if r.v != nil && r.v.dur != nil {
+				r.announcePersisted()
+			}
+			continue
+		}
+		if ready(diskFailed) {
+			r.diskErr = m.g.disk.Err() // settle ends the loop
+			break
+		}
+		parts, snapEnd := r.snapEvents()
+		select {
+		case sn := <-parts:
+			m.s.note("m%d snapshotted part %d: %v", m.id, sn.part, sn.err)
+			r.snapshotted(sn.part, sn.data, sn.err)
+			continue
+		default:
+		}
+		if ready(snapEnd) {
+			m.s.note("m%d snapshot job ended", m.id)
+			r.snapEnded()
+			continue
+		}
+		break
+	}
 	m.settle()
+}
+
+// ready reports whether a receive from ch would not block, and makes it.
+func ready[T any](ch <-chan T) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// poke runs the member's loop soon, with or without events.
+func (m *stepMember) poke() {
+	if m.gone() || m.queued {
+		return
+	}
+	m.queued = true
+	m.s.after(0, m.runLoop)
+}
+
+func (m *stepMember) spawn(_ *Group, fn func()) {
+	m.s.after(m.s.latency(), func() {
+		if m.gone() {
+			return
+		}
+		fn()
+		m.poke()
+	})
+}
+
+func (m *stepMember) fetch(g *Group, cfg membership.FetchConfig, done func([][]byte, error)) {
+	m.s.note("m%d fetch from %v on stream %d", m.id, cfg.Donors, cfg.Stream)
+	if _, err := membership.StartFetch(g.ctx, cfg, func(parts [][]byte, err error) {
+		m.s.note("m%d fetch on stream %d ended: %v", m.id, cfg.Stream, err)
+		done(parts, err)
+	}); err != nil {
+		done(nil, err)
+	}
+}
+
+func (m *stepMember) afterFunc(d time.Duration, f func()) membership.Timer {
+	t := &stepTimer{}
+	m.s.after(d, func() {
+		if !t.stopped {
+			t.ran = true
+			f()
+		}
+	})
+	return t
+}
+
+func (m *stepMember) rand() *rand.Rand { return m.s.rng }
+
+// stepTimer is a call a member's state transfer scheduled.
+type stepTimer struct{ stopped, ran bool }
+
+func (t *stepTimer) Stop() bool {
+	if t.stopped || t.ran {
+		return false
+	}
+	t.stopped = true
+	return true
 }
 
 func (m *stepMember) settle() {
@@ -431,7 +579,7 @@ func (m *stepMember) end() {
 	m.ended = true
 	r, g := m.r, m.g
 	r.endChange()
-	r.waitSnapshots()
+	r.stopSnapshot() // its part in progress is a task the run never gets to
 	if r.v != nil {
 		r.v.close()
 	}
@@ -651,6 +799,17 @@ func (s *stepSim) open(id NodeID, initial int) {
 		},
 		OnView: func(v View) {
 			s.note("m%d view %d %v excluded %v start %d", id, v.Epoch, v.Members, v.Excluded, v.Start)
+			if !v.Excluded {
+				if s.shown[id] == nil {
+					s.shown[id] = make(map[uint64]bool)
+				}
+				s.shown[id][v.Epoch] = true
+				if disk := s.disks[id]; disk != nil {
+					if err := viewInLog(id, disk, v.Epoch); err != nil {
+						s.fail("%v", err)
+					}
+				}
+			}
 			n.mu.Lock()
 			n.events = append(n.events, vsEvent{view: &v})
 			n.mu.Unlock()
@@ -658,20 +817,45 @@ func (s *stepSim) open(id NodeID, initial int) {
 		openNet: s.wire.open,
 		plant:   s.plant,
 	}
+	if !s.plan.stateless {
+		cfg.State = n.state
+	}
+	if s.plan.durable {
+		cfg.Durable = &DurableConfig{Dir: "mem", RestartWait: 200 * time.Millisecond}
+		cfg.openDisk = s.disks[id].open
+	}
 	g, err := newGroup(context.Background(), cfg, func(d Delivery) {
 		n.mu.Lock()
+		defer n.mu.Unlock()
 		n.state.Apply(d.Payload)
+		if d.Replayed {
+			n.replayed = append(n.replayed, d)
+			return
+		}
 		n.events = append(n.events, vsEvent{d: d})
 		if n.got == nil {
 			n.got = make(map[string]bool)
 		}
 		n.got[string(d.Payload)] = true
-		n.mu.Unlock()
+		if s.plan.durable && d.Sender == id {
+			// Delivered to its sender, so on every member's disk.
+			s.acked = append(s.acked, string(d.Payload))
+		}
 	})
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	g.host = m
+	if g.ep, err = s.fabric.Endpoint(rdma.NodeID(id)); err != nil {
+		s.t.Fatal(err)
+	}
+	// A durable member restarts from its log.
+	var applied uint64
+	if g.disk != nil {
+		if applied, err = g.replayLog(context.Background()); err != nil {
+			s.fail("member %d: %v", id, err)
+		}
+	}
 	mem := &member{etcd: stepEtcd{}, ready: make(chan struct{}), left: make(chan struct{}), failed: make(chan struct{})}
 	mem.mu.addrs = make(map[NodeID]string)
 	g.mem = mem
@@ -689,7 +873,7 @@ func (s *stepSim) open(id NodeID, initial int) {
 		mem.mu.store, m.lease = store, l
 		g.mu.out = ErrNotMember
 		mem.setSelf(self)
-		m.r = &runner{g: g, vs: vsync.NewCore(g.vsyncConfig(), self)}
+		m.r = &runner{g: g, vs: vsync.NewCore(g.vsyncConfig(), self), applied: applied}
 		m.resync()
 		m.s.after(g.cfg.Etcd.LeaseTTL/3, m.keepAlive)
 		m.s.after(0, m.settle)
@@ -722,15 +906,34 @@ func (s *stepSim) load(m *stepMember) {
 	})
 }
 
+// Kinds of crash, for a durable member's log.
+const (
+	crashKeepSome = iota // it keeps what was synced and the oldest of the rest, as many as the seed draws
+	crashKeepAll         // it keeps every write, synced or not
+	crashWipe            // the disk is replaced by an empty one
+)
+
 // crash stops member id as kill -9 would: its links break, its loop and
-// tasks stop, its lease is left to expire.
-func (s *stepSim) crash(id NodeID) {
+// tasks stop, its lease is left to expire, and its durable log, if any,
+// keeps what kind says.
+func (s *stepSim) crash(id NodeID, kind int) {
 	m := s.members[id]
-	s.note("m%d crash", id)
+	s.note("m%d crash (%d)", id, kind)
+	if disk := s.disks[id]; disk != nil {
+		switch kind {
+		case crashWipe:
+			disk.wipe()
+		case crashKeepAll:
+			disk.crash(func(unsynced int) int { return unsynced })
+		default:
+			disk.crash(func(unsynced int) int { return s.rng.IntN(unsynced + 1) })
+		}
+	}
 	m.dead = true
 	delete(s.c.nodes, id)
 	s.c.gone = append(s.c.gone, m.node)
 	s.wire.crash(id)
+	s.fabric.Crash(rdma.NodeID(id))
 	if m.r != nil && m.r.v != nil {
 		m.r.v.close()
 	}
@@ -739,24 +942,55 @@ func (s *stepSim) crash(id NodeID) {
 
 // runStep runs seed; verbose logs every step.
 func runStep(t testing.TB, seed uint64, verbose bool) stepResult {
-	return runStepPlanted(t, seed, verbose, 0)
+	return runStepWith(t, seed, stepOptions{verbose: verbose})
 }
 
-// runStepPlanted runs seed with faults planted in every member.
-func runStepPlanted(t testing.TB, seed uint64, verbose bool, planted plant.Faults) stepResult {
+// stepOptions change a seed's run.
+type stepOptions struct {
+	// verbose logs every step.
+	verbose bool
+	// plant plants faults in every member.
+	plant plant.Faults
+	// durable makes delivery durable.
+	durable bool
+	// faults, if set, replace the schedule of faults drawn.
+	faults []simFault
+}
+
+// runStepWith runs seed with opts.
+func runStepWith(t testing.TB, seed uint64, opts stepOptions) stepResult {
 	plan, _ := seedPlan(seed, true)
-	plan.durable, plan.stateless, plan.wire = false, true, true
+	if opts.durable {
+		plan.durable = true
+	}
+	if opts.faults != nil {
+		plan.faults = opts.faults
+	}
+	verbose, planted := opts.verbose, opts.plant
+	plan.wire, plan.memDisk = true, true
+	plan.fsync = time.Duration(rand.New(rand.NewPCG(seed, seed^0xf5c)).IntN(2001)) * time.Microsecond
 	s := &stepSim{
 		t: t, plan: plan, rng: rand.New(rand.NewPCG(seed, seed^0x57e9)), verbose: verbose,
 		base: time.Unix(1_800_000_000, 0), plant: planted,
 		etcd:    newSimEtcd("/sim/", 2*time.Second),
 		members: make(map[NodeID]*stepMember),
+		shown:   make(map[NodeID]map[uint64]bool),
+		disks:   make(map[NodeID]*simDisk),
 		c:       &vsCluster{t: t, leaseTTL: 2 * time.Second, prefix: "/sim/", nodes: make(map[NodeID]*vsNode)},
 	}
 	s.etcd.srv.Advance(s.clock().UnixNano())
+	s.etcd.checkPut = func(id NodeID, key, _ []byte) {
+		if err := checkCaughtUpMark(s.c.prefix, id, key, func(epoch uint64) bool { return s.shown[id][epoch] }); err != nil {
+			s.fail("%v", err)
+		}
+	}
 	s.wire = newSteppedWire(seed, plan.maxDelay, s.clock, func() {
 		s.kickWire()
 	})
+	s.fabric = rdma.NewMemFabric(rdma.MemOptions{
+		Seed: int64(seed), Manual: true, MaxDelay: plan.maxDelay, Now: s.clock, OnWork: s.kickFabric,
+	})
+	defer s.fabric.Close()
 	// One etcd outage in sixteen outlasts the retries of etcd writes
 	// (asyncTimeout): what a view change needs written there is written
 	// again once etcd is back.
@@ -767,6 +1001,27 @@ func runStepPlanted(t testing.TB, seed uint64, verbose bool, planted plant.Fault
 	}
 	t.Logf("seed %d: %v", seed, plan)
 	n := plan.n
+	if plan.durable {
+		for i := range n {
+			id := NodeID(i + 1)
+			disk := newSimDisk(plan.fsync)
+			// A sync runs on the scheduler, and the member's loop then
+			// hears of it (Group.synced).
+			disk.after = func(d time.Duration, f func()) {
+				if c := s.cutAt; c != nil && c.who[0][0] == id {
+					s.cutAt = nil
+					s.after(0, func() { s.powerCut(*c) }) // before the sync
+				}
+				s.after(d, func() {
+					f()
+					if m := s.members[id]; m != nil {
+						m.poke()
+					}
+				})
+			}
+			s.disks[id] = disk
+		}
+	}
 	for i := range n {
 		s.open(NodeID(i+1), n)
 	}
@@ -779,22 +1034,44 @@ func runStepPlanted(t testing.TB, seed uint64, verbose bool, planted plant.Fault
 		s.note("fault %v", f)
 		switch f.kind {
 		case "crash", "wipe":
+			// Without durable logs, a group whose view lost its majority
+			// cannot go on, and a wiped disk does not count toward the
+			// restart of a durable one: such a member crashes only while
+			// every member is up and in the latest view (then the others
+			// are a majority).
 			id := f.who[0][0]
-			if s.members[id].gone() || !s.c.whole(n) {
+			if s.members[id].gone() || (!plan.durable || f.kind == "wipe") && !s.c.whole(n) {
 				s.note("skipped: the group is not whole")
 				continue
 			}
-			s.crash(id)
-			s.after(f.lasts, func() { s.open(id, n) })
-			undone = max(undone, s.now+f.lasts)
-		case "crash-all", "power-cut":
-			s.note("skipped: no durable logs")
+			kind := crashKeepSome
+			if f.kind == "wipe" {
+				kind = crashWipe
+			}
+			s.crash(id, kind)
+			s.restart(f.lasts, id)
+		case "crash-all":
+			live := s.liveIDs()
+			for _, id := range live {
+				s.crash(id, crashKeepSome)
+			}
+			s.restart(f.lasts, live...)
+		case "power-cut":
+			// The power fails in the middle of an fsync of member who's
+			// (at its next write, if it runs): see powerCut.
+			if who := f.who[0][0]; s.members[who].gone() {
+				s.powerCut(f)
+			} else {
+				s.cutAt = &f
+			}
 		case "partition":
 			s.wire.partition(f.who...)
-			s.after(f.lasts, func() { s.note("heal"); s.wire.heal() })
+			s.fabric.Partition(rdmaIDs(f.who)...)
+			s.after(f.lasts, func() { s.note("heal"); s.wire.heal(); s.fabric.Heal() })
 			undone = max(undone, s.now+f.lasts)
 		case "break":
 			s.wire.breakLink(f.who[0][0], f.who[0][1])
+			s.fabric.BreakLink(rdma.NodeID(f.who[0][0]), rdma.NodeID(f.who[0][1]))
 		case "etcd-down":
 			s.etcd.srv.Down()
 			s.after(f.lasts, func() { s.note("etcd up"); s.etcd.srv.Up() })
@@ -807,6 +1084,9 @@ func runStepPlanted(t testing.TB, seed uint64, verbose bool, planted plant.Fault
 		}
 	}
 	s.run(undone, nil)
+	if !s.run(s.now+time.Minute, func() bool { return s.restarting == 0 && s.cutAt == nil }) {
+		s.fail("%d members were not started again within a minute of the last fault", s.restarting)
+	}
 	// The faults are over: the group comes back whole and delivers.
 	faultsEnd := s.now
 	const liveness = 30 * time.Second
@@ -825,7 +1105,7 @@ func runStepPlanted(t testing.TB, seed uint64, verbose bool, planted plant.Fault
 		var idx uint64
 		for i, nd := range live {
 			last, ok := nd.settled()
-			if !ok || i > 0 && last != idx || len(missingAccepted(nd, want, live, true)) > 0 {
+			if !ok || i > 0 && last != idx || len(missingAccepted(nd, want, live, s.plan.stateless)) > 0 {
 				return false
 			}
 			idx = last
@@ -834,15 +1114,93 @@ func runStepPlanted(t testing.TB, seed uint64, verbose bool, planted plant.Fault
 	}
 	if !s.run(s.now+liveness, settled) {
 		for _, nd := range live {
-			if m := missingAccepted(nd, want, live, true); len(m) > 0 {
+			if m := missingAccepted(nd, want, live, s.plan.stateless); len(m) > 0 {
 				s.fail("member %d misses %d of %d accepted messages, first %q", nd.id, len(m), len(want), m[0])
 			}
 		}
 		s.fail("the members did not settle at one index")
 	}
 	s.c.check()
+	if !plan.stateless {
+		s.sameState(live)
+	}
+	if err := checkAckedSurvived(s.acked, live, plan.stateless); err != nil {
+		s.fail("%v", err)
+	}
 	s.note("recovered in %v", recovered)
 	return stepResult{steps: s.steps, end: s.now, hash: s.hash}
+}
+
+// powerCut crashes every member as a power cut does: member f.who keeps
+// every write, synced or not, the others what they synced and some of
+// the rest. The others restart after f.lasts and, as a majority of the
+// last view, may restart the group without f.who's writes; f.who
+// restarts f.lasts after they are back (see powercut_test.go).
+func (s *stepSim) powerCut(f simFault) {
+	last := f.who[0][0]
+	s.note("power cut, member %d in the middle of an fsync", last)
+	live := s.liveIDs()
+	var others []NodeID
+	for _, id := range live {
+		if id == last {
+			s.crash(id, crashKeepAll)
+			continue
+		}
+		s.crash(id, crashKeepSome)
+		others = append(others, id)
+	}
+	s.restart(f.lasts, others...)
+	if slices.Contains(live, last) {
+		s.restarting++
+		s.afterBack(others, f.lasts, func() {
+			s.restarting--
+			s.open(last, s.plan.n)
+		})
+	}
+}
+
+// liveIDs returns the members running, in order.
+func (s *stepSim) liveIDs() []NodeID {
+	var ids []NodeID
+	for _, id := range sortedKeys(s.members, cmpNodeID) {
+		if !s.members[id].gone() {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// restart starts the members ids again after d, as a process supervisor
+// would.
+func (s *stepSim) restart(d time.Duration, ids ...NodeID) {
+	s.restarting += len(ids)
+	s.after(d, func() {
+		for _, id := range ids {
+			s.restarting--
+			s.open(id, s.plan.n)
+		}
+	})
+}
+
+// afterBack calls fn d after the members ids, started again, are back in
+// a view (or, if they are not within 20 s, then).
+func (s *stepSim) afterBack(ids []NodeID, d time.Duration, fn func()) {
+	deadline := s.now + 20*time.Second
+	var poll func()
+	poll = func() {
+		back := true
+		for _, id := range ids {
+			if m := s.members[id]; m.gone() || m.r == nil || m.r.v == nil {
+				back = false
+			}
+		}
+		if back || s.now >= deadline {
+			s.after(d, fn)
+			return
+		}
+		s.after(10*time.Millisecond, poll)
+	}
+	s.after(d, poll)
 }
 
 // waitCount runs until member id delivered k messages.
@@ -851,6 +1209,70 @@ func (s *stepSim) waitCount(id NodeID, k int, bound time.Duration) {
 	if !s.run(s.now+bound, func() bool { return nd.delivered() >= k }) {
 		s.fail("member %d delivered %d messages in %v, want %d", id, nd.delivered(), bound, k)
 	}
+}
+
+// sameState checks that the members, settled at one index, hold the same
+// state (a joiner's came by transfer).
+func (s *stepSim) sameState(live []*vsNode) {
+	var first string
+	for i, nd := range live {
+		nd.mu.Lock()
+		sum, keys := nd.state.Checksum()
+		nd.mu.Unlock()
+		if keys == 0 {
+			s.fail("member %d's state is empty", nd.id)
+		}
+		if i == 0 {
+			first = sum
+		} else if sum != first {
+			s.fail("member %d's state differs from member %d's", nd.id, live[0].id)
+		}
+	}
+}
+
+// rdmaIDs converts the sides of a partition.
+func rdmaIDs(sides [][]NodeID) [][]rdma.NodeID {
+	out := make([][]rdma.NodeID, len(sides))
+	for i, side := range sides {
+		for _, id := range side {
+			out[i] = append(out[i], rdma.NodeID(id))
+		}
+	}
+	return out
+}
+
+// kickFabric schedules a step of the transfers' fabric now (it may have
+// work: MemOptions.OnWork), unless one is scheduled now.
+func (s *stepSim) kickFabric() {
+	if s.fabricDue && s.fabricAt <= s.now {
+		return
+	}
+	s.scheduleFabric(0)
+}
+
+func (s *stepSim) scheduleFabric(wait time.Duration) {
+	s.fabricGen++
+	gen := s.fabricGen
+	s.fabricDue, s.fabricAt = true, s.now+wait
+	s.after(wait, func() {
+		if gen != s.fabricGen {
+			return
+		}
+		// Kicks meanwhile are this loop's to serve.
+		s.fabricAt = s.now
+		for {
+			did, wait := s.fabric.StepDue()
+			if did {
+				s.steps++
+				continue
+			}
+			s.fabricDue = false
+			if wait > 0 {
+				s.scheduleFabric(wait)
+			}
+			return
+		}
+	})
 }
 
 // kickWire schedules the wire's step now, unless it is already.

@@ -157,18 +157,18 @@ func (r *runner) donateSuffixes(v *view) {
 		if sf.Donor != r.vs.Self().ID || g.disk == nil {
 			continue
 		}
-		d, err := membership.NewDonor(g.ctx, membership.DonorConfig{
+		dcfg := membership.DonorConfig{
 			Endpoint: g.ep, Stream: suffixStream(rec.Epoch, i), Joiners: []rdma.NodeID{rdma.NodeID(sf.ID)},
 			Pending: []int{0}, Of: 1, Logger: g.cfg.Logger,
-		})
+		}
+		dcfg.Clock, dcfg.Rand = g.transferClock()
+		d, err := membership.NewDonor(g.ctx, dcfg)
 		if err != nil {
 			g.log.Error("serving a suffix", "epoch", rec.Epoch, "joiner", sf.ID, "err", err)
 			continue
 		}
 		v.suffixDonors = append(v.suffixDonors, d)
-		g.mem.wg.Add(1)
-		go func() {
-			defer g.mem.wg.Done()
+		g.spawn(func() {
 			data, err := g.readSuffix(sf.From, rec.Start)
 			if err != nil {
 				// The joiner's transfer fails ("does not hold it"): it
@@ -180,7 +180,7 @@ func (r *runner) donateSuffixes(v *view) {
 			if err := d.AddPart(0, data); err != nil {
 				g.log.Debug("serving a suffix", "epoch", rec.Epoch, "joiner", sf.ID, "err", err)
 			}
-		}()
+		})
 	}
 }
 
@@ -210,13 +210,10 @@ func (r *runner) fetchSuffix(v *view, sf membership.Suffix) {
 		Endpoint: g.ep, Stream: suffixStream(v.rec.Epoch, i), Donors: []rdma.NodeID{rdma.NodeID(sf.Donor)},
 		StallTimeout: g.cfg.TransferStall, Logger: g.cfg.Logger,
 	}
-	g.mem.wg.Add(1)
-	go func() {
-		defer g.mem.wg.Done()
-		ctx, span := g.tr.Start(v.transfers, "convoy.state.transfer", trace.WithAttributes(
-			attribute.Int64("convoy.epoch", int64(v.rec.Epoch)), attribute.Int("convoy.donors", 1),
-			attribute.Int64("convoy.suffix_from", int64(sf.From))))
-		parts, err := membership.Fetch(ctx, cfg)
+	ctx, span := g.tr.Start(v.transfers, "convoy.state.transfer", trace.WithAttributes(
+		attribute.Int64("convoy.epoch", int64(v.rec.Epoch)), attribute.Int("convoy.donors", 1),
+		attribute.Int64("convoy.suffix_from", int64(sf.From))))
+	g.startFetch(ctx, cfg, func(parts [][]byte, err error) {
 		if err == nil {
 			span.SetAttributes(attribute.Int("convoy.bytes", len(parts[0])))
 		} else {
@@ -224,7 +221,7 @@ func (r *runner) fetchSuffix(v *view, sf membership.Suffix) {
 		}
 		span.End()
 		g.post(event{kind: evSuffix, v: v, parts: parts, err: err})
-	}()
+	})
 }
 
 // suffixed applies the messages transferred to this joiner: it logs them,
