@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -27,10 +26,7 @@ import (
 // The seeds the simulations run by default. Under the race detector, a
 // seed costs several times as much, and a few seeds exercise the same
 // code for races: they run fewer.
-var (
-	defaultSimSeeds = cond(raceEnabled, 8, 40)
-	defaultSimMany  = cond(raceEnabled, 16, 200)
-)
+var defaultSimSeeds = cond(raceEnabled, 8, 40)
 
 func cond[T any](c bool, yes, no T) T {
 	if c {
@@ -40,13 +36,10 @@ func cond[T any](c bool, yes, no T) T {
 }
 
 var (
-	simSeeds     = flag.Int("sim.seeds", defaultSimSeeds, "number of seeds TestGroupSim runs")
-	simSeed      = flag.Uint64("sim.seed", 0, "run TestGroupSim on this seed only (0: seeds 1 to -sim.seeds)")
-	simFirst     = flag.Uint64("sim.first", 1, "the first seed TestGroupSim runs")
-	simMany      = flag.Int("sim.many", defaultSimMany, "number of seeds TestGroupSimMany runs")
-	simManySeed  = flag.Uint64("sim.many.seed", 0, "run TestGroupSimMany on this seed only (0: seeds from -sim.many.first)")
-	simManyFirst = flag.Uint64("sim.many.first", 1, "the first seed TestGroupSimMany runs")
-	simNet       = flag.String("sim.net", "", "carry the views' traffic over `net` in every seed: wire (simulated) or rdmc (RDMC over the in-memory fabric); empty: as each seed draws")
+	simSeeds = flag.Int("sim.seeds", defaultSimSeeds, "number of seeds TestGroupSim runs")
+	simSeed  = flag.Uint64("sim.seed", 0, "run TestGroupSim on this seed only (0: seeds 1 to -sim.seeds)")
+	simFirst = flag.Uint64("sim.first", 1, "the first seed TestGroupSim runs")
+	simNet   = flag.String("sim.net", "", "carry the views' traffic over `net` in every seed: wire (simulated) or rdmc (RDMC over the in-memory fabric); empty: as each seed draws")
 )
 
 // TestGroupSim runs whole groups — every member's real runtime, with its
@@ -89,59 +82,6 @@ func TestGroupSim(t *testing.T) {
 		}
 	}
 	t.Logf("simulated %d seeds, %d violations", n, failed)
-}
-
-// TestGroupSimMany runs many seeds of short schedules, side by side: the
-// members' durable logs are held in memory (simDisk), where TestGroupSim
-// runs Pebble, whose pools keep a bubble's objects for the next. A failing
-// seed replays alone with
-//
-//	go test -run 'TestGroupSimMany$' -sim.many.seed=N .
-//
-// A long campaign: go test -run 'TestGroupSimMany$' -sim.many=100000 -timeout=0 .
-func TestGroupSimMany(t *testing.T) {
-	first, n := *simManyFirst, uint64(*simMany)
-	if *simManySeed != 0 {
-		first, n = *simManySeed, 1
-	}
-	var failed atomic.Int64
-	t.Run("seeds", func(t *testing.T) {
-		for seed := first; seed < first+n; seed++ {
-			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-				t.Parallel()
-				synctest.Test(t, func(t *testing.T) { runSim(t, seed, simOptions{memDisk: true, short: true}) })
-				if t.Failed() {
-					failed.Add(1)
-				}
-			})
-		}
-	})
-	t.Logf("simulated %d seeds, %d violations", n, failed.Load())
-	// What the seeds drew (a plan is a function of its seed alone). The
-	// default run, and any of 200 seeds or more, must have drawn every
-	// kind of fault: the rarest, a crash of a whole durable group, comes
-	// about 6 times in 200 seeds.
-	kinds := make(map[string]int)
-	sizes := make(map[int]int)
-	for seed := first; seed < first+n; seed++ {
-		p, _ := seedPlan(seed, true)
-		sizes[p.n]++
-		for _, f := range p.faults {
-			k := f.kind
-			if k == "etcd-down" && f.lasts > 2*time.Second {
-				k = "etcd-down past the leases"
-			}
-			kinds[k]++
-		}
-	}
-	var drawn []string
-	for _, k := range simFaultKinds {
-		drawn = append(drawn, fmt.Sprintf("%s %d", k, kinds[k]))
-		if n >= 200 && kinds[k] == 0 {
-			t.Errorf("no seed drew a fault of kind %s", k)
-		}
-	}
-	t.Logf("faults drawn: %s; groups of 3 to 7 members: %v", strings.Join(drawn, ", "), []int{sizes[3], sizes[4], sizes[5], sizes[6], sizes[7]})
 }
 
 // simFaultKinds are the kinds of fault a schedule draws (simFault.kind),
@@ -254,11 +194,6 @@ type simOptions struct {
 	durable bool
 	// faults, if set, replace the schedule of faults drawn.
 	faults []simFault
-	// memDisk holds the durable logs in memory (simDisk), not in Pebble:
-	// such runs may go side by side.
-	memDisk bool
-	// short draws a short schedule (see simSchedule).
-	short bool
 }
 
 // simFault is one fault of a schedule, at a time since the load started.
@@ -401,10 +336,8 @@ type simRun struct {
 	ended chan struct{}
 
 	mu sync.Mutex
-	// disks holds each member's disk, in durable runs: mem's with
-	// plan.memDisk, else disks'.
+	// disks holds each member's disk, in durable runs.
 	disks map[NodeID]*vfs.MemFS
-	mem   map[NodeID]*simDisk
 	// loads are the senders' goroutines.
 	loads []*sync.WaitGroup
 	// acked holds the messages reported durable (WaitDelivered) to a
@@ -451,7 +384,7 @@ func seedPlan(seed uint64, short bool) (*simPlan, *rand.Rand) {
 // runSim runs one seed, inside a synctest bubble, and reports what its
 // checks find to t.
 func runSim(t testing.TB, seed uint64, opts simOptions) {
-	plan, rng := seedPlan(seed, opts.short)
+	plan, rng := seedPlan(seed, false)
 	switch *simNet {
 	case "wire":
 		plan.wire = true
@@ -463,10 +396,6 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 	}
 	if opts.faults != nil {
 		plan.faults = opts.faults
-	}
-	if opts.memDisk {
-		plan.memDisk = true
-		plan.fsync = time.Duration(rand.New(rand.NewPCG(seed, seed^0xf5c)).IntN(2001)) * time.Microsecond
 	}
 	if opts.plant != 0 {
 		t.Logf("seed %d, planted fault %v: %v", seed, opts.plant, plan)
@@ -491,7 +420,7 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 		c.wire = newSimWire(seed, plan.maxDelay)
 	}
 	r := &simRun{t: t, c: c, plan: plan, plant: opts.plant, rng: rng, stop: make(chan struct{}), ended: make(chan struct{}),
-		disks: make(map[NodeID]*vfs.MemFS), mem: make(map[NodeID]*simDisk), dead: make(map[*vsNode]bool), shown: make(map[NodeID]map[uint64]bool)}
+		disks: make(map[NodeID]*vfs.MemFS), dead: make(map[*vsNode]bool), shown: make(map[NodeID]map[uint64]bool)}
 	sim.checkPut = r.checkPut
 	var stopLoad sync.Once
 	// undo tracks the goroutines that undo faults (restarts).
@@ -521,11 +450,7 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 	n := plan.n
 	if plan.durable {
 		for i := range n {
-			if plan.memDisk {
-				r.mem[NodeID(i+1)] = newSimDisk(plan.fsync)
-			} else {
-				r.disks[NodeID(i+1)] = vfs.NewCrashableMem()
-			}
+			r.disks[NodeID(i+1)] = vfs.NewCrashableMem()
 		}
 	}
 	nodes := c.openAll(n, r.config)
@@ -568,11 +493,7 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 			}
 			r.restartAll(live, f.lasts, 0, n, &undo)
 		case "power-cut":
-			if plan.memDisk {
-				r.memPowerCut(f, n, &undo)
-			} else {
-				r.powerCut(f, n, &undo)
-			}
+			r.powerCut(f, n, &undo)
 		case "partition":
 			c.partition(f.who...)
 			r.sleep(f.lasts)
@@ -697,20 +618,7 @@ func (r *simRun) config(cfg *Config) {
 			return base.UnixNano() + int64(skew) + int64(since) + int64(float64(since)*drift)
 		}
 	}
-	if r.plan.durable && r.plan.memDisk {
-		r.mu.Lock()
-		disk := r.mem[cfg.Self]
-		r.mu.Unlock()
-		cfg.Durable = &DurableConfig{Dir: "mem", RestartWait: 200 * time.Millisecond}
-		cfg.openDisk = disk.open
-		onView := cfg.OnView
-		cfg.OnView = func(v View) {
-			onView(v)
-			if !v.Excluded {
-				r.checkViewInLog(self, disk, v.Epoch)
-			}
-		}
-	} else if r.plan.durable {
+	if r.plan.durable {
 		r.mu.Lock()
 		disk := r.disks[cfg.Self]
 		r.mu.Unlock()
@@ -758,13 +666,6 @@ func checkCaughtUpMark(prefix string, id NodeID, key []byte, shown func(epoch ui
 	return nil
 }
 
-// checkViewInLog is checkViewOnDisk for a log in memory.
-func (r *simRun) checkViewInLog(id NodeID, disk *simDisk, epoch uint64) {
-	if err := viewInLog(id, disk, epoch); err != nil {
-		r.t.Error(err)
-	}
-}
-
 // viewInLog checks that the record of view epoch, which member id's
 // application was just shown, is synced in its log in memory (see
 // checkViewOnDisk).
@@ -805,12 +706,6 @@ func (r *simRun) checkViewOnDisk(id NodeID, disk *vfs.MemFS, epoch uint64) {
 // crash kills member id: its links break, its disk keeps what it synced
 // and a random part of the rest (or nothing, wiped), and it stops.
 func (r *simRun) crash(id NodeID, wipe bool) {
-	r.crashKeeping(id, wipe, false)
-}
-
-// crashKeeping is crash; all keeps every write of the member's log,
-// synced or not (with logs in memory).
-func (r *simRun) crashKeeping(id NodeID, wipe, all bool) {
 	nd, ok := r.c.node(id)
 	if !ok {
 		return
@@ -819,27 +714,7 @@ func (r *simRun) crashKeeping(id NodeID, wipe, all bool) {
 	r.dead[nd] = true
 	r.mu.Unlock()
 	r.c.crashLinks(id)
-	if r.plan.durable && r.plan.memDisk {
-		// The log stops at once, as the machine does: the member, whose
-		// writes then fail, must not revoke its lease in etcd on the way
-		// out, as a process that failed would.
-		nd.g.mem.etcd.abandon()
-		r.mu.Lock()
-		disk := r.mem[id]
-		r.mu.Unlock()
-		switch {
-		case wipe:
-			disk.wipe()
-		case all:
-			disk.crash(func(unsynced int) int { return unsynced })
-		default:
-			disk.crash(func(unsynced int) int {
-				r.mu.Lock()
-				defer r.mu.Unlock()
-				return r.rng.IntN(unsynced + 1)
-			})
-		}
-	} else if r.plan.durable {
+	if r.plan.durable {
 		r.mu.Lock()
 		if wipe {
 			r.disks[id] = vfs.NewCrashableMem()

@@ -131,21 +131,6 @@ func (r *simRun) powerCut(f simFault, n int, undo *sync.WaitGroup) {
 	r.restartAll(live, f.lasts, cut.member, n, undo)
 }
 
-// memPowerCut is powerCut for logs in memory (simDisk), whose syncs
-// come an fsync's time after the writes: every member crashes in turn,
-// each log keeping what it synced and a random share of the rest, the
-// member f names all of it (as if its fsync had been under way), and that
-// member restarts last. Unlike powerCut, it does not hold the others'
-// syncs while one member is closed: if closing lets virtual time pass,
-// a member crashed later may sync meanwhile.
-func (r *simRun) memPowerCut(f simFault, n int, undo *sync.WaitGroup) {
-	live := r.c.live()
-	for _, nd := range live {
-		r.crashKeeping(nd.id, false, nd.id == f.who[0][0])
-	}
-	r.restartAll(live, f.lasts, f.who[0][0], n, undo)
-}
-
 // restartAll restarts the members of live, crashed, after d, like a
 // process supervisor, and last, if it is one of them, once the others
 // are back and d more has passed.

@@ -30,6 +30,10 @@ var (
 	stepTraceKeep = 200 // trace lines a failing seed prints
 )
 
+// stepLeaseTTL is the members' etcd lease TTL in the stepped simulation
+// (simSchedule draws etcd outages shorter and longer than it).
+const stepLeaseTTL = 2 * time.Second
+
 // TestGroupStep runs whole groups deterministically: every member's
 // production runner — its view-change core, ordering core, failure
 // detector, state transfers, durable log — driven by one goroutine on a
@@ -77,6 +81,35 @@ func TestGroupStep(t *testing.T) {
 		}
 	})
 	t.Logf("simulated %d seeds, %d violations (%d steps)", n, failed.Load(), steps.Load())
+	// What the seeds drew (a plan is a function of its seed alone). The
+	// default run, and any of 200 seeds or more, must have drawn every
+	// kind of fault: the rarest, a crash of a whole durable group, comes
+	// about 6 times in 200 seeds.
+	kinds := make(map[string]int)
+	sizes := make(map[int]int)
+	durable := 0
+	for seed := first; seed < first+n; seed++ {
+		p, _ := seedPlan(seed, true)
+		sizes[p.n]++
+		if p.durable {
+			durable++
+		}
+		for _, f := range p.faults {
+			k := f.kind
+			if k == "etcd-down" && f.lasts > stepLeaseTTL {
+				k = "etcd-down past the leases"
+			}
+			kinds[k]++
+		}
+	}
+	var drawn []string
+	for _, k := range simFaultKinds {
+		drawn = append(drawn, fmt.Sprintf("%s %d", k, kinds[k]))
+		if n >= 200 && kinds[k] == 0 {
+			t.Errorf("no seed drew a fault of kind %s", k)
+		}
+	}
+	t.Logf("faults drawn: %s; groups of 3 to 7 members: %v; durable: %d", strings.Join(drawn, ", "), []int{sizes[3], sizes[4], sizes[5], sizes[6], sizes[7]}, durable)
 }
 
 // TestGroupStepReplays runs seeds twice: each run must take the same
@@ -814,8 +847,13 @@ func (s *stepSim) open(id NodeID, initial int) {
 			n.events = append(n.events, vsEvent{view: &v})
 			n.mu.Unlock()
 		},
-		openNet: s.wire.open,
-		plant:   s.plant,
+		plant: s.plant,
+	}
+	if s.plan.wire {
+		// The views' traffic goes over the simulated wire; otherwise
+		// over RDMC groups and queue pairs on the member's endpoint of
+		// the fabric, as in production.
+		cfg.openNet = s.wire.open
 	}
 	if !s.plan.stateless {
 		cfg.State = n.state
@@ -967,16 +1005,16 @@ func runStepWith(t testing.TB, seed uint64, opts stepOptions) stepResult {
 		plan.faults = opts.faults
 	}
 	verbose, planted := opts.verbose, opts.plant
-	plan.wire, plan.memDisk = true, true
+	plan.memDisk = true
 	plan.fsync = time.Duration(rand.New(rand.NewPCG(seed, seed^0xf5c)).IntN(2001)) * time.Microsecond
 	s := &stepSim{
 		t: t, plan: plan, rng: rand.New(rand.NewPCG(seed, seed^0x57e9)), verbose: verbose,
 		base: time.Unix(1_800_000_000, 0), plant: planted,
-		etcd:    newSimEtcd("/sim/", 2*time.Second),
+		etcd:    newSimEtcd("/sim/", stepLeaseTTL),
 		members: make(map[NodeID]*stepMember),
 		shown:   make(map[NodeID]map[uint64]bool),
 		disks:   make(map[NodeID]*simDisk),
-		c:       &vsCluster{t: t, leaseTTL: 2 * time.Second, prefix: "/sim/", nodes: make(map[NodeID]*vsNode)},
+		c:       &vsCluster{t: t, leaseTTL: stepLeaseTTL, prefix: "/sim/", nodes: make(map[NodeID]*vsNode)},
 	}
 	s.etcd.srv.Advance(s.clock().UnixNano())
 	s.etcd.checkPut = func(id NodeID, key, _ []byte) {
