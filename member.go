@@ -352,8 +352,6 @@ const registerTimeout = 10 * time.Second
 // when ctx ends, or on an error that trying again cannot cure (bad
 // credentials, a request etcd refuses as invalid).
 func (m *member) register(ctx context.Context, log *slog.Logger, self membership.Member) (*membership.Store, error) {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval = 50*time.Millisecond, 2*time.Second
 	return backoff.Retry(ctx, func() (*membership.Store, error) {
 		actx, cancel := context.WithTimeout(ctx, registerTimeout)
 		defer cancel()
@@ -369,7 +367,16 @@ func (m *member) register(ctx context.Context, log *slog.Logger, self membership
 		}
 		log.Warn("registering in etcd: trying again", "err", err)
 		return nil, err
-	}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0))
+	}, backoff.WithBackOff(registerBackOff()), backoff.WithMaxElapsedTime(0))
+}
+
+// registerBackOff returns the pauses between attempts to register: from
+// 50 ms, growing by half each time up to 2 s, jittered by half either
+// way.
+func registerBackOff() *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval = 50*time.Millisecond, 2*time.Second
+	return b
 }
 
 // retryableEtcd reports whether an etcd request that failed with err may

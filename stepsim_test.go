@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/convoy-gcs/convoy/internal/etcdsim"
@@ -27,6 +28,7 @@ var (
 	stepSeeds     = flag.Int("step.seeds", cond(raceEnabled, 50, 500), "number of seeds TestGroupStep runs")
 	stepSeed      = flag.Uint64("step.seed", 0, "run TestGroupStep on this seed only, printing its trace (0: seeds from -step.first)")
 	stepFirst     = flag.Uint64("step.first", 1, "the first seed TestGroupStep runs")
+	stepLong      = flag.Bool("step.long", false, "TestGroupStep draws the longer schedules of TestGroupSim (up to four faults, clocks up to 1.5 s apart)")
 	stepTraceKeep = 200 // trace lines a failing seed prints
 )
 
@@ -72,7 +74,7 @@ func TestGroupStep(t *testing.T) {
 		for seed := first; seed < first+n; seed++ {
 			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 				t.Parallel()
-				res := runStep(t, seed, *stepSeed != 0)
+				res := runStepWith(t, seed, stepOptions{verbose: *stepSeed != 0, long: *stepLong})
 				if t.Failed() {
 					failed.Add(1)
 				}
@@ -89,7 +91,7 @@ func TestGroupStep(t *testing.T) {
 	sizes := make(map[int]int)
 	durable := 0
 	for seed := first; seed < first+n; seed++ {
-		p, _ := seedPlan(seed, true)
+		p, _ := seedPlan(seed, !*stepLong)
 		sizes[p.n]++
 		if p.durable {
 			durable++
@@ -718,7 +720,7 @@ func (m *stepMember) keepAlive() {
 	}
 	if l.Err() != nil {
 		m.s.note("m%d lease lost: %v", m.id, l.Err())
-		m.register(m.g.mem.mu.self, 50*time.Millisecond, func(store *membership.Store, l *stepLease) {
+		m.register(m.g.mem.mu.self, func(store *membership.Store, l *stepLease) {
 			mem := m.g.mem
 			mem.mu.Lock()
 			old := mem.mu.store
@@ -739,9 +741,12 @@ func (m *stepMember) keepAlive() {
 }
 
 // register makes a store on a lease of its own and registers self in it,
-// trying again after growing, randomized pauses (member.register), then
-// calls done.
-func (m *stepMember) register(self membership.Member, pause time.Duration, done func(*membership.Store, *stepLease)) {
+// trying again after the pauses member.register makes, then calls done.
+func (m *stepMember) register(self membership.Member, done func(*membership.Store, *stepLease)) {
+	m.registerAgain(self, registerBackOff(), done)
+}
+
+func (m *stepMember) registerAgain(self membership.Member, b *backoff.ExponentialBackOff, done func(*membership.Store, *stepLease)) {
 	if m.gone() {
 		return
 	}
@@ -753,8 +758,14 @@ func (m *stepMember) register(self membership.Member, pause time.Duration, done 
 	}
 	if err != nil {
 		m.s.note("m%d register: %v", m.id, err)
-		wait := pause/2 + time.Duration(m.s.rng.Int64N(int64(pause)))
-		m.s.after(wait, func() { m.register(self, min(2*pause, 2*time.Second), done) })
+		// The pause's jitter comes from the seed, not from the backoff's
+		// own source.
+		f := b.RandomizationFactor
+		b.RandomizationFactor = 0
+		pause := b.NextBackOff()
+		b.RandomizationFactor = f
+		wait := time.Duration(float64(pause) * (1 - f + 2*f*m.s.rng.Float64()))
+		m.s.after(wait, func() { m.registerAgain(self, b, done) })
 		return
 	}
 	m.lastOK = m.s.now
@@ -907,7 +918,7 @@ func (s *stepSim) open(id NodeID, initial int) {
 	s.members[id] = m
 	s.c.nodes[id] = n
 	s.note("m%d open, incarnation %d", id, self.Incarnation)
-	m.register(self, 50*time.Millisecond, func(store *membership.Store, l *stepLease) {
+	m.register(self, func(store *membership.Store, l *stepLease) {
 		mem.mu.store, m.lease = store, l
 		g.mu.out = ErrNotMember
 		mem.setSelf(self)
@@ -993,11 +1004,13 @@ type stepOptions struct {
 	durable bool
 	// faults, if set, replace the schedule of faults drawn.
 	faults []simFault
+	// long draws TestGroupSim's longer schedules.
+	long bool
 }
 
 // runStepWith runs seed with opts.
 func runStepWith(t testing.TB, seed uint64, opts stepOptions) stepResult {
-	plan, _ := seedPlan(seed, true)
+	plan, _ := seedPlan(seed, !opts.long)
 	if opts.durable {
 		plan.durable = true
 	}
