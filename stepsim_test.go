@@ -154,21 +154,9 @@ func TestPlantedFaultsStepped(t *testing.T) {
 		{fault: plant.ReplayBeyondDurable, durable: true, seeds: 100, faults: []simFault{{at: 500 * time.Millisecond, kind: "power-cut", who: [][]NodeID{{1}}, lasts: 300 * time.Millisecond}}},
 	} {
 		t.Run(tc.fault.String(), func(t *testing.T) {
-			opts := stepOptions{plant: tc.fault, durable: tc.durable, faults: tc.faults}
-			for seed := uint64(1); seed <= tc.seeds; seed++ {
-				found := runStepRecorded(t, seed, opts)
-				if len(found) == 0 {
-					continue
-				}
-				t.Logf("seed %d caught %v: %s", seed, tc.fault, found[0])
-				clean := opts
-				clean.plant = 0
-				if found := runStepRecorded(t, seed, clean); len(found) > 0 {
-					t.Fatalf("seed %d fails without the fault too: %s", seed, found[0])
-				}
-				return
-			}
-			t.Fatalf("%d seeds ran with %v planted, and no check caught it", tc.seeds, tc.fault)
+			findPlanted(t, tc.fault, tc.seeds, nil, func(seed uint64, planted plant.Faults) []string {
+				return runStepRecorded(t, seed, stepOptions{plant: planted, durable: tc.durable, faults: tc.faults})
+			})
 		})
 	}
 }
@@ -221,22 +209,16 @@ type stepSim struct {
 	verbose bool
 	etcd    *simEtcd
 	rev     int64 // the revision the members were last woken for
-	wire    *simWire
-	// wireAt is when the wire's next step is scheduled, if wireGen's
-	// task is pending; older tasks do nothing.
-	wireAt      time.Duration
-	wireGen     uint64
-	wirePending bool
-	// fabric carries the state transfers (the members' endpoints), in
-	// Manual mode on the virtual clock; fabricDue: its step of generation
-	// fabricGen is scheduled, at fabricAt.
-	fabric    *rdma.MemFabric
-	fabricDue bool
-	fabricAt  time.Duration
-	fabricGen uint64
-	c         *vsCluster
-	members   map[NodeID]*stepMember
-	loadStop  bool
+	// wire carries the views' traffic in the seeds that draw it; fabric
+	// the others' (RDMC), and every seed's state transfers, in Manual
+	// mode on the virtual clock. Each steps when its driver runs it.
+	wire         *simWire
+	wireDriver   *stepDriver
+	fabric       *rdma.MemFabric
+	fabricDriver *stepDriver
+	c            *vsCluster
+	members      map[NodeID]*stepMember
+	loadStop     bool
 	// shown holds, for each member, the views its application has been
 	// shown as a member (in any incarnation).
 	shown map[NodeID]map[uint64]bool
@@ -1035,11 +1017,17 @@ func runStepWith(t testing.TB, seed uint64, opts stepOptions) stepResult {
 			s.fail("%v", err)
 		}
 	}
-	s.wire = newSteppedWire(seed, plan.maxDelay, s.clock, func() {
-		s.kickWire()
-	})
+	s.wireDriver = &stepDriver{s: s, step: func() (bool, time.Duration) { return s.wire.step() }}
+	s.wire = newSteppedWire(seed, plan.maxDelay, s.clock, s.wireDriver.kick)
+	s.fabricDriver = &stepDriver{s: s, step: func() (bool, time.Duration) {
+		did, wait := s.fabric.StepDue()
+		if !did && wait == 0 {
+			wait = time.Hour // nothing queued
+		}
+		return did, wait
+	}}
 	s.fabric = rdma.NewMemFabric(rdma.MemOptions{
-		Seed: int64(seed), Manual: true, MaxDelay: plan.maxDelay, Now: s.clock, OnWork: s.kickFabric,
+		Seed: int64(seed), Manual: true, MaxDelay: plan.maxDelay, Now: s.clock, OnWork: s.fabricDriver.kick,
 	})
 	defer s.fabric.Close()
 	// One etcd outage in sixteen outlasts the retries of etcd writes
@@ -1292,66 +1280,46 @@ func rdmaIDs(sides [][]NodeID) [][]rdma.NodeID {
 	return out
 }
 
-// kickFabric schedules a step of the transfers' fabric now (it may have
-// work: MemOptions.OnWork), unless one is scheduled now.
-func (s *stepSim) kickFabric() {
-	if s.fabricDue && s.fabricAt <= s.now {
-		return
-	}
-	s.scheduleFabric(0)
+// stepDriver runs simulated I/O that steps itself (the wire, the fabric)
+// on the scheduler: step does one unit of work due now and reports
+// whether there was one; if not, how long until the next may be due (an
+// hour or more: none is queued).
+type stepDriver struct {
+	s    *stepSim
+	step func() (did bool, wait time.Duration)
+	// pending: the task of generation gen is scheduled, at at; older
+	// tasks do nothing.
+	pending bool
+	at      time.Duration
+	gen     uint64
 }
 
-func (s *stepSim) scheduleFabric(wait time.Duration) {
-	s.fabricGen++
-	gen := s.fabricGen
-	s.fabricDue, s.fabricAt = true, s.now+wait
-	s.after(wait, func() {
-		if gen != s.fabricGen {
+// kick schedules a run now (there may be work due), unless one is.
+func (d *stepDriver) kick() {
+	if d.pending && d.at <= d.s.now {
+		return
+	}
+	d.schedule(0)
+}
+
+func (d *stepDriver) schedule(wait time.Duration) {
+	d.gen++
+	gen := d.gen
+	d.pending, d.at = true, d.s.now+wait
+	d.s.after(wait, func() {
+		if gen != d.gen {
 			return
 		}
-		// Kicks meanwhile are this loop's to serve.
-		s.fabricAt = s.now
+		// Kicks meanwhile are this run's to serve.
+		d.at = d.s.now
 		for {
-			did, wait := s.fabric.StepDue()
+			did, wait := d.step()
 			if did {
-				s.steps++
 				continue
 			}
-			s.fabricDue = false
-			if wait > 0 {
-				s.scheduleFabric(wait)
-			}
-			return
-		}
-	})
-}
-
-// kickWire schedules the wire's step now, unless it is already.
-func (s *stepSim) kickWire() {
-	if s.wirePending && s.wireAt <= s.now {
-		return
-	}
-	s.scheduleWire(0)
-}
-
-func (s *stepSim) scheduleWire(wait time.Duration) {
-	s.wireGen++
-	gen := s.wireGen
-	s.wirePending, s.wireAt = true, s.now+wait
-	s.after(wait, func() {
-		if gen != s.wireGen {
-			return
-		}
-		// Kicks meanwhile are this loop's to serve.
-		s.wireAt = s.now
-		for {
-			ok, wait := s.wire.step()
-			if ok {
-				continue
-			}
-			s.wirePending = false
+			d.pending = false
 			if wait < time.Hour {
-				s.scheduleWire(wait)
+				d.schedule(wait)
 			}
 			return
 		}

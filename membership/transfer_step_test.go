@@ -232,29 +232,22 @@ func runSteppedTransfer(t *testing.T, seed uint64) uint64 {
 	// The donors whose links held see the joiner close its queue pairs
 	// (the others may have opened new ones it never takes: the runtime
 	// closes every donor with its view).
-	untouched := func(i int) bool { return !faulted[i+1] }
-	clock.run(clock.now.Add(time.Minute), func() bool {
+	serving := func() []int {
+		var ids []int
 		for i, d := range donors {
-			if !untouched(i) {
-				continue
-			}
 			select {
 			case <-d.Done():
 			default:
-				return false
+				if !faulted[i+1] {
+					ids = append(ids, i+1)
+				}
 			}
 		}
-		return true
-	})
-	for i, d := range donors {
-		if !untouched(i) {
-			continue
-		}
-		select {
-		case <-d.Done():
-		default:
-			t.Errorf("seed %d: donor %d still serves after the transfer", seed, i+1)
-		}
+		return ids
+	}
+	clock.run(clock.now.Add(time.Minute), func() bool { return len(serving()) == 0 })
+	if ids := serving(); len(ids) > 0 {
+		t.Errorf("seed %d: donors %v still serve after the transfer", seed, ids)
 	}
 	step("end")
 	return trace.Sum64()
