@@ -213,8 +213,9 @@ type Config struct {
 	BlockBytes int
 	// Clock returns this member's time in nanoseconds, which must never go
 	// backwards (default: wall-clock time since the Unix epoch, read once
-	// at Open and advanced by the monotonic clock). Tests inject skewed
-	// clocks here.
+	// at Open and advanced by the monotonic clock). The member's state
+	// transfers time their stall timeouts and reconnection pauses on it
+	// too. Tests inject skewed clocks here.
 	Clock func() int64
 	// Logger, MeterProvider and TracerProvider receive logs, metrics and
 	// spans (view changes and state transfers); nil discards them.

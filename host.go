@@ -26,8 +26,9 @@ type host interface {
 	spawn(g *Group, fn func())
 	// fetch starts a state transfer of g's (membership.StartFetch) and
 	// calls done with its end, in place of a goroutine that runs
-	// membership.Fetch.
-	fetch(g *Group, cfg membership.FetchConfig, done func(parts [][]byte, err error))
+	// membership.Fetch; stop ends it as the end of Fetch's context
+	// would.
+	fetch(g *Group, cfg membership.FetchConfig, done func(parts [][]byte, err error)) (stop func())
 	// afterFunc calls f after d on the host's scheduler: the timers of
 	// g's state transfers (transferClock).
 	afterFunc(d time.Duration, f func()) membership.Timer
@@ -49,13 +50,14 @@ func (g *Group) spawn(fn func()) {
 	}()
 }
 
-// startFetch runs a state transfer (membership.Fetch) with ctx, and calls
-// done with its end, on another goroutine than the loop's (or as the host
-// schedules it).
-func (g *Group) startFetch(ctx context.Context, cfg membership.FetchConfig, done func(parts [][]byte, err error)) {
+// startFetch runs a state transfer (membership.Fetch) for view v, with
+// ctx (from v.transfers), and calls done with its end, on another
+// goroutine than the loop's (or as the host schedules it). The transfer
+// ends when v closes, if not before.
+func (g *Group) startFetch(v *view, ctx context.Context, cfg membership.FetchConfig, done func(parts [][]byte, err error)) {
 	cfg.Clock, cfg.Rand = g.transferClock()
 	if g.host != nil {
-		g.host.fetch(g, cfg, done)
+		v.stopFetches = append(v.stopFetches, g.host.fetch(g, cfg, done))
 		return
 	}
 	g.spawn(func() { done(membership.Fetch(ctx, cfg)) })

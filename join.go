@@ -247,7 +247,7 @@ func (r *runner) fetch(v *view) {
 	}
 	ctx, span := g.tr.Start(v.transfers, "convoy.state.transfer", trace.WithAttributes(
 		attribute.Int64("convoy.epoch", int64(v.rec.Epoch)), attribute.Int("convoy.donors", len(cfg.Donors))))
-	g.startFetch(ctx, cfg, func(parts [][]byte, err error) {
+	g.startFetch(v, ctx, cfg, func(parts [][]byte, err error) {
 		var n int
 		for _, p := range parts {
 			n += len(p)

@@ -530,14 +530,18 @@ func (m *stepMember) spawn(_ *Group, fn func()) {
 	})
 }
 
-func (m *stepMember) fetch(g *Group, cfg membership.FetchConfig, done func([][]byte, error)) {
+func (m *stepMember) fetch(g *Group, cfg membership.FetchConfig, done func([][]byte, error)) (stop func()) {
 	m.s.note("m%d fetch from %v on stream %d", m.id, cfg.Donors, cfg.Stream)
-	if _, err := membership.StartFetch(g.ctx, cfg, func(parts [][]byte, err error) {
+	t, err := membership.StartFetch(g.ctx, cfg, func(parts [][]byte, err error) {
 		m.s.note("m%d fetch on stream %d ended: %v", m.id, cfg.Stream, err)
 		done(parts, err)
-	}); err != nil {
-		done(nil, err)
+	})
+	if err != nil {
+		// As Fetch would return it, on another goroutine.
+		m.s.after(0, func() { done(nil, err) })
+		return func() {}
 	}
+	return func() { t.Stop(context.Canceled) }
 }
 
 func (m *stepMember) afterFunc(d time.Duration, f func()) membership.Timer {

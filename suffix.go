@@ -213,7 +213,7 @@ func (r *runner) fetchSuffix(v *view, sf membership.Suffix) {
 	ctx, span := g.tr.Start(v.transfers, "convoy.state.transfer", trace.WithAttributes(
 		attribute.Int64("convoy.epoch", int64(v.rec.Epoch)), attribute.Int("convoy.donors", 1),
 		attribute.Int64("convoy.suffix_from", int64(sf.From))))
-	g.startFetch(ctx, cfg, func(parts [][]byte, err error) {
+	g.startFetch(v, ctx, cfg, func(parts [][]byte, err error) {
 		if err == nil {
 			span.SetAttributes(attribute.Int("convoy.bytes", len(parts[0])))
 		} else {

@@ -53,6 +53,9 @@ type view struct {
 	// until the view closes (endTransfers).
 	transfers    context.Context
 	endTransfers context.CancelFunc
+	// stopFetches end the transfers a host runs (Group.startFetch) when
+	// the view closes, as endTransfers ends those on goroutines.
+	stopFetches []func()
 	// donor serves this member's snapshot parts to the view's joiners.
 	donor *membership.Donor
 	// suffixDonors serve joiners the messages their logs miss.
@@ -124,6 +127,9 @@ func (v *view) close() {
 	}
 	if v.endTransfers != nil {
 		v.endTransfers()
+	}
+	for _, stop := range v.stopFetches {
+		stop()
 	}
 	if v.net != nil {
 		v.net.close()

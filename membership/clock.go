@@ -26,7 +26,8 @@ type Clock interface {
 // Timer is a call that a Clock's AfterFunc scheduled.
 type Timer interface {
 	// Stop cancels the call; it reports false if the call has run or
-	// started already.
+	// started already. It must not wait for a call that has started: a
+	// transfer stops its timers while holding locks its calls take.
 	Stop() bool
 }
 

@@ -57,6 +57,7 @@ package membership
 // the end of that joiner's transfer.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -329,7 +330,8 @@ type DonorConfig struct {
 	// MaxTransferChunkBytes.
 	ChunkBytes int
 	// Clock is the time the donor runs on: the pauses before it serves a
-	// joiner again on a new queue pair. Default SystemClock().
+	// joiner again on a new queue pair; it also makes the calls that close
+	// failed queue pairs. Default SystemClock().
 	Clock Clock
 	// Rand, if set, draws the jitter of those pauses: a simulation's
 	// seeded source, with a Clock and a transport that run everything on
@@ -405,14 +407,16 @@ type Donor struct {
 		conns  []*donorConn
 		live   int // conns not ended
 		// tasks are the calls scheduled on the clock that have not
-		// started.
+		// started; seq numbers them.
 		tasks map[*donorTask]bool
+		seq   uint64
 	}
 }
 
 // donorTask is a call a donor scheduled on its clock (later).
 type donorTask struct {
-	t Timer
+	t   Timer
+	seq uint64 // the order of scheduling
 	// always: Close makes the call itself if it has not started (closing
 	// a failed queue pair).
 	always bool
@@ -428,6 +432,8 @@ func (d *Donor) later(wait time.Duration, always bool, fn func()) {
 	d.wg.Add(1)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.mu.seq++
+	task.seq = d.mu.seq
 	d.mu.tasks[task] = true
 	task.t = d.cfg.Clock.AfterFunc(wait, func() {
 		d.mu.Lock()
@@ -629,7 +635,14 @@ func (d *Donor) Close() error {
 	// none has started.
 	var run []func()
 	d.mu.Lock()
+	// In the order they were scheduled: on a simulation's clock and
+	// transport, what they do must not depend on a map's order.
+	tasks := make([]*donorTask, 0, len(d.mu.tasks))
 	for task := range d.mu.tasks {
+		tasks = append(tasks, task)
+	}
+	slices.SortFunc(tasks, func(a, b *donorTask) int { return cmp.Compare(a.seq, b.seq) })
+	for _, task := range tasks {
 		if task.t.Stop() {
 			delete(d.mu.tasks, task)
 			if task.always {
@@ -672,8 +685,8 @@ func (dc *donorConn) endLocked(err error) {
 }
 
 // failLocked drops dc's queue pair after bad input, a failed post or a
-// queue pair failure, and closes it on another goroutine (a handler must
-// not close its own). After a broken connection, the joiner is served
+// queue pair failure, and has it closed by a call on the clock (a handler
+// must not close its own), or by Close. After a broken connection, the joiner is served
 // again on a new queue pair after a pause; after anything else, its
 // transfer ends. REQUIRES: dc.mu (not d.mu).
 func (dc *donorConn) failLocked(err error) {
@@ -984,11 +997,16 @@ type Transfer struct{ f *fetcher }
 // the error Fetch would return (Stop in place of ctx's end). It is called
 // on one of cfg.Clock's calls, after every queue pair of the transfer was
 // closed. ctx bounds only the setup of queue pairs (rdma.Endpoint.Open):
-// Stop ends the transfer.
+// Stop ends the transfer. If ctx has ended already, or cfg is invalid,
+// StartFetch returns an error (wrapping ErrTransfer and ctx's error for
+// the former) and done is never called.
 func StartFetch(ctx context.Context, cfg FetchConfig, done func(parts [][]byte, err error)) (*Transfer, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrTransfer, err)
 	}
 	f := newFetcher(ctx, c, done)
 	f.start()
@@ -996,9 +1014,12 @@ func StartFetch(ctx context.Context, cfg FetchConfig, done func(parts [][]byte, 
 }
 
 // Stop ends the transfer unless it has ended: done is then called with an
-// error wrapping ErrTransfer, cause, and why the donors asked for the
-// missing parts did not deliver them.
+// error wrapping ErrTransfer, cause (context.Canceled if nil), and why the
+// donors asked for the missing parts did not deliver them.
 func (t *Transfer) Stop(cause error) {
+	if cause == nil {
+		cause = context.Canceled
+	}
 	f := t.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -1045,16 +1066,20 @@ func newFetcher(ctx context.Context, c FetchConfig, done func([][]byte, error)) 
 	return f
 }
 
-// start opens the queue pairs, asks each donor for its part, and starts
-// polling (poll).
+// start asks each donor for its part, opens the queue pairs (which send
+// the requests), and starts polling (poll).
 func (f *fetcher) start() {
-	for _, fc := range f.conns {
-		fc.open()
-	}
+	// The parts are asked for first, so that a donor whose queue pair
+	// cannot be opened hands them on with the cause (failLocked).
 	f.mu.Lock()
 	for p := range f.mu.parts {
 		f.assignLocked(p)
 	}
+	f.mu.Unlock()
+	for _, fc := range f.conns {
+		fc.open()
+	}
+	f.mu.Lock()
 	f.wakeUpLocked()
 	f.mu.Unlock()
 }

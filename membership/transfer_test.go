@@ -1333,3 +1333,43 @@ func TestTransferSlices(t *testing.T) {
 	}
 	restore(t, s, got)
 }
+
+// TestFetchOpenFails: a joiner whose queue pairs cannot be opened at all
+// (its endpoint is closed) gives the transfer up, and says why; a
+// transfer started after its context ended does not start, and one
+// stopped without a cause ends as canceled.
+func TestFetchOpenFails(t *testing.T) {
+	checkTransferLeaks(t)
+	n := newMemNet(t, 29)
+	startFakeDonor(t, n.endpoint(1), nil)
+	ep := n.endpoint(testJoiner)
+	ep.Close()
+	_, err := Fetch(context.Background(), fetchConfig(ep, 1))
+	if !errors.Is(err, ErrTransfer) || !errors.Is(err, rdma.ErrClosed) {
+		t.Errorf("Fetch on a closed endpoint: %v, want ErrTransfer and rdma.ErrClosed", err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = StartFetch(ctx, fetchConfig(n.endpoint(testJoiner+1), 1), func([][]byte, error) { t.Error("done called for a transfer that did not start") })
+	if !errors.Is(err, ErrTransfer) || !errors.Is(err, context.Canceled) {
+		t.Errorf("StartFetch after its context ended: %v, want ErrTransfer and context.Canceled", err)
+	}
+}
+
+func TestTransferStopWithoutCause(t *testing.T) {
+	checkTransferLeaks(t)
+	n := newMemNet(t, 31)
+	startFakeDonor(t, n.endpoint(1), nil) // never answers
+	cfg := fetchConfig(n.endpoint(testJoiner), 1)
+	cfg.StallTimeout = time.Hour
+	done := make(chan error, 1)
+	tr, err := StartFetch(context.Background(), cfg, func(_ [][]byte, err error) { done <- err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Stop(nil)
+	if err := <-done; !errors.Is(err, ErrTransfer) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("a transfer stopped without a cause ended with %v, want ErrTransfer and context.Canceled", err)
+	}
+}
