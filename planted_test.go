@@ -27,21 +27,14 @@ import (
 //
 //	go test -run 'TestPlantedFaults' -v .
 func TestPlantedFaults(t *testing.T) {
-	for _, tc := range []struct {
-		fault plant.Faults
-		// durable forces durable delivery; faults, if set, replace the
-		// faults drawn.
-		durable bool
-		faults  []simFault
-		// seeds bounds the search. Measured over 10 runs without -race
-		// and 3 with it, seed 2 (the first seed of at most four members)
-		// caught each fault every time: early-delivery by the liveness
-		// check (the group never came back whole: a member that delivered
-		// beyond the cut is excluded by it, and rejoins, again and
-		// again), unsynced-view by checkViewOnDisk, early-caught-up by
-		// checkPut. Without the faults, those seeds passed every time.
-		seeds uint64
-	}{
+	// The seeds bound the search. Measured over 10 runs without -race
+	// and 3 with it, seed 2 (the first seed of at most four members)
+	// caught each fault every time: early-delivery by the liveness check
+	// (the group never came back whole: a member that delivered beyond the
+	// cut is excluded by it, and rejoins, again and again), unsynced-view
+	// by checkViewOnDisk, early-caught-up by checkPut. Without the faults,
+	// those seeds passed every time.
+	for _, tc := range []plantedCase{
 		{fault: plant.EarlyDelivery, seeds: 10},
 		{fault: plant.UnsyncedView, durable: true, seeds: 5},
 		// A member restarts early in the run, and joins.
@@ -63,6 +56,17 @@ func TestPlantedFaults(t *testing.T) {
 			})
 		})
 	}
+}
+
+// plantedCase is a fault to plant, the run that may catch it, and how
+// many seeds to search.
+type plantedCase struct {
+	fault plant.Faults
+	// durable forces durable delivery; faults, if set, replace the
+	// faults drawn.
+	durable bool
+	faults  []simFault
+	seeds   uint64
 }
 
 // findPlanted runs seeds, from 1 on and passing over those skip names,

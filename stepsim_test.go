@@ -138,14 +138,7 @@ func TestGroupStepReplays(t *testing.T) {
 // that catches a fault is always the same one, and it must pass without
 // the fault.
 func TestPlantedFaultsStepped(t *testing.T) {
-	for _, tc := range []struct {
-		fault plant.Faults
-		// durable forces durable delivery; faults, if set, replace the
-		// faults drawn.
-		durable bool
-		faults  []simFault
-		seeds   uint64
-	}{
+	for _, tc := range []plantedCase{
 		{fault: plant.EarlyDelivery, seeds: 20},
 		{fault: plant.UnsyncedView, seeds: 20},
 		{fault: plant.EarlyCaughtUp, seeds: 20},

@@ -133,15 +133,22 @@ func TestMemCrash(t *testing.T) {
 	}
 }
 
-func TestMemBreakLinkManual(t *testing.T) {
-	f := NewMemFabric(MemOptions{Seed: 3, Manual: true})
-	defer f.Close()
+// manualPair returns a fabric made with opts (Manual) and the two ends,
+// with their recorders, of stream 1 between nodes 1 and 2.
+func manualPair(t *testing.T, opts MemOptions) (f *MemFabric, qa, qb QueuePair, ra, rb *recorder) {
+	f = NewMemFabric(opts)
+	t.Cleanup(func() { f.Close() })
 	a, _ := f.Endpoint(1)
 	b, _ := f.Endpoint(2)
-	ra, rb := newRecorder(t, "a"), newRecorder(t, "b")
+	ra, rb = newRecorder(t, "a"), newRecorder(t, "b")
 	ctx := context.Background()
-	qa, _ := a.Open(ctx, 2, 1, ra)
-	qb, _ := b.Open(ctx, 1, 1, rb)
+	qa, _ = a.Open(ctx, 2, 1, ra)
+	qb, _ = b.Open(ctx, 1, 1, rb)
+	return f, qa, qb, ra, rb
+}
+
+func TestMemBreakLinkManual(t *testing.T) {
+	f, qa, qb, ra, rb := manualPair(t, MemOptions{Seed: 3, Manual: true})
 	must(t, qb.PostRecv(make([]byte, 10), 1))
 	must(t, qa.PostSend([]byte("x"), 0, 1))
 	if len(ra.snapshot())+len(rb.snapshot()) != 0 {
@@ -204,17 +211,10 @@ func TestMemStepDueOnClock(t *testing.T) {
 	base := time.Unix(1000, 0)
 	now = base
 	kicks := 0
-	f := NewMemFabric(MemOptions{
+	f, qa, qb, _, rb := manualPair(t, MemOptions{
 		Seed: 5, Manual: true, MaxDelay: 10 * time.Millisecond,
 		Now: func() time.Time { return now }, OnWork: func() { kicks++ },
 	})
-	defer f.Close()
-	a, _ := f.Endpoint(1)
-	b, _ := f.Endpoint(2)
-	ra, rb := newRecorder(t, "a"), newRecorder(t, "b")
-	ctx := context.Background()
-	qa, _ := a.Open(ctx, 2, 1, ra)
-	qb, _ := b.Open(ctx, 1, 1, rb)
 	for i := range 3 {
 		must(t, qb.PostRecv(make([]byte, 10), uint64(i)))
 	}
