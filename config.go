@@ -241,6 +241,15 @@ type Config struct {
 	// plant, for tests, plants protocol faults in this member, each of
 	// which the tests must catch (TestPlantedFaults).
 	plant plant.Faults
+	// host, for tests, runs the member in place of its goroutines (see
+	// host); a hosted Group has no event channel.
+	host host
+	// batchBytes, for tests, bounds the RDMC batch frames of the views'
+	// groups (0: multicast.DefaultBatchBytes).
+	batchBytes int
+	// transferChunkBytes, for tests, is the largest chunk this member
+	// asks of its donors (0: membership.DefaultTransferChunkBytes).
+	transferChunkBytes int
 }
 
 // Errors returned by Open, Send and Close.

@@ -209,10 +209,13 @@ func newGroup(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 		cfg:      c,
 		log:      c.Logger.With("member", c.Self),
 		h:        h,
-		events:   make(chan event, 4096),
+		host:     c.host,
 		sendTurn: make(chan struct{}, 1),
 		space:    make(chan struct{}, 1),
 		stop:     make(chan struct{}),
+	}
+	if g.host == nil {
+		g.events = make(chan event, 4096)
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.mu.nextSeq = 1

@@ -244,6 +244,7 @@ func (r *runner) fetch(v *view) {
 	cfg := membership.FetchConfig{
 		Endpoint: g.ep, Stream: transferStream(v.rec.Epoch), Donors: donorsOf(&v.rec, g.cfg.MaxDonors),
 		Slices: transferSlices, StallTimeout: g.cfg.TransferStall, Logger: g.cfg.Logger,
+		ChunkBytes: g.cfg.transferChunkBytes,
 	}
 	ctx, span := g.tr.Start(v.transfers, "convoy.state.transfer", trace.WithAttributes(
 		attribute.Int64("convoy.epoch", int64(v.rec.Epoch)), attribute.Int("convoy.donors", len(cfg.Donors))))

@@ -209,6 +209,7 @@ func (r *runner) fetchSuffix(v *view, sf membership.Suffix) {
 	cfg := membership.FetchConfig{
 		Endpoint: g.ep, Stream: suffixStream(v.rec.Epoch, i), Donors: []rdma.NodeID{rdma.NodeID(sf.Donor)},
 		StallTimeout: g.cfg.TransferStall, Logger: g.cfg.Logger,
+		ChunkBytes: g.cfg.transferChunkBytes,
 	}
 	ctx, span := g.tr.Start(v.transfers, "convoy.state.transfer", trace.WithAttributes(
 		attribute.Int64("convoy.epoch", int64(v.rec.Epoch)), attribute.Int("convoy.donors", 1),

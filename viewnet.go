@@ -108,7 +108,7 @@ func (n *rdmaNet) openGroups(ctx context.Context) error {
 		}
 		return multicast.NewGroup(ctx, g.ep, multicast.GroupConfig{
 			ID: n.groupID(kind, root), Members: n.idsOf(ranks...), Root: v.ids[root],
-			Algorithm: g.cfg.Algorithm, BlockBytes: g.cfg.BlockBytes,
+			Algorithm: g.cfg.Algorithm, BlockBytes: g.cfg.BlockBytes, BatchBytes: g.cfg.batchBytes,
 			MaxMessageBytes:   g.cfg.MaxMessageBytes + ordering.RecordHeaderBytes,
 			MaxQueuedMessages: g.cfg.WindowMessages + 1<<14, // beacons ride along
 			MaxQueuedBytes:    g.cfg.WindowBytes + 1<<24,

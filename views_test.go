@@ -610,11 +610,11 @@ func (c *vsCluster) check() {
 				c.t.Fatalf("member %d delivered %q twice", n.id, p)
 			}
 			seen[p] = true
-			var sender string
-			var k int
-			if _, err := fmt.Sscanf(p, "set %s", &sender); err == nil {
+			// A write "set <sender>-<k> ...": its sender's k-th.
+			if rest, ok := strings.CutPrefix(p, "set "); ok && len(strings.Fields(rest)) > 0 {
+				sender := strings.Fields(rest)[0]
 				name, num, _ := strings.Cut(sender, "-")
-				k, _ = strconv.Atoi(num)
+				k, _ := strconv.Atoi(num)
 				if prev, ok := lastK[name]; ok && k <= prev {
 					c.t.Fatalf("member %d: %s after %s-%d", n.id, sender, name, prev)
 				}

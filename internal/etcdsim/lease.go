@@ -2,6 +2,7 @@ package etcdsim
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"time"
 
@@ -41,6 +42,7 @@ func (s *Server) Grant(ttl int64) (clientv3.LeaseID, int64, error) {
 	s.mu.lastLease++
 	l := &lease{id: s.mu.lastLease, ttl: ttl, deadline: s.mu.now + ttl*int64(time.Second)}
 	s.mu.leases[l.id] = l
+	s.mu.nextExpiry = min(s.mu.nextExpiry, l.deadline)
 	return clientv3.LeaseID(l.id), ttl, nil
 }
 
@@ -93,10 +95,18 @@ func (s *Server) TimeToLive(id clientv3.LeaseID) (remaining time.Duration, ttl i
 // expireLocked revokes every lease whose deadline has come, earliest
 // first. REQUIRES: s.mu.
 func (s *Server) expireLocked() {
+	if s.mu.now < s.mu.nextExpiry {
+		return
+	}
+	// Deadlines only move later once granted (KeepAlive, Up), so the
+	// earliest of those not due is the next expiry.
 	var due []*lease
+	s.mu.nextExpiry = math.MaxInt64
 	for _, l := range s.mu.leases {
 		if l.deadline <= s.mu.now {
 			due = append(due, l)
+		} else {
+			s.mu.nextExpiry = min(s.mu.nextExpiry, l.deadline)
 		}
 	}
 	slices.SortFunc(due, func(a, b *lease) int {

@@ -69,6 +69,10 @@ type Server struct {
 		// elects itself after each one.
 		term   uint64
 		leases map[int64]*lease
+		// nextExpiry is no later than the earliest deadline of a lease
+		// (math.MaxInt64: no lease), so Advance looks at the leases only
+		// once one may be due.
+		nextExpiry int64
 		// lastLease is the ID of the latest lease granted.
 		lastLease int64
 	}
