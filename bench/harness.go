@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -46,16 +47,18 @@ type cluster struct {
 }
 
 // startCluster starts n replicas of sys from the executable exe, with data
-// directories under a fresh directory in root, and waits until every one
-// serves clients, ctx ends, or timeout passes. For a system that keeps
+// directories under a fresh directory in root (and, if profiles is set,
+// each replica's CPU profile written into that directory), and waits
+// until every one serves clients, ctx ends, or timeout passes. For a
+// system that keeps
 // its views in etcd, it first starts a one-member etcd (exe's replica of
 // kind etcd) and waits until it serves. Ports are picked free just before
 // the start; another process may take one in between, so a cluster that
 // fails to start is started again on other ports, up to three times.
-func startCluster(ctx context.Context, exe, root string, sys system, n int, timeout time.Duration, verbose io.Writer) (*cluster, error) {
+func startCluster(ctx context.Context, exe, root string, sys system, n int, timeout time.Duration, profiles string, verbose io.Writer) (*cluster, error) {
 	var errs []error
 	for range 3 {
-		c, err := startClusterOnce(ctx, exe, root, sys, n, timeout, verbose)
+		c, err := startClusterOnce(ctx, exe, root, sys, n, timeout, profiles, verbose)
 		if err == nil {
 			return c, nil
 		}
@@ -67,7 +70,7 @@ func startCluster(ctx context.Context, exe, root string, sys system, n int, time
 	return nil, fmt.Errorf("start %s: %w", sys.name, errors.Join(errs...))
 }
 
-func startClusterOnce(ctx context.Context, exe, root string, sys system, n int, timeout time.Duration, verbose io.Writer) (_ *cluster, err error) {
+func startClusterOnce(ctx context.Context, exe, root string, sys system, n int, timeout time.Duration, profiles string, verbose io.Writer) (_ *cluster, err error) {
 	dir, err := os.MkdirTemp(root, sys.name+"-")
 	if err != nil {
 		return nil, err
@@ -117,6 +120,10 @@ func startClusterOnce(ctx context.Context, exe, root string, sys system, n int, 
 			Clients: c.clientAddrs,
 			Durable: sys.durable,
 			Etcd:    etcd,
+		}
+		if profiles != "" {
+			// Named after the cluster's directory, unique in root.
+			args.CPUProfile = filepath.Join(profiles, fmt.Sprintf("%s-%d.pprof", filepath.Base(dir), i+1))
 		}
 		p, err := startProc(exe, fmt.Sprintf("%s replica %d", sys.name, i+1), args.Argv(), verbose)
 		if err != nil {

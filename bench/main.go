@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,6 +66,8 @@ type config struct {
 	startLimit time.Duration
 	dir        string
 	verbose    bool
+	// profiles is where replicas write their CPU profiles (empty: none).
+	profiles string
 	// convoy is the convoy command workload m runs (empty: build it);
 	// multicastArgs the flags it gives convoy bench multicast.
 	convoy        string
@@ -91,6 +94,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	multicastArgs := fs.String("multicast-args", "-nodes 2,4,8,16 -size 16MiB", "the flags workload m gives convoy bench multicast, space-separated, besides -json -reps 1")
 	quick := fs.Bool("quick", false, `a smoke run: unless set explicitly, -reps 1 -duration 1s -warmup 250ms -clients 64 -big-clients 2 -timeout 5s -multicast-args "-nodes 2,3,4 -size 2MiB -block 256KiB"`)
 	fs.BoolVar(&c.verbose, "v", false, "log progress and the replicas' standard error to stderr")
+	fs.StringVar(&c.profiles, "cpuprofile", "", "directory to write each replica's CPU profile to, over its whole life, as <system>-<n>-<replica>.pprof (empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -155,6 +159,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(root)
+	if c.profiles != "" {
+		// Replicas may run in another directory.
+		if c.profiles, err = filepath.Abs(c.profiles); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(c.profiles, 0o755); err != nil {
+			return err
+		}
+	}
 	exes, err := replicaPrograms(ctx, c.systems, root, log)
 	if err != nil {
 		return err
@@ -250,7 +263,7 @@ func (c *config) measureSystem(ctx context.Context, exe, root string, sys system
 		return nil, nil
 	}
 	log.Info("starting", "system", sys.name)
-	cl, err := startCluster(ctx, exe, root, sys, sys.replicaCount(), c.startLimit, verbose)
+	cl, err := startCluster(ctx, exe, root, sys, sys.replicaCount(), c.startLimit, c.profiles, verbose)
 	if err != nil {
 		return nil, err
 	}

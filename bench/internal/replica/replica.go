@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 )
@@ -50,6 +51,9 @@ type Args struct {
 	// Etcd is the client address of the etcd that holds the group's
 	// views, for a system that keeps them there (empty otherwise).
 	Etcd string
+	// CPUProfile, if set, is the file Run writes the replica's CPU
+	// profile to, from its start until it stops.
+	CPUProfile string
 }
 
 // Argv returns the command line that ParseArgs parses into a, Command
@@ -67,6 +71,9 @@ func (a Args) Argv() []string {
 	if a.Etcd != "" {
 		argv = append(argv, "-etcd", a.Etcd)
 	}
+	if a.CPUProfile != "" {
+		argv = append(argv, "-cpuprofile", a.CPUProfile)
+	}
 	return argv
 }
 
@@ -81,6 +88,7 @@ func ParseArgs(args []string) (Args, error) {
 	clients := fs.String("clients", "", "every replica's address for clients, comma-separated, in id order")
 	fs.BoolVar(&a.Durable, "durable", true, "fsync before acknowledging a write")
 	fs.StringVar(&a.Etcd, "etcd", "", "client address of the etcd that holds the group's views")
+	fs.StringVar(&a.CPUProfile, "cpuprofile", "", "write the replica's CPU profile to this file")
 	if err := fs.Parse(args); err != nil {
 		return a, err
 	}
@@ -123,10 +131,24 @@ type RunFunc func(ctx context.Context, a Args, ready func() error) error
 // standard input closes: the bench command closes it to stop the
 // replica. The ready function run gets prints the ready line on standard
 // output.
-func Run(ctx context.Context, args []string, run RunFunc) error {
+func Run(ctx context.Context, args []string, run RunFunc) (err error) {
 	a, err := ParseArgs(args)
 	if err != nil {
 		return err
+	}
+	if a.CPUProfile != "" {
+		f, err := os.Create(a.CPUProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			err = errors.Join(err, f.Close())
+		}()
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"reflect"
 	"sync"
 	"testing"
@@ -15,7 +17,7 @@ import (
 func TestArgsRoundTrip(t *testing.T) {
 	for _, a := range []Args{
 		{Kind: "raft", ID: 2, Dir: "/d/2", Peers: []string{"a:1", "b:1", "c:1"}, Clients: []string{"a:2", "b:2", "c:2"}, Durable: true},
-		{Kind: "kv", ID: 1, Dir: "/d/1", Peers: []string{"a:1"}, Clients: []string{"a:2"}, Etcd: "http://e:3"},
+		{Kind: "kv", ID: 1, Dir: "/d/1", Peers: []string{"a:1"}, Clients: []string{"a:2"}, Etcd: "http://e:3", CPUProfile: "/p/kv-1.pprof"},
 	} {
 		argv := a.Argv()
 		if argv[0] != Command {
@@ -32,6 +34,30 @@ func TestArgsRoundTrip(t *testing.T) {
 	}
 	if _, err := ParseArgs([]string{"-id", "4", "-dir", "d", "-peers", "a,b,c", "-clients", "x,y,z"}); err == nil {
 		t.Error("an id beyond the peers parsed")
+	}
+}
+
+// TestRunCPUProfile checks that Run writes the CPU profile -cpuprofile
+// names, once the replica stops.
+func TestRunCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.pprof")
+	a := Args{Kind: "kv", ID: 1, Dir: t.TempDir(), Peers: []string{"a:1"}, Clients: []string{"a:2"}, CPUProfile: path}
+	err := Run(context.Background(), a.Argv()[1:], func(context.Context, Args, func() error) error {
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("while the replica runs: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A profile is gzipped protocol buffers.
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("the profile is not gzipped: % x", b[:min(len(b), 8)])
 	}
 }
 
