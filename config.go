@@ -132,6 +132,9 @@ const DefaultMaxLag = 1 << 18
 // Members empty): members come and go, failed members are detected and
 // excluded, joiners receive the group's state, and the group goes on in
 // a new view (virtual synchrony, Atomic mode only).
+//
+// Fields left zero take their documented defaults. Open refuses a config
+// with mistakes, as Validate reports them.
 type Config struct {
 	// Self is this member's id, unique in the group.
 	Self NodeID
@@ -256,6 +259,9 @@ type Config struct {
 var (
 	// ErrClosed is returned by Send after Close.
 	ErrClosed = errors.New("convoy: group closed")
+	// ErrInvalidConfig is wrapped by every error Open and Config.Validate
+	// return for a mistake in Config.
+	ErrInvalidConfig = errors.New("convoy: invalid configuration")
 	// ErrFailed wraps the error a group failed with (a member crashed or
 	// sent bad input); Send returns it afterwards.
 	ErrFailed = errors.New("convoy: group failed")
@@ -278,15 +284,31 @@ var (
 	ErrLeft = errors.New("convoy: left the group")
 )
 
-// withDefaults checks c and returns it with every field left zero set to
-// the default its documentation states. It is the one place where
-// defaults are applied.
+// Validate reports the mistakes in c that Open would refuse it for, one
+// error per field (joined, see errors.Join), each wrapping
+// ErrInvalidConfig and naming its field. Fields left zero take their
+// documented defaults first, as in Open.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
+// withDefaults returns c with every documented default applied to the
+// fields left zero (the one place that applies them), or the mistakes
+// Validate reports.
 func (c Config) withDefaults() (Config, error) {
-	if err := c.checkMembers(); err != nil {
-		return c, err
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: Config.%s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
 	}
-	if c.Durable != nil && (c.Mode != Atomic || c.Durable.Dir == "" && c.Durable.FS == nil) {
-		return c, errors.New("convoy: durable delivery needs atomic mode and a directory")
+	c.checkMembers(bad)
+	if c.Durable != nil {
+		if c.Mode != Atomic {
+			bad("Durable", "durable delivery needs atomic mode, not %v", c.Mode)
+		}
+		if c.Durable.Dir == "" && c.Durable.FS == nil {
+			bad("Durable.Dir", "durable delivery needs a directory")
+		}
 	}
 	def(&c.Epoch, 1)
 	def(&c.ListenAddr, c.Addr)
@@ -335,13 +357,52 @@ func (c Config) withDefaults() (Config, error) {
 		base := start.UnixNano()
 		c.Clock = func() int64 { return base + int64(time.Since(start)) }
 	}
-	if c.WindowMessages < 1 || c.WindowBytes < 1 || c.MaxMessageBytes < 1 {
-		return c, errors.New("convoy: window and message limits must be positive")
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"WindowMessages", c.WindowMessages}, {"WindowBytes", c.WindowBytes}, {"MaxMessageBytes", c.MaxMessageBytes}} {
+		if f.v < 1 {
+			bad(f.name, "%d, must be positive", f.v)
+		}
 	}
-	if c.Etcd != nil && (c.InitialMembers < 1 || c.MaxDonors < 1 || c.TransferStall < 0 || c.HeartbeatInterval < 0 || c.SuspectTimeout <= c.HeartbeatInterval || c.StallTimeout < 0) {
-		return c, errors.New("convoy: InitialMembers and MaxDonors must be positive, SuspectTimeout above HeartbeatInterval")
+	if c.FanOut < 0 {
+		bad("FanOut", "%d, must not be negative", c.FanOut)
 	}
-	return c, nil
+	durations := []struct {
+		name string
+		d    time.Duration
+	}{{"BeaconInterval", c.BeaconInterval}, {"BeaconGap", c.BeaconGap}}
+	if c.Etcd != nil {
+		if c.InitialMembers < 1 {
+			bad("InitialMembers", "%d, must be positive", c.InitialMembers)
+		}
+		if c.MaxDonors < 1 {
+			bad("MaxDonors", "%d, must be positive", c.MaxDonors)
+		}
+		if c.HeartbeatInterval > 0 && c.SuspectTimeout <= c.HeartbeatInterval {
+			bad("SuspectTimeout", "%v, must exceed HeartbeatInterval (%v)", c.SuspectTimeout, c.HeartbeatInterval)
+		}
+		durations = append(durations, []struct {
+			name string
+			d    time.Duration
+		}{
+			{"HeartbeatInterval", c.HeartbeatInterval}, {"SuspectTimeout", c.SuspectTimeout},
+			{"StallTimeout", c.StallTimeout}, {"TransferStall", c.TransferStall},
+			{"Etcd.DialTimeout", c.Etcd.DialTimeout}, {"Etcd.LeaseTTL", c.Etcd.LeaseTTL},
+		}...)
+	}
+	if c.Durable != nil {
+		durations = append(durations, struct {
+			name string
+			d    time.Duration
+		}{"Durable.RestartWait", c.Durable.RestartWait})
+	}
+	for _, f := range durations {
+		if f.d < 0 {
+			bad(f.name, "%v, must not be negative", f.d)
+		}
+	}
+	return c, errors.Join(errs...)
 }
 
 // def sets *p to v if it is zero.
@@ -352,28 +413,28 @@ func def[T comparable](p *T, v T) {
 	}
 }
 
-// checkMembers checks the group's membership: a fixed list (Members) or
-// views kept in etcd (Etcd).
-func (c Config) checkMembers() error {
+// checkMembers checks the group's membership, a fixed list (Members) or
+// views kept in etcd (Etcd), reporting each mistake to bad.
+func (c Config) checkMembers(bad func(field, format string, args ...any)) {
 	if c.Etcd != nil {
 		if len(c.Members) > 0 {
-			return errors.New("convoy: a view-managed group (Etcd set) takes its members from etcd, not Members")
+			bad("Members", "a view-managed group (Etcd set) takes its members from etcd")
 		}
 		if c.Mode != Atomic {
 			// At a failure, best-effort total order lets members deliver
 			// different subsets: no cut could end a view the same on all.
-			return fmt.Errorf("convoy: views need atomic mode, not %v", c.Mode)
+			bad("Mode", "views need atomic mode, not %v", c.Mode)
 		}
 		if c.Self == 0 {
-			return errors.New("convoy: Self must be a non-zero id")
+			bad("Self", "must be a non-zero id")
 		}
-		return nil
+		return
 	}
 	self := -1
 	seen := make(map[NodeID]bool)
 	for i, m := range c.Members {
 		if seen[m.ID] {
-			return fmt.Errorf("convoy: member %d listed twice", m.ID)
+			bad("Members", "member %d listed twice", m.ID)
 		}
 		seen[m.ID] = true
 		if m.ID == c.Self {
@@ -381,13 +442,12 @@ func (c Config) checkMembers() error {
 		}
 	}
 	if self < 0 {
-		return fmt.Errorf("convoy: self %d is not in Members", c.Self)
+		bad("Self", "%d is not in Members", c.Self)
 	}
 	if len(c.Members) > 1<<14 {
-		return fmt.Errorf("convoy: %d members, at most %d", len(c.Members), 1<<14)
+		bad("Members", "%d members, at most %d", len(c.Members), 1<<14)
 	}
 	if c.Epoch >= 1<<40 {
-		return fmt.Errorf("convoy: epoch %d out of range", c.Epoch)
+		bad("Epoch", "%d out of range", c.Epoch)
 	}
-	return nil
 }

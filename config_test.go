@@ -2,8 +2,10 @@ package convoy
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,5 +137,80 @@ func TestConfigDefaultsShareNothing(t *testing.T) {
 	}
 	if !reflect.DeepEqual(*e, EtcdConfig{}) || !reflect.DeepEqual(*d, DurableConfig{Dir: "log"}) {
 		t.Errorf("the caller's configs were changed: %+v, %+v", *e, *d)
+	}
+}
+
+// TestConfigValidate: each mistake is reported on its own, naming its
+// field and wrapping ErrInvalidConfig, and Open refuses the config with
+// the same errors.
+func TestConfigValidate(t *testing.T) {
+	views := func(f func(*Config)) Config {
+		c := Config{Self: 1, Etcd: &EtcdConfig{}}
+		if f != nil {
+			f(&c)
+		}
+		return c
+	}
+	fixed := func(f func(*Config)) Config {
+		c := Config{Self: 2, Members: []Member{{ID: 1}, {ID: 2}}}
+		if f != nil {
+			f(&c)
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		// fields names every field the errors must name (none: valid).
+		fields []string
+	}{
+		{"fixed", fixed(nil), nil},
+		{"views", views(nil), nil},
+		{"durable views", views(func(c *Config) { c.Durable = &DurableConfig{Dir: "log"} }), nil},
+		{"views with Members", views(func(c *Config) { c.Members = []Member{{ID: 1}} }), []string{"Members"}},
+		{"views not atomic", views(func(c *Config) { c.Mode = TotalOrder }), []string{"Mode"}},
+		{"views without Self", views(func(c *Config) { c.Self = 0 }), []string{"Self"}},
+		{"member twice", fixed(func(c *Config) { c.Members = append(c.Members, Member{ID: 1}) }), []string{"Members"}},
+		{"self not a member", fixed(func(c *Config) { c.Self = 3 }), []string{"Self"}},
+		{"epoch", fixed(func(c *Config) { c.Epoch = 1 << 40 }), []string{"Epoch"}},
+		{"durable not atomic", fixed(func(c *Config) { c.Mode, c.Durable = TotalOrder, &DurableConfig{Dir: "log"} }), []string{"Durable"}},
+		{"durable without a directory", views(func(c *Config) { c.Durable = &DurableConfig{} }), []string{"Durable.Dir"}},
+		{"negative windows", fixed(func(c *Config) { c.WindowMessages, c.WindowBytes, c.MaxMessageBytes = -1, -1, -1 }),
+			[]string{"WindowMessages", "WindowBytes", "MaxMessageBytes"}},
+		{"negative fan-out", fixed(func(c *Config) { c.FanOut = -1 }), []string{"FanOut"}},
+		{"negative beacons", fixed(func(c *Config) { c.BeaconInterval, c.BeaconGap = -1, -1 }), []string{"BeaconInterval", "BeaconGap"}},
+		{"donors and initial members", views(func(c *Config) { c.MaxDonors, c.InitialMembers = -1, -2 }), []string{"InitialMembers", "MaxDonors"}},
+		{"suspect before heartbeat", views(func(c *Config) { c.HeartbeatInterval, c.SuspectTimeout = time.Second, time.Second }), []string{"SuspectTimeout"}},
+		{"negative view timings", views(func(c *Config) {
+			c.HeartbeatInterval, c.StallTimeout, c.TransferStall = -1, -1, -1
+			c.Etcd.DialTimeout, c.Etcd.LeaseTTL = -1, -1
+		}), []string{"HeartbeatInterval", "StallTimeout", "TransferStall", "Etcd.DialTimeout", "Etcd.LeaseTTL"}},
+		{"negative restart wait", views(func(c *Config) { c.Durable = &DurableConfig{Dir: "log", RestartWait: -1} }), []string{"Durable.RestartWait"}},
+		{"two mistakes", views(func(c *Config) { c.Self, c.Mode = 0, Unordered }), []string{"Mode", "Self"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if len(tc.fields) == 0 {
+				if err != nil {
+					t.Fatalf("a valid config: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("got %v, want ErrInvalidConfig", err)
+			}
+			var joined interface{ Unwrap() []error }
+			if !errors.As(err, &joined) || len(joined.Unwrap()) != len(tc.fields) {
+				t.Fatalf("got %v, want one error for each of %v", err, tc.fields)
+			}
+			for i, e := range joined.Unwrap() {
+				if want := "Config." + tc.fields[i] + ":"; !errors.Is(e, ErrInvalidConfig) || !strings.Contains(e.Error(), want) {
+					t.Errorf("error %d: %q, want one on %s wrapping ErrInvalidConfig", i, e, want)
+				}
+			}
+			if _, err := Open(context.Background(), tc.cfg, func(Delivery) {}); !errors.Is(err, ErrInvalidConfig) {
+				t.Errorf("Open: %v, want ErrInvalidConfig", err)
+			}
+		})
 	}
 }
