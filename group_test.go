@@ -3,6 +3,7 @@ package convoy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -243,5 +244,82 @@ func TestBadRecordsRejected(t *testing.T) {
 	}
 	if rejected != 4 { // two bad records at each of two members
 		t.Errorf("rejected records = %d, want 4", rejected)
+	}
+}
+
+// TestSendReceiptPlacesMessage: Send with WaitDelivered returns where
+// the message landed — the Epoch and Index its Delivery carries, on
+// every member in the ordered modes — while Send that waits for less
+// returns no place.
+func TestSendReceiptPlacesMessage(t *testing.T) {
+	for _, mode := range []Mode{Atomic, TotalOrder, Unordered} {
+		t.Run(mode.String(), func(t *testing.T) {
+			const n, each = 3, 20
+			eps, members, done := memMembers(t, n)
+			defer done()
+			recs := make([]*recorder, n)
+			var cfgs []Config
+			for i := range eps {
+				recs[i] = newRecorder()
+				cfgs = append(cfgs, Config{Self: members[i].ID, Members: members, Endpoint: eps[i], Mode: mode})
+			}
+			groups, closeAll := openAll(t, cfgs, func(i int) Handler { return recs[i].handle })
+			defer closeAll()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			type sent struct {
+				from    int
+				receipt Receipt
+			}
+			results := make(chan sent, n*each)
+			errs := make(chan error, n)
+			for i, g := range groups {
+				go func() {
+					for k := range each {
+						r, err := g.Send(ctx, fmt.Appendf(nil, "m%d-%d", i, k), WaitDelivered())
+						if err != nil {
+							errs <- err
+							return
+						}
+						results <- sent{i, r}
+					}
+					errs <- nil
+				}()
+			}
+			for range groups {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			close(results)
+			for _, r := range recs {
+				r.wait(t, n*each)
+			}
+			for s := range results {
+				if s.receipt.Index == 0 || s.receipt.Epoch == 0 {
+					t.Fatalf("member %d: receipt %+v places nothing", s.from+1, s.receipt)
+				}
+				for j, r := range recs {
+					if mode == Unordered && j != s.from {
+						continue // an index counts one member's deliveries
+					}
+					r.mu.Lock()
+					var found *Delivery
+					for k := range r.got {
+						if d := &r.got[k]; d.Sender == members[s.from].ID && d.Seq == s.receipt.Seq {
+							found = d
+						}
+					}
+					r.mu.Unlock()
+					if found == nil || found.Index != s.receipt.Index || found.Epoch != s.receipt.Epoch {
+						t.Errorf("member %d's receipt %+v; member %d delivered it as %+v", s.from+1, s.receipt, j+1, found)
+					}
+				}
+			}
+			r, err := groups[0].Send(ctx, []byte("stable"), WaitStable())
+			if err != nil || r.Index != 0 || r.Epoch != 0 {
+				t.Errorf("WaitStable: receipt %+v, %v; want no place", r, err)
+			}
+		})
 	}
 }

@@ -385,7 +385,7 @@ func (r *runner) handNow(d Delivery, own bool) {
 			g.m.latency.Record(g.ctx, time.Duration(g.cfg.Clock()-r.sendTimes[i]).Seconds())
 		}
 		r.trimSendTimes(d.Seq)
-		g.ownDelivered(d.Seq, len(d.Payload))
+		g.ownDelivered(&d)
 	}
 }
 

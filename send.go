@@ -41,15 +41,27 @@ func WaitDelivered() SendOption { return func(o *sendOptions) { o.level = Delive
 // WaitStable makes Send return once every member holds the message.
 func WaitStable() SendOption { return func(o *sendOptions) { o.level = Stable } }
 
-// Receipt identifies a sent message.
+// Receipt identifies a sent message and, once Send saw it delivered,
+// where it landed.
 type Receipt struct {
 	// Seq is the message's sequence number among this member's messages.
 	Seq uint64
+	// Epoch and Index place the message in the group's order, as its
+	// Delivery does: set when Send returns after WaitDelivered, zero
+	// otherwise (a message accepted or stable is not yet placed here).
+	Epoch, Index uint64
 }
 
 type waiter struct {
 	level Level
-	done  chan error
+	done  chan waitResult
+}
+
+// waitResult ends a waiter: how the message fared, and where it was
+// delivered (a waiter for Delivered).
+type waitResult struct {
+	err          error
+	epoch, index uint64
 }
 
 // Send multicasts payload to the group. It waits until the message is
@@ -115,7 +127,7 @@ func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (R
 	g.mu.queuedBytes += len(payload)
 	var w waiter
 	if o.level > Accepted {
-		w = waiter{level: o.level, done: make(chan error, 1)}
+		w = waiter{level: o.level, done: make(chan waitResult, 1)}
 		g.mu.waiters[seq] = append(g.mu.waiters[seq], w)
 	}
 	g.mu.Unlock()
@@ -148,23 +160,23 @@ func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (R
 		return Receipt{Seq: seq}, nil
 	}
 	select {
-	case err := <-w.done:
-		return Receipt{Seq: seq}, err
+	case res := <-w.done:
+		return Receipt{Seq: seq, Epoch: res.epoch, Index: res.index}, res.err
 	case <-ctx.Done():
 		return Receipt{Seq: seq}, ctx.Err()
 	}
 }
 
-// ownDelivered records that own message seq of n bytes was delivered
-// locally and releases window space and waiters.
-func (g *Group) ownDelivered(seq uint64, n int) {
+// ownDelivered records that own message d was delivered locally and
+// releases window space and waiters.
+func (g *Group) ownDelivered(d *Delivery) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.mu.inflight--
-	g.mu.inflightBytes -= n
-	g.mu.delivered = seq
+	g.mu.inflightBytes -= len(d.Payload)
+	g.mu.delivered = d.Seq
 	g.spaceFreedLocked()
-	g.wakeLocked(seq, Delivered)
+	g.wakeLocked(d.Seq, Delivered, waitResult{epoch: d.Epoch, index: d.Index})
 }
 
 // windowOpenLocked reports whether a message of n bytes fits in the
@@ -189,16 +201,16 @@ func (g *Group) ownStable(seq uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for s := g.mu.stable + 1; s <= seq; s++ {
-		g.wakeLocked(s, Stable)
+		g.wakeLocked(s, Stable, waitResult{})
 	}
 	g.mu.stable = max(g.mu.stable, seq)
 }
 
-// wakeLocked completes the waiters of message seq for level. Levels are
-// reached independently: a message is stable (held everywhere) before
-// it is delivered when delivery waits for more (durable delivery waits
-// for every member's disk).
-func (g *Group) wakeLocked(seq uint64, level Level) {
+// wakeLocked completes the waiters of message seq for level with res.
+// Levels are reached independently: a message is stable (held
+// everywhere) before it is delivered when delivery waits for more
+// (durable delivery waits for every member's disk).
+func (g *Group) wakeLocked(seq uint64, level Level, res waitResult) {
 	ws := g.mu.waiters[seq]
 	if len(ws) == 0 {
 		return
@@ -206,7 +218,7 @@ func (g *Group) wakeLocked(seq uint64, level Level) {
 	keep := ws[:0]
 	for _, w := range ws {
 		if w.level == level {
-			w.done <- nil
+			w.done <- res
 		} else {
 			keep = append(keep, w)
 		}
@@ -222,7 +234,7 @@ func (g *Group) wakeAllLocked(err error) {
 	g.wakeDurableLocked()
 	for seq, ws := range g.mu.waiters {
 		for _, w := range ws {
-			w.done <- err
+			w.done <- waitResult{err: err}
 		}
 		delete(g.mu.waiters, seq)
 	}
