@@ -365,8 +365,17 @@ func (c Config) withDefaults() (Config, error) {
 			bad(f.name, "%d, must be positive", f.v)
 		}
 	}
-	if c.FanOut < 0 {
-		bad("FanOut", "%d, must not be negative", c.FanOut)
+	if c.Mode < Atomic || c.Mode > Unordered {
+		bad("Mode", "unknown mode %d", c.Mode)
+	}
+	if c.FanOut < 0 || c.FanOut == 1 {
+		bad("FanOut", "%d, want 0 (no aggregation) or at least 2", c.FanOut)
+	}
+	if c.Algorithm < multicast.BinomialPipeline || c.Algorithm > multicast.BinomialTree {
+		bad("Algorithm", "unknown algorithm %d", c.Algorithm)
+	}
+	if c.BlockBytes < 0 {
+		bad("BlockBytes", "%d, must not be negative", c.BlockBytes)
 	}
 	durations := []struct {
 		name string

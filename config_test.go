@@ -11,6 +11,8 @@ import (
 
 	"go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/convoy-gcs/convoy/multicast"
 )
 
 // TestConfigDefaults: every default the documentation of Config,
@@ -178,6 +180,10 @@ func TestConfigValidate(t *testing.T) {
 		{"negative windows", fixed(func(c *Config) { c.WindowMessages, c.WindowBytes, c.MaxMessageBytes = -1, -1, -1 }),
 			[]string{"WindowMessages", "WindowBytes", "MaxMessageBytes"}},
 		{"negative fan-out", fixed(func(c *Config) { c.FanOut = -1 }), []string{"FanOut"}},
+		{"fan-out of one", fixed(func(c *Config) { c.FanOut = 1 }), []string{"FanOut"}},
+		{"unknown mode", fixed(func(c *Config) { c.Mode = Unordered + 1 }), []string{"Mode"}},
+		{"unknown algorithm", fixed(func(c *Config) { c.Algorithm = multicast.BinomialTree + 1 }), []string{"Algorithm"}},
+		{"negative block", fixed(func(c *Config) { c.BlockBytes = -1 }), []string{"BlockBytes"}},
 		{"negative beacons", fixed(func(c *Config) { c.BeaconInterval, c.BeaconGap = -1, -1 }), []string{"BeaconInterval", "BeaconGap"}},
 		{"donors and initial members", views(func(c *Config) { c.MaxDonors, c.InitialMembers = -1, -2 }), []string{"InitialMembers", "MaxDonors"}},
 		{"suspect before heartbeat", views(func(c *Config) { c.HeartbeatInterval, c.SuspectTimeout = time.Second, time.Second }), []string{"SuspectTimeout"}},

@@ -94,7 +94,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	multicastArgs := fs.String("multicast-args", "-nodes 2,4,8,16 -size 16MiB", "the flags workload m gives convoy bench multicast, space-separated, besides -json -reps 1")
 	quick := fs.Bool("quick", false, `a smoke run: unless set explicitly, -reps 1 -duration 1s -warmup 250ms -clients 64 -big-clients 2 -timeout 5s -multicast-args "-nodes 2,3,4 -size 2MiB -block 256KiB"`)
 	fs.BoolVar(&c.verbose, "v", false, "log progress and the replicas' standard error to stderr")
-	fs.StringVar(&c.profiles, "cpuprofile", "", "directory to write each replica's CPU profile to, over its whole life, as <system>-<n>-<replica>.pprof (empty: none)")
+	fs.StringVar(&c.profiles, "cpuprofile", "", "directory to write each replica's CPU profile to, over its whole life, as <system>-<cluster>-<replica>.pprof, <cluster> a random number (empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

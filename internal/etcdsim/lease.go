@@ -60,6 +60,8 @@ func (s *Server) KeepAlive(id clientv3.LeaseID) (int64, error) {
 		return 0, rpctypes.ErrLeaseNotFound
 	}
 	l.deadline = s.mu.now + l.ttl*int64(time.Second)
+	// Earlier than the deadline Up gave it, perhaps.
+	s.mu.nextExpiry = min(s.mu.nextExpiry, l.deadline)
 	return l.ttl, nil
 }
 
@@ -98,8 +100,9 @@ func (s *Server) expireLocked() {
 	if s.mu.now < s.mu.nextExpiry {
 		return
 	}
-	// Deadlines only move later once granted (KeepAlive, Up), so the
-	// earliest of those not due is the next expiry.
+	// Grant and KeepAlive lower nextExpiry to the deadlines they set, and
+	// Up only moves deadlines later, so the earliest deadline of the
+	// leases not due is the next expiry.
 	var due []*lease
 	s.mu.nextExpiry = math.MaxInt64
 	for _, l := range s.mu.leases {

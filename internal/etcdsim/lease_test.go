@@ -207,3 +207,28 @@ func TestDownUp(t *testing.T) {
 		t.Errorf("KeepAlive after Up: %v", err)
 	}
 }
+
+// TestKeepAliveAfterUp: a lease renewed after a restart expires a TTL
+// after the renewal, though Up gave it a later deadline before.
+func TestKeepAliveAfterUp(t *testing.T) {
+	s := New(Config{ElectionTimeout: 3 * time.Second, MinLeaseTTL: 1})
+	kv := clientv3.NewKVFromKVClient(s, nil)
+	id, _, _ := s.Grant(2)
+	mustPut(t, kv, "k", "v", clientv3.WithLease(id))
+	s.Down()
+	s.Advance(1 * sec)
+	s.Up()             // the deadline: 1s + 3s + 2s
+	s.Advance(2 * sec) // looks at the leases: none is due before 6s
+	if _, err := s.KeepAlive(id); err != nil {
+		t.Fatal(err)
+	}
+	// Renewed at 2s: due at 4s, before the deadline Up gave it.
+	s.Advance(4*sec - 1)
+	if got := all(t, kv); got == "" {
+		t.Fatal("the lease expired before its deadline")
+	}
+	s.Advance(4 * sec)
+	if got := all(t, kv); got != "" {
+		t.Errorf("at its deadline after the renewal: %q, want nothing", got)
+	}
+}

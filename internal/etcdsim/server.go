@@ -2,6 +2,7 @@ package etcdsim
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -70,7 +71,7 @@ type Server struct {
 		term   uint64
 		leases map[int64]*lease
 		// nextExpiry is no later than the earliest deadline of a lease
-		// (math.MaxInt64: no lease), so Advance looks at the leases only
+		// (math.MaxInt64: none), so Advance looks at the leases only
 		// once one may be due.
 		nextExpiry int64
 		// lastLease is the ID of the latest lease granted.
@@ -87,6 +88,7 @@ func New(cfg Config) *Server {
 	s.mu.kv = newMVCC()
 	s.mu.term = 2 // a fresh single-node etcd is at term 2 once it serves
 	s.mu.leases = make(map[int64]*lease)
+	s.mu.nextExpiry = math.MaxInt64
 	return s
 }
 
