@@ -357,14 +357,19 @@ func (c Config) withDefaults() (Config, error) {
 		base := start.UnixNano()
 		c.Clock = func() int64 { return base + int64(time.Since(start)) }
 	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"WindowMessages", c.WindowMessages}, {"WindowBytes", c.WindowBytes}, {"MaxMessageBytes", c.MaxMessageBytes}} {
-		if f.v < 1 {
-			bad(f.name, "%d, must be positive", f.v)
+	positive := func(field string, v int) {
+		if v < 1 {
+			bad(field, "%d, must be positive", v)
 		}
 	}
+	nonNegative := func(field string, d time.Duration) {
+		if d < 0 {
+			bad(field, "%v, must not be negative", d)
+		}
+	}
+	positive("WindowMessages", c.WindowMessages)
+	positive("WindowBytes", c.WindowBytes)
+	positive("MaxMessageBytes", c.MaxMessageBytes)
 	if c.Mode < Atomic || c.Mode > Unordered {
 		bad("Mode", "unknown mode %d", c.Mode)
 	}
@@ -377,39 +382,23 @@ func (c Config) withDefaults() (Config, error) {
 	if c.BlockBytes < 0 {
 		bad("BlockBytes", "%d, must not be negative", c.BlockBytes)
 	}
-	durations := []struct {
-		name string
-		d    time.Duration
-	}{{"BeaconInterval", c.BeaconInterval}, {"BeaconGap", c.BeaconGap}}
+	nonNegative("BeaconInterval", c.BeaconInterval)
+	nonNegative("BeaconGap", c.BeaconGap)
 	if c.Etcd != nil {
-		if c.InitialMembers < 1 {
-			bad("InitialMembers", "%d, must be positive", c.InitialMembers)
-		}
-		if c.MaxDonors < 1 {
-			bad("MaxDonors", "%d, must be positive", c.MaxDonors)
-		}
+		positive("InitialMembers", c.InitialMembers)
+		positive("MaxDonors", c.MaxDonors)
 		if c.HeartbeatInterval > 0 && c.SuspectTimeout <= c.HeartbeatInterval {
 			bad("SuspectTimeout", "%v, must exceed HeartbeatInterval (%v)", c.SuspectTimeout, c.HeartbeatInterval)
 		}
-		durations = append(durations, []struct {
-			name string
-			d    time.Duration
-		}{
-			{"HeartbeatInterval", c.HeartbeatInterval}, {"SuspectTimeout", c.SuspectTimeout},
-			{"StallTimeout", c.StallTimeout}, {"TransferStall", c.TransferStall},
-			{"Etcd.DialTimeout", c.Etcd.DialTimeout}, {"Etcd.LeaseTTL", c.Etcd.LeaseTTL},
-		}...)
+		nonNegative("HeartbeatInterval", c.HeartbeatInterval)
+		nonNegative("SuspectTimeout", c.SuspectTimeout)
+		nonNegative("StallTimeout", c.StallTimeout)
+		nonNegative("TransferStall", c.TransferStall)
+		nonNegative("Etcd.DialTimeout", c.Etcd.DialTimeout)
+		nonNegative("Etcd.LeaseTTL", c.Etcd.LeaseTTL)
 	}
 	if c.Durable != nil {
-		durations = append(durations, struct {
-			name string
-			d    time.Duration
-		}{"Durable.RestartWait", c.Durable.RestartWait})
-	}
-	for _, f := range durations {
-		if f.d < 0 {
-			bad(f.name, "%v, must not be negative", f.d)
-		}
+		nonNegative("Durable.RestartWait", c.Durable.RestartWait)
 	}
 	return c, errors.Join(errs...)
 }

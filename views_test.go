@@ -611,7 +611,7 @@ func (c *vsCluster) check() {
 			}
 			seen[p] = true
 			// A write "set <sender>-<k> ...": its sender's k-th.
-			if rest, ok := strings.CutPrefix(p, "set "); ok && len(strings.Fields(rest)) > 0 {
+			if rest, ok := strings.CutPrefix(p, "set "); ok && strings.TrimSpace(rest) != "" {
 				sender := strings.Fields(rest)[0]
 				name, num, _ := strings.Cut(sender, "-")
 				k, _ := strconv.Atoi(num)
