@@ -26,7 +26,7 @@ import (
 )
 
 var (
-	stepSeeds     = flag.Int("step.seeds", cond(raceEnabled, 50, 10_000), "number of seeds TestGroupStep runs")
+	stepSeeds     = flag.Int("step.seeds", cond(raceEnabled, 50, 2_000), "number of seeds TestGroupStep runs")
 	stepSeed      = flag.Uint64("step.seed", 0, "run TestGroupStep on this seed only, printing its trace (0: seeds from -step.first)")
 	stepFirst     = flag.Uint64("step.first", 1, "the first seed TestGroupStep runs")
 	stepLong      = flag.Bool("step.long", false, "TestGroupStep draws the longer schedules of TestGroupSim (up to four faults, clocks up to 1.5 s apart)")
