@@ -12,6 +12,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/convoy-gcs/convoy/internal/invariants"
 	"github.com/convoy-gcs/convoy/rdma"
 )
 
@@ -110,7 +111,7 @@ func TestAggregationControlMessages(t *testing.T) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%8s %22s %22s\n", "members", "direct: beacon msgs", "tree: up+down msgs")
 	sizes := []int{4, 16, 32}
-	if raceEnabled {
+	if invariants.RaceEnabled {
 		sizes = sizes[:2] // the race detector slows 32 members too much
 	}
 	for _, n := range sizes {

@@ -27,5 +27,7 @@
 // order (virtual synchrony). With Config.Durable, delivery is durable: a
 // message reaches the application only once every member has it in its
 // Pebble log (package persistence), members restart from their logs, and
-// the group restarts from them after all its members failed (restart.go).
+// the group restarts from them after all its members failed. The
+// runtime that carries all this out lives in internal/engine; this
+// package is its public face.
 package convoy

@@ -3,15 +3,8 @@ package convoy
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"slices"
-	"sync"
 
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/convoy-gcs/convoy/membership"
-	"github.com/convoy-gcs/convoy/ordering"
-	"github.com/convoy-gcs/convoy/rdma"
+	"github.com/convoy-gcs/convoy/internal/engine"
 )
 
 // Delivery is one message delivered in the group's agreed order.
@@ -33,9 +26,10 @@ type Delivery struct {
 	// if any. Open replays the entries known to be durable (on every
 	// member's disk); the entries after them, which the handler may or
 	// may not have seen before the restart, are handed once the group
-	// confirms them (the group restarts from this log, or the member
-	// rejoins where its log ends), or dropped if StateMachine.Restore
-	// replaces the state instead. So no replayed delivery is ever taken
+	// confirms them (the group restarts from the members' logs, which
+	// places them in its sequence, or the member rejoins where its log
+	// ends), or dropped if StateMachine.Restore replaces the state
+	// instead. So no replayed delivery is ever taken
 	// back.
 	Replayed bool
 }
@@ -48,101 +42,44 @@ type Delivery struct {
 // Config.NoWait, returns ErrBackpressure).
 type Handler func(Delivery)
 
+// View is one view of a group: its epoch and members in rank order.
+// Every member sees the same sequence of views, each in the same place
+// among the deliveries (see Config.OnView).
+type View struct {
+	Epoch uint64
+	// Start is the index of the last message delivered before the view;
+	// its first message gets Start+1.
+	Start   uint64
+	Members []Member
+	// Joined and Left list the members that came and went with this view.
+	Joined, Left []NodeID
+	// Excluded says that the group went on to view Epoch without this
+	// member (it was suspected, or left): it delivers nothing more in
+	// this incarnation. Unless it left, it rejoins as a new incarnation,
+	// and before the next view it takes part in, its state is replaced by
+	// transfer (StateMachine.Restore) or, in durable delivery when the
+	// leader's log holds the entry its own log ends with, completed with
+	// the messages it missed.
+	Excluded bool
+}
+
+func (v View) String() string { return fmt.Sprintf("view %d (%d members)", v.Epoch, len(v.Members)) }
+
+func publicView(v engine.View) View {
+	pv := View{Epoch: v.Epoch, Start: v.Start, Joined: v.Joined, Left: v.Left, Excluded: v.Excluded}
+	if v.Members != nil {
+		pv.Members = make([]Member, len(v.Members))
+		for i, m := range v.Members {
+			pv.Members[i] = Member(m)
+		}
+	}
+	return pv
+}
+
 // Group is one member's handle on a group. Its methods are safe for
 // concurrent use.
 type Group struct {
-	cfg   Config
-	log   *slog.Logger
-	m     *metrics
-	tr    trace.Tracer
-	h     Handler
-	ep    rdma.Endpoint
-	ownEP bool
-	// mem is the membership runtime of a view-managed group (Config.Etcd
-	// set); nil with fixed membership.
-	mem *member
-	// disk is the durable log (Config.Durable); synced gets a value when
-	// it has synced more.
-	disk   durableLog
-	synced chan struct{}
-
-	events chan event
-	stop   chan struct{}
-	// ctx ends when the group closes, or fails in a view-managed group
-	// (member.withdraw); the loop's blocking calls use it.
-	ctx    context.Context
-	cancel context.CancelFunc
-	// sendTurn is held (a value sent) by the one Send queueing a message.
-	sendTurn chan struct{}
-	// space gets a value when the window shrinks or the group ends.
-	space chan struct{}
-	// frames recycles the buffers of small records this member multicasts
-	// (see smallFrameBytes).
-	frames sync.Pool
-	loopWG sync.WaitGroup
-	// host, set only by the package's deterministic simulation, runs this
-	// member without goroutines (see host); nil in production.
-	host host
-
-	mu struct {
-		sync.Mutex
-		closed bool
-		err    error
-		// epoch is the view this member takes part in (0: none); out says
-		// why it takes part in none, when it does not.
-		epoch uint64
-		out   error
-		// nextSeq is the number the next accepted Send gets: a member's
-		// messages are numbered from 1 across views, per incarnation.
-		nextSeq uint64
-		// The window: own messages accepted and not yet delivered locally
-		// (inflight), and not yet handed to every member by this member's
-		// data group (sending). Send waits while either is full, so neither
-		// the ordering buffers nor the multicast queue grow without bound.
-		inflight, inflightBytes int
-		sending, sendingBytes   int
-		// queued counts messages accepted and not yet taken by the loop.
-		queued, queuedBytes int
-		waiters             map[uint64][]waiter
-		delivered           uint64 // highest own seq delivered locally
-		stable              uint64 // highest own seq held by every member
-		// durable is the highest index on every member's disk, in durable
-		// delivery; durWaiters wait in WaitDurable.
-		durable    uint64
-		durWaiters []durWaiter
-		// view is the last view handed to the application.
-		view View
-	}
-}
-
-type eventKind uint8
-
-const (
-	evSend eventKind = iota
-	evRecord
-	evFail
-	evSignal
-	evState
-	evRestored
-	evLinkDown
-	evPersisted
-	evSnapshot
-	evSuffix
-)
-
-// event is something for the loop. v names the view it belongs to; the
-// loop ignores events of views it has closed.
-type event struct {
-	kind    eventKind
-	v       *view
-	from    int // evRecord, evSignal: the sender's rank
-	rec     ordering.Record
-	payload []byte
-	imm     uint64
-	err     error
-	state   *membership.State
-	parts   [][]byte
-	reply   chan<- snapReply // evSnapshot
+	e *engine.Group
 }
 
 // Open joins this member to the group described by cfg.
@@ -156,261 +93,110 @@ type event struct {
 // founds the group, otherwise the view that admits it, with its state
 // transferred (Config.State).
 func Open(ctx context.Context, cfg Config, h Handler) (*Group, error) {
-	return open(ctx, cfg, h, nil)
-}
-
-// open is Open with the etcd of a view-managed group given by etcd (nil:
-// the one Config.Etcd names).
-func open(ctx context.Context, cfg Config, h Handler, etcd etcdBackend) (*Group, error) {
-	g, err := newGroup(ctx, cfg, h)
+	var eh engine.Handler
+	if h != nil {
+		eh = func(d engine.Delivery) { h(Delivery(d)) }
+	}
+	e, err := engine.Open(ctx, cfg.engine(), eh)
 	if err != nil {
 		return nil, err
 	}
-	if g.dynamic() {
-		return g.openDynamic(ctx, etcd)
-	}
-	c := g.cfg
-	if g.ep = c.Endpoint; g.ep == nil {
-		if g.ep, err = g.listen(staticResolver(c.Members)); err != nil {
-			return nil, err
-		}
-		g.ownEP = true
-	}
-	rec := membership.View{Epoch: c.Epoch, Sent: make([]uint64, len(c.Members))}
-	self := 0
-	for i, m := range c.Members {
-		rec.Members = append(rec.Members, membership.Member{ID: uint64(m.ID), Addr: m.Addr})
-		if m.ID == c.Self {
-			self = i
-		}
-	}
-	v, err := g.openView(ctx, rec, self, c.Clock())
-	if err != nil {
-		g.cancel()
-		g.closeTransport()
-		g.closeLog()
-		return nil, err
-	}
-	g.mu.epoch = rec.Epoch
-	g.mu.view = publicView(&rec, nil)
-	g.loopWG.Add(1)
-	go g.loop(&runner{g: g, v: v})
-	return g, nil
-}
-
-// newGroup makes a Group for cfg, with its durable log open, before it
-// reaches anyone.
-func newGroup(ctx context.Context, cfg Config, h Handler) (*Group, error) {
-	c, err := cfg.withDefaults()
-	if err != nil {
-		return nil, err
-	}
-	g := &Group{
-		cfg:      c,
-		log:      c.Logger.With("member", c.Self),
-		h:        h,
-		host:     c.host,
-		sendTurn: make(chan struct{}, 1),
-		space:    make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-	}
-	if g.host == nil {
-		g.events = make(chan event, 4096)
-	}
-	g.ctx, g.cancel = context.WithCancel(context.Background())
-	g.mu.nextSeq = 1
-	g.mu.waiters = make(map[uint64][]waiter)
-	g.tr = c.TracerProvider.Tracer("github.com/convoy-gcs/convoy")
-	if g.m, err = newMetrics(c.MeterProvider); err != nil {
-		return nil, err
-	}
-	if err := g.openLog(ctx); err != nil {
-		return nil, err
-	}
-	return g, nil
+	return &Group{e: e}, nil
 }
 
 // View returns the last view handed to the application (Config.OnView),
 // and whether this member takes part in it: false before the first view
 // and after an exclusion, until the view that admits it again.
 func (g *Group) View() (View, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	v := g.mu.view
-	v.Members = slices.Clone(v.Members)
-	return v, v.Epoch != 0 && !v.Excluded
+	v, ok := g.e.View()
+	return publicView(v), ok
 }
 
-// dynamic reports whether views come from etcd.
-func (g *Group) dynamic() bool { return g.cfg.Etcd != nil }
+// Level is how far a message has come.
+type Level = engine.Level
 
-func staticResolver(members []Member) func(NodeID) (string, error) {
-	addrs := make(map[NodeID]string, len(members))
-	for _, m := range members {
-		addrs[m.ID] = m.Addr
-	}
-	return func(id NodeID) (string, error) {
-		if a, ok := addrs[id]; ok {
-			return a, nil
-		}
-		return "", fmt.Errorf("convoy: node %d is not a member", id)
-	}
+// How far a message has come.
+const (
+	// Accepted: the group took the message (it is stamped and queued).
+	Accepted = engine.Accepted
+	// Delivered: this member delivered it.
+	Delivered = engine.Delivered
+	// Stable: every member holds it (and, in Atomic mode, delivers it
+	// once it learns so).
+	Stable = engine.Stable
+)
+
+// SendOption changes how Send waits.
+type SendOption = engine.SendOption
+
+// WaitDelivered makes Send return once this member delivered the message.
+func WaitDelivered() SendOption { return engine.WaitDelivered() }
+
+// WaitStable makes Send return once every member holds the message.
+func WaitStable() SendOption { return engine.WaitStable() }
+
+// Receipt identifies a sent message and, once Send saw it delivered,
+// where it landed.
+type Receipt struct {
+	// Seq is the message's sequence number among this member's messages.
+	Seq uint64
+	// Epoch and Index place the message in the group's order, as its
+	// Delivery does: set when Send returns after WaitDelivered, zero
+	// otherwise (a message accepted or stable is not yet placed here).
+	Epoch, Index uint64
 }
 
-func (g *Group) listen(resolve func(NodeID) (string, error)) (rdma.Endpoint, error) {
-	listen := g.cfg.ListenAddr
-	ep, err := rdma.ListenTCP(rdma.TCPConfig{
-		ID:            g.cfg.Self,
-		ListenAddr:    listen,
-		Resolve:       resolve,
-		TLS:           g.cfg.TLS,
-		Logger:        g.cfg.Logger,
-		MeterProvider: g.cfg.MeterProvider,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("convoy: listen on %s: %w", listen, err)
-	}
-	return ep, nil
-}
-
-// received is called by multicast, in each sender's order, with a record
-// from member rank of view v.
-func (g *Group) received(v *view, rank int, msg []byte) {
-	rec, err := ordering.DecodeRecord(msg, g.cfg.MaxMessageBytes)
-	if err != nil {
-		g.m.rejected.Add(context.Background(), 1)
-		g.log.Warn("rejected record", "from", v.ids[rank], "epoch", v.rec.Epoch, "err", err)
-		return
-	}
-	if g.cfg.onHeld != nil && rec.Kind == ordering.KindData {
-		g.cfg.onHeld(rank, v.rec.Sent[rank]+rec.Seq)
-	}
-	g.post(event{kind: evRecord, v: v, from: rank, rec: rec})
-}
-
-// post hands ev to the loop unless the group is closing, or failed (its
-// context is then cancelled: see member.withdraw).
-func (g *Group) post(ev event) {
-	if g.host != nil {
-		g.host.post(g, ev)
-		return
-	}
-	select {
-	case g.events <- ev:
-	case <-g.stop:
-	case <-g.ctx.Done():
-	}
-}
-
-// sent is called by this member's data group of view v, in order, once a
-// record it multicast has reached every member.
-func (g *Group) sent(v *view, frame []byte) {
-	if len(frame) == 0 {
-		return
-	}
-	kind := ordering.Kind(frame[0])
-	if cap(frame) == smallFrameBytes {
-		g.frames.Put(&frame)
-	}
-	if kind != ordering.KindData {
-		return
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.mu.epoch != v.rec.Epoch || v.done.Load() {
-		return // the window was recounted when the view ended
-	}
-	g.mu.sending--
-	g.mu.sendingBytes -= len(frame) - ordering.RecordHeaderBytes
-	g.spaceFreedLocked()
-}
-
-// smallFrameBytes is the capacity of recycled record buffers: records up
-// to this size (beacons and small messages, the common case) are encoded
-// into buffers the data group hands back through sent.
-const smallFrameBytes = 512
-
-// frame returns a buffer for a record of n encoded bytes.
-func (g *Group) frame(n int) []byte {
-	if n > smallFrameBytes {
-		return make([]byte, 0, n)
-	}
-	if b, ok := g.frames.Get().(*[]byte); ok {
-		return (*b)[:0]
-	}
-	return make([]byte, 0, smallFrameBytes)
-}
-
-// failed is called by multicast when a group of view v fails.
-func (g *Group) failed(v *view, err error) {
-	g.post(event{kind: evFail, v: v, err: err})
+// Send multicasts payload to the group. It waits until the message is
+// accepted — which, when this member's window of undelivered messages is
+// full, waits for space (or, with Config.NoWait, fails with
+// ErrBackpressure) — or further with WaitDelivered or WaitStable. The group
+// owns payload from the call on: do not modify it.
+//
+// It returns ErrTooLarge above MaxMessageBytes, ErrClosed after Close, an
+// error wrapping ErrFailed after the group failed, and the context's error
+// if it ends first (the message may still be delivered).
+func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (Receipt, error) {
+	r, err := g.e.Send(ctx, payload, opts...)
+	return Receipt(r), err
 }
 
 // Close leaves the group: it stops delivery, closes the multicast groups
 // (the other members see the group fail) and the endpoint Open made.
-func (g *Group) Close() error {
-	g.mu.Lock()
-	if g.mu.closed {
-		g.mu.Unlock()
-		return nil
-	}
-	g.mu.closed = true
-	g.wakeAllLocked(ErrClosed)
-	g.mu.Unlock()
-	close(g.stop)
-	g.cancel()
-	g.loopWG.Wait()
-	g.closeTransport()
-	if g.mem != nil {
-		g.mem.close()
-	}
-	g.closeLog()
-	return nil
-}
-
-func (g *Group) closeLog() {
-	if g.disk != nil {
-		g.disk.Close()
-	}
-}
-
-func (g *Group) closeTransport() {
-	if g.ownEP && g.ep != nil {
-		g.ep.Close()
-	}
-}
+func (g *Group) Close() error { return g.e.Close() }
 
 // Err returns the error the group failed with, or nil.
-func (g *Group) Err() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.mu.err
+func (g *Group) Err() error { return g.e.Err() }
+
+// Leave takes this member out of the group gracefully: it asks for a view
+// without it, waits until that view is installed (its messages sent so
+// far are then delivered or reported lost), and closes the group.
+func (g *Group) Leave(ctx context.Context) error { return g.e.Leave(ctx) }
+
+// ErrNotDurable is returned by WaitDurable and Snapshot without
+// Config.Durable.
+var ErrNotDurable = engine.ErrNotDurable
+
+// ErrNoState is returned by Snapshot without Config.State.
+var ErrNoState = engine.ErrNoState
+
+// WaitDurable waits until every message up to global index index is on the
+// disk of every member of the view (every member has announced a synced
+// index at least that high): it then survives the crash of every member.
+// It returns ErrNotDurable without Config.Durable, and the group's error
+// if it ends first.
+func (g *Group) WaitDurable(ctx context.Context, index uint64) error {
+	return g.e.WaitDurable(ctx, index)
 }
 
-func (g *Group) fail(err error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.mu.err != nil || g.mu.closed {
-		return
-	}
-	g.mu.err = fmt.Errorf("%w: %w", ErrFailed, err)
-	g.log.Warn("group failed", "err", err)
-	g.wakeAllLocked(g.mu.err)
-	if g.mem != nil {
-		g.mem.failedOnce.Do(func() { close(g.mem.failed) })
-	}
-}
-
-// errDoneLocked is the error Send reports once the group ended, or
-// while this member takes part in no view; nil otherwise.
-func (g *Group) errDoneLocked() error {
-	switch {
-	case g.mu.closed:
-		return ErrClosed
-	case g.mu.err != nil:
-		return g.mu.err
-	case g.mu.epoch == 0:
-		return g.mu.out
-	}
-	return nil
-}
+// Snapshot takes a snapshot of the application's state (Config.State) as
+// of the last message delivered to it, keeps it in the durable log and
+// trims the log before it. After a restart this member restores the
+// snapshot and replays only the entries after it. It returns the index
+// the snapshot reflects.
+//
+// Deliveries wait while StateMachine.Snapshot runs (it writes the whole
+// state as one part); the log write and the trim do not hold them up.
+// Errors: ErrNotDurable without Config.Durable, ErrNoState without
+// Config.State, ErrNotMember while this member takes part in no view or
+// waits for its state, ErrClosed, ctx's, and the log's errors.
+func (g *Group) Snapshot(ctx context.Context) (uint64, error) { return g.e.Snapshot(ctx) }

@@ -575,19 +575,20 @@ func (s *Store) State(ctx context.Context) (State, error) {
 		if err != nil {
 			return State{}, fmt.Errorf("membership: read state: %w", err)
 		}
-		var epoch uint64
+		var cur View
 		var mod int64
 		if len(resp.Kvs) > 0 {
-			v, err := decodeView(resp.Kvs[0], 0)
-			if err != nil {
+			if cur, err = decodeView(resp.Kvs[0], 0); err != nil {
 				return State{}, err
 			}
-			epoch, mod = v.Epoch, resp.Kvs[0].ModRevision
+			mod = resp.Kvs[0].ModRevision
 		}
+		epoch := cur.Epoch
+		// The view is the one just read (the condition says so), so the
+		// transaction reads the rest.
 		txn, err := s.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(s.k.view()), "=", mod)).
 			Then(
-				clientv3.OpGet(s.k.view()),
 				clientv3.OpGet(s.k.members(), clientv3.WithPrefix()),
 				clientv3.OpGet(s.k.joins(), clientv3.WithPrefix()),
 				clientv3.OpGet(s.k.leaves(), clientv3.WithPrefix()),
@@ -603,11 +604,11 @@ func (s *Store) State(ctx context.Context) (State, error) {
 			continue // a view was installed in between
 		}
 		r := func(i int) []*mvccpb.KeyValue { return txn.Responses[i].GetResponseRange().GetKvs() }
-		st, err := s.decodeState(txn.Header.Revision, epoch, r(0), r(1), r(2), r(3), r(4), r(5), r(6))
+		st, err := s.decodeState(txn.Header.Revision, cur, r(0), r(1), r(2), r(3), r(4), r(5))
 		if err != nil {
 			return State{}, err
 		}
-		if st.Recoveries, err = decodeRecoveries(r(7), s.k.recoveriesAt(epoch), epoch); err != nil {
+		if st.Recoveries, err = decodeRecoveries(r(6), s.k.recoveriesAt(epoch), epoch); err != nil {
 			return State{}, err
 		}
 		return st, nil
@@ -615,20 +616,17 @@ func (s *Store) State(ctx context.Context) (State, error) {
 	return State{}, errors.New("membership: read state: the view keeps changing")
 }
 
-func (s *Store) decodeState(rev int64, epoch uint64, view, members, joins, leaves, suspects, reports, caughtUp []*mvccpb.KeyValue) (State, error) {
+// decodeState decodes the parts of a State read at revision rev, whose
+// current view is cur.
+func (s *Store) decodeState(rev int64, cur View, members, joins, leaves, suspects, reports, caughtUp []*mvccpb.KeyValue) (State, error) {
+	epoch := cur.Epoch
 	st := State{
 		Revision:   rev,
+		Current:    cur,
 		Registered: make(map[ID]Member, len(members)),
 		Leaves:     make(map[ID]bool, len(leaves)),
 		Suspects:   make(map[ID]map[ID]string),
 		Reports:    make(map[ID]Report, len(reports)),
-	}
-	if len(view) > 0 {
-		v, err := decodeView(view[0], 0)
-		if err != nil {
-			return State{}, err
-		}
-		st.Current = v
 	}
 	for _, kv := range members {
 		m, err := decodeMember(kv, s.k.members())

@@ -6,3 +6,6 @@ package invariants
 
 // Enabled reports whether invariant checks run in this build.
 const Enabled = raceEnabled || tagEnabled
+
+// RaceEnabled is true when the program is built with the race detector.
+const RaceEnabled = raceEnabled

@@ -1,0 +1,362 @@
+package engine
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/convoy-gcs/convoy/internal/plant"
+	"github.com/convoy-gcs/convoy/membership"
+	"github.com/convoy-gcs/convoy/multicast"
+	"github.com/convoy-gcs/convoy/ordering"
+	"github.com/convoy-gcs/convoy/rdma"
+)
+
+// NodeID identifies a member.
+type NodeID = rdma.NodeID
+
+// Mode is a delivery guarantee; see package ordering.
+type Mode = ordering.Mode
+
+// Delivery modes.
+const (
+	// Atomic delivers in the same total order on every member, each
+	// message only once every member holds it.
+	Atomic = ordering.Atomic
+	// TotalOrder delivers in the same total order within a failure-free
+	// group (best effort: at a failure, members may deliver different
+	// subsets, and nothing is re-sent).
+	TotalOrder = ordering.TotalOrder
+	// Unordered delivers each sender's messages in its order only.
+	Unordered = ordering.Unordered
+)
+
+// Member is convoy.Member: see its documentation.
+type Member struct {
+	ID   NodeID
+	Addr string
+}
+
+// Defaults for Config fields left zero (see withDefaults).
+const (
+	// DefaultWindowMessages bounds a member's own messages sent but not yet
+	// delivered locally.
+	DefaultWindowMessages = 64 << 10
+	// DefaultWindowBytes bounds their bytes.
+	DefaultWindowBytes = 64 << 20
+	// DefaultBeaconGap: reactions a little apart, so that a burst of
+	// records is answered once.
+	DefaultBeaconGap = 20 * time.Microsecond
+	// DefaultMaxMessageBytes bounds one message.
+	DefaultMaxMessageBytes = 64 << 20
+
+	// The failure detector and state transfer of a view-managed group.
+	DefaultHeartbeatInterval = 50 * time.Millisecond
+	DefaultSuspectTimeout    = 250 * time.Millisecond
+	DefaultStallTimeout      = 2 * time.Second
+	DefaultMaxDonors         = 4
+	DefaultTransferStall     = 10 * time.Second
+)
+
+// StateMachine is implemented by applications whose state a joining
+// member needs: see Config.State.
+type StateMachine = membership.StateMachine
+
+// EtcdConfig is convoy.EtcdConfig: see its documentation.
+type EtcdConfig struct {
+	Endpoints   []string
+	Prefix      string
+	TLS         *tls.Config
+	DialTimeout time.Duration
+	LeaseTTL    time.Duration
+	Dir         string
+}
+
+// DurableConfig is convoy.DurableConfig: see its documentation.
+type DurableConfig struct {
+	Dir         string
+	FS          vfs.FS
+	MaxLag      uint64
+	RestartWait time.Duration
+}
+
+// DefaultRestartWait is DurableConfig.RestartWait's default.
+const DefaultRestartWait = 3 * time.Second
+
+// DefaultMaxLag is DurableConfig.MaxLag's default.
+const DefaultMaxLag = 1 << 18
+
+// Config is convoy.Config as the engine takes it: the same fields (see
+// their documentation there), which withDefaults checks and completes,
+// and the test hooks.
+type Config struct {
+	Self    NodeID
+	Members []Member
+
+	Etcd                                            *EtcdConfig
+	Addr                                            string
+	InitialMembers                                  int
+	HeartbeatInterval, SuspectTimeout, StallTimeout time.Duration
+	State                                           StateMachine
+	MaxDonors                                       int
+	TransferStall                                   time.Duration
+	Durable                                         *DurableConfig
+	OnView                                          func(View)
+
+	Mode            Mode
+	Epoch           uint64
+	Endpoint        rdma.Endpoint
+	ListenAddr      string
+	TLS             *tls.Config
+	BeaconInterval  time.Duration
+	FanOut          int
+	BeaconGap       time.Duration
+	WindowMessages  int
+	WindowBytes     int
+	NoWait          bool
+	MaxMessageBytes int
+	Algorithm       multicast.Algorithm
+	BlockBytes      int
+	Clock           func() int64
+	Logger          *slog.Logger
+	MeterProvider   metric.MeterProvider
+	TracerProvider  trace.TracerProvider
+
+	test hooks
+}
+
+// hooks are the package's test hooks: each, set, replaces or observes a
+// step of the member (Config.test).
+type hooks struct {
+	// onPropose is called when this member, as leader, is
+	// about to commit a view.
+	onPropose func(epoch uint64)
+	// onCommitted is called when this member, as leader, has
+	// committed a view in etcd (before anyone has read it).
+	onCommitted func(epoch uint64)
+	// onHeld is called when a data record from member rank
+	// with sequence seq arrives complete, before the core sees it.
+	onHeld func(rank int, seq uint64)
+	// openNet carries each view's traffic in place of RDMC
+	// groups and queue pairs on the endpoint (see viewNet).
+	openNet func(ctx context.Context, v *view) (viewNet, error)
+	// openDisk opens the durable log in place of a
+	// persistence.Log in Durable.Dir on Durable.FS (see durableLog).
+	openDisk func(ctx context.Context) (durableLog, error)
+	// plant plants protocol faults in this member, each of
+	// which the tests must catch (TestPlantedFaults).
+	plant plant.Faults
+	// host runs the member in place of its goroutines (see
+	// host); a hosted Group has no event channel.
+	host host
+	// batchBytes bounds the RDMC batch frames of the views'
+	// groups (0: multicast.DefaultBatchBytes).
+	batchBytes int
+	// transferChunkBytes is the largest chunk this member
+	// asks of its donors (0: membership.DefaultTransferChunkBytes).
+	transferChunkBytes int
+}
+
+// Errors returned by Open, Send and Close.
+var (
+	// ErrClosed is returned by Send after Close.
+	ErrClosed = errors.New("convoy: group closed")
+	// ErrInvalidConfig is wrapped by every error Open and Config.Validate
+	// return for a mistake in Config.
+	ErrInvalidConfig = errors.New("convoy: invalid configuration")
+	// ErrFailed wraps the error a group failed with (a member crashed or
+	// sent bad input); Send returns it afterwards.
+	ErrFailed = errors.New("convoy: group failed")
+	// ErrBackpressure is returned by Send with NoWait when the window is
+	// full.
+	ErrBackpressure = errors.New("convoy: send window full")
+	// ErrTooLarge is returned by Send above MaxMessageBytes.
+	ErrTooLarge = errors.New("convoy: message too large")
+	// ErrNotMember is returned by Send while this member takes part in no
+	// view (it is rejoining).
+	ErrNotMember = errors.New("convoy: not a member of the current view")
+	// ErrExcluded is wrapped by the errors Send returns for messages of a
+	// member that a view change excluded (it rejoins as a new
+	// incarnation): messages beyond the view's cut are lost. A Send that
+	// was waiting for delivery or stability may have had its message
+	// delivered (within the cut); a Send that returns it before the
+	// message was accepted did not queue it.
+	ErrExcluded = errors.New("convoy: excluded from the group")
+	// ErrLeft is returned by Send after Leave.
+	ErrLeft = errors.New("convoy: left the group")
+)
+
+// Validate reports the mistakes in c that Open would refuse it for, one
+// error per field (joined, see errors.Join), each wrapping
+// ErrInvalidConfig and naming its field. Fields left zero take their
+// documented defaults first, as in Open.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
+// withDefaults returns c with every documented default applied to the
+// fields left zero (the one place that applies them), or the mistakes
+// Validate reports.
+func (c Config) withDefaults() (Config, error) {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: Config.%s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
+	}
+	c.checkMembers(bad)
+	if c.Durable != nil {
+		if c.Mode != Atomic {
+			bad("Durable", "durable delivery needs atomic mode, not %v", c.Mode)
+		}
+		if c.Durable.Dir == "" && c.Durable.FS == nil {
+			bad("Durable.Dir", "durable delivery needs a directory")
+		}
+	}
+	def(&c.Epoch, 1)
+	def(&c.ListenAddr, c.Addr)
+	for _, m := range c.Members {
+		if m.ID == c.Self {
+			def(&c.ListenAddr, m.Addr)
+		}
+	}
+	def(&c.InitialMembers, 1)
+	def(&c.HeartbeatInterval, DefaultHeartbeatInterval)
+	def(&c.SuspectTimeout, DefaultSuspectTimeout)
+	def(&c.StallTimeout, DefaultStallTimeout)
+	def(&c.MaxDonors, DefaultMaxDonors)
+	def(&c.TransferStall, DefaultTransferStall)
+	def(&c.BeaconGap, DefaultBeaconGap)
+	def(&c.WindowMessages, DefaultWindowMessages)
+	def(&c.WindowBytes, DefaultWindowBytes)
+	def(&c.MaxMessageBytes, DefaultMaxMessageBytes)
+	if c.Etcd != nil {
+		e := *c.Etcd
+		def(&e.Prefix, "/convoy/")
+		def(&e.DialTimeout, 5*time.Second)
+		def(&e.LeaseTTL, 5*time.Second)
+		c.Etcd = &e
+	}
+	if c.Durable != nil {
+		d := *c.Durable
+		def(&d.MaxLag, DefaultMaxLag)
+		def(&d.RestartWait, DefaultRestartWait)
+		c.Durable = &d
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = noop.NewMeterProvider()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = tracenoop.NewTracerProvider()
+	}
+	if c.Clock == nil {
+		// Wall-clock nanoseconds (comparable across members whose clocks
+		// are synchronized), advanced by the monotonic clock so that they
+		// never go backwards within this process.
+		start := time.Now()
+		base := start.UnixNano()
+		c.Clock = func() int64 { return base + int64(time.Since(start)) }
+	}
+	positive := func(field string, v int) {
+		if v < 1 {
+			bad(field, "%d, must be positive", v)
+		}
+	}
+	nonNegative := func(field string, d time.Duration) {
+		if d < 0 {
+			bad(field, "%v, must not be negative", d)
+		}
+	}
+	positive("WindowMessages", c.WindowMessages)
+	positive("WindowBytes", c.WindowBytes)
+	positive("MaxMessageBytes", c.MaxMessageBytes)
+	if c.Mode < Atomic || c.Mode > Unordered {
+		bad("Mode", "unknown mode %d", c.Mode)
+	}
+	if c.FanOut < 0 || c.FanOut == 1 {
+		bad("FanOut", "%d, want 0 (no aggregation) or at least 2", c.FanOut)
+	}
+	if c.Algorithm < multicast.BinomialPipeline || c.Algorithm > multicast.BinomialTree {
+		bad("Algorithm", "unknown algorithm %d", c.Algorithm)
+	}
+	if c.BlockBytes < 0 {
+		bad("BlockBytes", "%d, must not be negative", c.BlockBytes)
+	}
+	nonNegative("BeaconInterval", c.BeaconInterval)
+	nonNegative("BeaconGap", c.BeaconGap)
+	if c.Etcd != nil {
+		positive("InitialMembers", c.InitialMembers)
+		positive("MaxDonors", c.MaxDonors)
+		if c.HeartbeatInterval > 0 && c.SuspectTimeout <= c.HeartbeatInterval {
+			bad("SuspectTimeout", "%v, must exceed HeartbeatInterval (%v)", c.SuspectTimeout, c.HeartbeatInterval)
+		}
+		nonNegative("HeartbeatInterval", c.HeartbeatInterval)
+		nonNegative("SuspectTimeout", c.SuspectTimeout)
+		nonNegative("StallTimeout", c.StallTimeout)
+		nonNegative("TransferStall", c.TransferStall)
+		nonNegative("Etcd.DialTimeout", c.Etcd.DialTimeout)
+		nonNegative("Etcd.LeaseTTL", c.Etcd.LeaseTTL)
+	}
+	if c.Durable != nil {
+		nonNegative("Durable.RestartWait", c.Durable.RestartWait)
+	}
+	return c, errors.Join(errs...)
+}
+
+// def sets *p to v if it is zero.
+func def[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
+
+// checkMembers checks the group's membership, a fixed list (Members) or
+// views kept in etcd (Etcd), reporting each mistake to bad.
+func (c Config) checkMembers(bad func(field, format string, args ...any)) {
+	if c.Etcd != nil {
+		if len(c.Members) > 0 {
+			bad("Members", "a view-managed group (Etcd set) takes its members from etcd")
+		}
+		if c.Mode != Atomic {
+			// At a failure, best-effort total order lets members deliver
+			// different subsets: no cut could end a view the same on all.
+			bad("Mode", "views need atomic mode, not %v", c.Mode)
+		}
+		if c.Self == 0 {
+			bad("Self", "must be a non-zero id")
+		}
+		return
+	}
+	self := -1
+	seen := make(map[NodeID]bool)
+	for i, m := range c.Members {
+		if seen[m.ID] {
+			bad("Members", "member %d listed twice", m.ID)
+		}
+		seen[m.ID] = true
+		if m.ID == c.Self {
+			self = i
+		}
+	}
+	if self < 0 {
+		bad("Self", "%d is not in Members", c.Self)
+	}
+	if len(c.Members) > 1<<14 {
+		bad("Members", "%d members, at most %d", len(c.Members), 1<<14)
+	}
+	if c.Epoch >= 1<<40 {
+		bad("Epoch", "%d out of range", c.Epoch)
+	}
+}

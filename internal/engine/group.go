@@ -1,0 +1,417 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/convoy-gcs/convoy/membership"
+	"github.com/convoy-gcs/convoy/ordering"
+	"github.com/convoy-gcs/convoy/rdma"
+)
+
+// Delivery is one message delivered in the group's agreed order.
+type Delivery struct {
+	// Epoch and Index place the message in the group's sequence; in
+	// Atomic and TotalOrder modes every member gives a message the same
+	// Index. In Unordered mode Index only counts this member's deliveries.
+	Epoch, Index uint64
+	// Sender is the member that sent the message, Seq its sequence number
+	// among that member's messages (from 1), Timestamp its stamp.
+	Sender    NodeID
+	Seq       uint64
+	Timestamp uint64
+	// Payload is the message. It belongs to the handler.
+	Payload []byte
+	// Replayed marks a delivery read back from this member's own durable
+	// log after a restart, in the same order and with the same indexes
+	// as before, on top of the state restored from the log's snapshot,
+	// if any. Open replays the entries known to be durable (on every
+	// member's disk); the entries after them, which the handler may or
+	// may not have seen before the restart, are handed once the group
+	// confirms them (the group restarts from the members' logs, which
+	// places them in its sequence, or the member rejoins where its log
+	// ends), or dropped if StateMachine.Restore replaces the state
+	// instead. So no replayed delivery is ever taken
+	// back.
+	Replayed bool
+}
+
+// Handler receives deliveries, one at a time, in order. It runs on the
+// group's own goroutine: while it runs, delivery waits. It must not call
+// Close; it may call Send only without WaitDelivered or WaitStable (Send
+// then returns once the message is Accepted), and even so, with the
+// window full, Send waits until its context ends (or, with
+// Config.NoWait, returns ErrBackpressure).
+type Handler func(Delivery)
+
+// Group is one member's handle on a group. Its methods are safe for
+// concurrent use.
+type Group struct {
+	cfg   Config
+	log   *slog.Logger
+	m     *metrics
+	tr    trace.Tracer
+	h     Handler
+	ep    rdma.Endpoint
+	ownEP bool
+	// mem is the membership runtime of a view-managed group (Config.Etcd
+	// set); nil with fixed membership.
+	mem *member
+	// disk is the durable log (Config.Durable); synced gets a value when
+	// it has synced more.
+	disk   durableLog
+	synced chan struct{}
+
+	events chan event
+	stop   chan struct{}
+	// ctx ends when the group closes, or fails in a view-managed group
+	// (member.withdraw); the loop's blocking calls use it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// sendTurn is held (a value sent) by the one Send queueing a message.
+	sendTurn chan struct{}
+	// space gets a value when the window shrinks or the group ends.
+	space chan struct{}
+	// frames recycles the buffers of small records this member multicasts
+	// (see smallFrameBytes).
+	frames sync.Pool
+	loopWG sync.WaitGroup
+	// host, set only by the package's deterministic simulation, runs this
+	// member without goroutines (see host); nil in production.
+	host host
+
+	mu struct {
+		sync.Mutex
+		closed bool
+		err    error
+		// epoch is the view this member takes part in (0: none); out says
+		// why it takes part in none, when it does not.
+		epoch uint64
+		out   error
+		// nextSeq is the number the next accepted Send gets: a member's
+		// messages are numbered from 1 across views, per incarnation.
+		nextSeq uint64
+		// The window: own messages accepted and not yet delivered locally
+		// (inflight), and not yet handed to every member by this member's
+		// data group (sending). Send waits while either is full, so neither
+		// the ordering buffers nor the multicast queue grow without bound.
+		inflight, inflightBytes int
+		sending, sendingBytes   int
+		// queued counts messages accepted and not yet taken by the loop.
+		queued, queuedBytes int
+		waiters             map[uint64][]waiter
+		delivered           uint64 // highest own seq delivered locally
+		stable              uint64 // highest own seq held by every member
+		// durable is the highest index on every member's disk, in durable
+		// delivery; durWaiters wait in WaitDurable.
+		durable    uint64
+		durWaiters []durWaiter
+		// view is the last view handed to the application.
+		view View
+	}
+}
+
+type eventKind uint8
+
+const (
+	evSend eventKind = iota
+	evRecord
+	evFail
+	evSignal
+	evState
+	evRestored
+	evLinkDown
+	evPersisted
+	evSnapshot
+	evSuffix
+)
+
+// event is something for the loop. v names the view it belongs to; the
+// loop ignores events of views it has closed.
+type event struct {
+	kind    eventKind
+	v       *view
+	from    int // evRecord, evSignal: the sender's rank
+	rec     ordering.Record
+	payload []byte
+	imm     uint64
+	err     error
+	state   *membership.State
+	parts   [][]byte
+	reply   chan<- snapReply // evSnapshot
+}
+
+// Open joins this member to the group described by cfg.
+//
+// With fixed membership (Config.Members), every member must call Open with
+// the same Members, Mode, BeaconInterval and FanOut; each waits for the
+// others' connections as it needs them, and a failure ends the group.
+//
+// In a view-managed group (Config.Etcd set), Open registers this member in
+// etcd and returns once it takes part in a view: the first view when it
+// founds the group, otherwise the view that admits it, with its state
+// transferred (Config.State).
+func Open(ctx context.Context, cfg Config, h Handler) (*Group, error) {
+	return open(ctx, cfg, h, nil)
+}
+
+// open is Open with the etcd of a view-managed group given by etcd (nil:
+// the one Config.Etcd names).
+func open(ctx context.Context, cfg Config, h Handler, etcd etcdBackend) (*Group, error) {
+	g, err := newGroup(ctx, cfg, h)
+	if err != nil {
+		return nil, err
+	}
+	if g.dynamic() {
+		return g.openDynamic(ctx, etcd)
+	}
+	c := g.cfg
+	if g.ep = c.Endpoint; g.ep == nil {
+		if g.ep, err = g.listen(staticResolver(c.Members)); err != nil {
+			return nil, err
+		}
+		g.ownEP = true
+	}
+	rec := membership.View{Epoch: c.Epoch, Sent: make([]uint64, len(c.Members))}
+	self := 0
+	for i, m := range c.Members {
+		rec.Members = append(rec.Members, membership.Member{ID: uint64(m.ID), Addr: m.Addr})
+		if m.ID == c.Self {
+			self = i
+		}
+	}
+	v, err := g.openView(ctx, rec, self, c.Clock())
+	if err != nil {
+		g.cancel()
+		g.closeTransport()
+		g.closeLog()
+		return nil, err
+	}
+	g.mu.epoch = rec.Epoch
+	g.mu.view = publicView(&rec, nil)
+	g.loopWG.Add(1)
+	go g.loop(&runner{g: g, v: v})
+	return g, nil
+}
+
+// newGroup makes a Group for cfg, with its durable log open, before it
+// reaches anyone.
+func newGroup(ctx context.Context, cfg Config, h Handler) (*Group, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	g := &Group{
+		cfg:      c,
+		log:      c.Logger.With("member", c.Self),
+		h:        h,
+		host:     c.test.host,
+		sendTurn: make(chan struct{}, 1),
+		space:    make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+	}
+	if g.host == nil {
+		g.events = make(chan event, 4096)
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.mu.nextSeq = 1
+	g.mu.waiters = make(map[uint64][]waiter)
+	g.tr = c.TracerProvider.Tracer("github.com/convoy-gcs/convoy")
+	if g.m, err = newMetrics(c.MeterProvider); err != nil {
+		return nil, err
+	}
+	if err := g.openLog(ctx); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// View returns the last view handed to the application (Config.OnView),
+// and whether this member takes part in it: false before the first view
+// and after an exclusion, until the view that admits it again.
+func (g *Group) View() (View, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	v := g.mu.view
+	v.Members = slices.Clone(v.Members)
+	return v, v.Epoch != 0 && !v.Excluded
+}
+
+// dynamic reports whether views come from etcd.
+func (g *Group) dynamic() bool { return g.cfg.Etcd != nil }
+
+func staticResolver(members []Member) func(NodeID) (string, error) {
+	addrs := make(map[NodeID]string, len(members))
+	for _, m := range members {
+		addrs[m.ID] = m.Addr
+	}
+	return func(id NodeID) (string, error) {
+		if a, ok := addrs[id]; ok {
+			return a, nil
+		}
+		return "", fmt.Errorf("convoy: node %d is not a member", id)
+	}
+}
+
+func (g *Group) listen(resolve func(NodeID) (string, error)) (rdma.Endpoint, error) {
+	listen := g.cfg.ListenAddr
+	ep, err := rdma.ListenTCP(rdma.TCPConfig{
+		ID:            g.cfg.Self,
+		ListenAddr:    listen,
+		Resolve:       resolve,
+		TLS:           g.cfg.TLS,
+		Logger:        g.cfg.Logger,
+		MeterProvider: g.cfg.MeterProvider,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("convoy: listen on %s: %w", listen, err)
+	}
+	return ep, nil
+}
+
+// received is called by multicast, in each sender's order, with a record
+// from member rank of view v.
+func (g *Group) received(v *view, rank int, msg []byte) {
+	rec, err := ordering.DecodeRecord(msg, g.cfg.MaxMessageBytes)
+	if err != nil {
+		g.m.rejected.Add(context.Background(), 1)
+		g.log.Warn("rejected record", "from", v.ids[rank], "epoch", v.rec.Epoch, "err", err)
+		return
+	}
+	if g.cfg.test.onHeld != nil && rec.Kind == ordering.KindData {
+		g.cfg.test.onHeld(rank, v.rec.Sent[rank]+rec.Seq)
+	}
+	g.post(event{kind: evRecord, v: v, from: rank, rec: rec})
+}
+
+// post hands ev to the loop unless the group is closing, or failed (its
+// context is then cancelled: see member.withdraw).
+func (g *Group) post(ev event) {
+	if g.host != nil {
+		g.host.post(g, ev)
+		return
+	}
+	select {
+	case g.events <- ev:
+	case <-g.stop:
+	case <-g.ctx.Done():
+	}
+}
+
+// sent is called by this member's data group of view v, in order, once a
+// record it multicast has reached every member.
+func (g *Group) sent(v *view, frame []byte) {
+	if len(frame) == 0 {
+		return
+	}
+	kind := ordering.Kind(frame[0])
+	if cap(frame) == smallFrameBytes {
+		g.frames.Put(&frame)
+	}
+	if kind != ordering.KindData {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.mu.epoch != v.rec.Epoch || v.done.Load() {
+		return // the window was recounted when the view ended
+	}
+	g.mu.sending--
+	g.mu.sendingBytes -= len(frame) - ordering.RecordHeaderBytes
+	g.spaceFreedLocked()
+}
+
+// smallFrameBytes is the capacity of recycled record buffers: records up
+// to this size (beacons and small messages, the common case) are encoded
+// into buffers the data group hands back through sent.
+const smallFrameBytes = 512
+
+// frame returns a buffer for a record of n encoded bytes.
+func (g *Group) frame(n int) []byte {
+	if n > smallFrameBytes {
+		return make([]byte, 0, n)
+	}
+	if b, ok := g.frames.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, smallFrameBytes)
+}
+
+// failed is called by multicast when a group of view v fails.
+func (g *Group) failed(v *view, err error) {
+	g.post(event{kind: evFail, v: v, err: err})
+}
+
+// Close leaves the group: it stops delivery, closes the multicast groups
+// (the other members see the group fail) and the endpoint Open made.
+func (g *Group) Close() error {
+	g.mu.Lock()
+	if g.mu.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	g.mu.closed = true
+	g.wakeAllLocked(ErrClosed)
+	g.mu.Unlock()
+	close(g.stop)
+	g.cancel()
+	g.loopWG.Wait()
+	g.closeTransport()
+	if g.mem != nil {
+		g.mem.close()
+	}
+	g.closeLog()
+	return nil
+}
+
+func (g *Group) closeLog() {
+	if g.disk != nil {
+		g.disk.Close()
+	}
+}
+
+func (g *Group) closeTransport() {
+	if g.ownEP && g.ep != nil {
+		g.ep.Close()
+	}
+}
+
+// Err returns the error the group failed with, or nil.
+func (g *Group) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.err
+}
+
+func (g *Group) fail(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.mu.err != nil || g.mu.closed {
+		return
+	}
+	g.mu.err = fmt.Errorf("%w: %w", ErrFailed, err)
+	g.log.Warn("group failed", "err", err)
+	g.wakeAllLocked(g.mu.err)
+	if g.mem != nil {
+		g.mem.failedOnce.Do(func() { close(g.mem.failed) })
+	}
+}
+
+// errDoneLocked is the error Send reports once the group ended, or
+// while this member takes part in no view; nil otherwise.
+func (g *Group) errDoneLocked() error {
+	switch {
+	case g.mu.closed:
+		return ErrClosed
+	case g.mu.err != nil:
+		return g.mu.err
+	case g.mu.epoch == 0:
+		return g.mu.out
+	}
+	return nil
+}

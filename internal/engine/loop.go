@@ -1,0 +1,403 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/convoy-gcs/convoy/internal/vsync"
+	"github.com/convoy-gcs/convoy/membership"
+	"github.com/convoy-gcs/convoy/ordering"
+)
+
+// loop owns the current view: it feeds its ordering core (and failure
+// detector) sends, records, signals and time, carries out what they
+// return, and, in a view-managed group, moves from view to view. It is the
+// only goroutine that touches them.
+func (g *Group) loop(r *runner) {
+	defer g.loopWG.Done()
+	defer func() {
+		r.endChange()
+		r.waitSnapshots()
+		r.v.close()
+		if g.mem != nil && g.Err() != nil {
+			g.mem.withdraw(g)
+		}
+	}()
+	defer func() {
+		if e := recover(); e != nil {
+			g.log.Error("loop panicked", "panic", e, "stack", string(debug.Stack()))
+			panic(e)
+		}
+		g.log.Debug("loop ended")
+	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	// A member whose log failed ends at once, not only at its next write:
+	// it may have nothing more to write, and the others' durable delivery
+	// would wait for its disk as long as it stays.
+	var diskFailed <-chan struct{}
+	if g.disk != nil {
+		diskFailed = g.disk.Failed()
+	}
+	for {
+		parts, snapEnd := r.snapEvents()
+		select {
+		case ev := <-g.events:
+			if !r.handle(ev) {
+				return
+			}
+			// Take whatever else is waiting before carrying out Ready, so
+			// that busy periods batch.
+			for more := true; more; {
+				select {
+				case ev := <-g.events:
+					if !r.handle(ev) {
+						return
+					}
+				default:
+					more = false
+				}
+			}
+		case <-g.synced:
+			if r.v != nil && r.v.dur != nil {
+				r.announcePersisted()
+			}
+		case s := <-parts:
+			r.snapshotted(s.part, s.data, s.err)
+		case <-snapEnd:
+			r.snapEnded()
+		case <-diskFailed:
+			r.diskErr = g.disk.Err()
+		case <-timer.C:
+		case <-g.stop:
+			return
+		}
+		if !r.settle() {
+			return
+		}
+		timer.Reset(max(r.deadline()-time.Duration(g.cfg.Clock()), 0))
+	}
+}
+
+// runner carries the loop's state.
+type runner struct {
+	g *Group
+	// v is the view this member takes part in; nil while it joins.
+	v *view
+	// vs is the view-change core of a view-managed group (nil with fixed
+	// membership): this member's phase and incarnation, and what it
+	// decided about its views. The loop carries out its actions.
+	vs *vsync.Core
+	// pending holds own messages accepted while v is ending: they wait
+	// for the next view.
+	pending [][]byte
+	// restoring: this member joined v and waits for its state.
+	restoring bool
+	// snap is the job snapshotting the state for joiners, if any.
+	snap *snapJob
+	// held holds, in order, the deliveries and views that wait while
+	// this member's state is restored or snapshotted (see holding).
+	held []durItem
+	// pendingDonate is a view whose joiners wait for this member's
+	// snapshot until an earlier snapshot job has ended and, in durable
+	// delivery, until the previous view's messages are durable (and
+	// applied).
+	pendingDonate *view
+	// snapWant holds the replies of Snapshot calls waiting for the
+	// snapshots for joiners.
+	snapWant []chan<- snapReply
+	// sendTimes[i] is when own message sentBase+i was sent, for latency.
+	sendTimes []int64
+	sentBase  uint64
+	// durq holds deliveries written to the durable log and not yet on
+	// every member's disk, in order.
+	durq []durItem
+	// applied is the index of the last message handed to the
+	// application (replayed from the durable log included).
+	applied uint64
+	// claimed is this member's last claim to restart the group from its
+	// durable log (claimLog); zero if it made none.
+	claimed membership.Recovery
+	// diskErr is the durable log's failure: the loop ends on it.
+	diskErr error
+	// reported is the final report this member last wrote for its view
+	// (see refreshReport).
+	reported membership.Report
+	// reportWrites follows the writes of the latest report (they end on
+	// other goroutines).
+	reportWrites reportWrites
+	// change spans a view change, from the wedge to the next view (or
+	// the exclusion).
+	change trace.Span
+}
+
+// fail ends the group with err.
+func (r *runner) fail(err error) {
+	if r.vs != nil {
+		r.vs.Failed()
+	}
+	r.g.fail(err)
+}
+
+// settle ends a batch of events: it reacts once per batch, so that
+// beacons, tree records and heartbeats due now go out without waiting
+// for a timer, and carries out what the view's core and detector
+// returned. It returns false when the loop must stop (the durable log
+// failed, say). The loop settles after each batch, and again at each
+// deadline.
+func (r *runner) settle() bool {
+	if r.diskErr != nil {
+		r.fail(fmt.Errorf("durable log: %w", r.diskErr))
+		return false
+	}
+	r.tick()
+	return r.ready()
+}
+
+// handle applies one event; it returns false when the loop must stop.
+func (r *runner) handle(ev event) bool {
+	g := r.g
+	now := g.cfg.Clock()
+	switch ev.kind {
+	case evSend:
+		g.mu.Lock()
+		g.mu.queued--
+		g.mu.queuedBytes -= len(ev.payload)
+		g.mu.Unlock()
+		switch {
+		case r.v == nil:
+			// Excluded meanwhile: the message's waiters were told.
+		case r.ending():
+			r.pending = append(r.pending, ev.payload)
+		default:
+			r.send(now, ev.payload)
+		}
+	case evRecord:
+		if ev.v != r.v {
+			return true // a record of an ended view
+		}
+		if err := r.v.core.Step(now, ev.from, ev.rec); err != nil {
+			g.m.rejected.Add(context.Background(), 1)
+			g.log.Warn("rejected record", "from", r.v.ids[ev.from], "epoch", r.v.rec.Epoch, "err", err)
+		}
+	case evFail:
+		if ev.v != r.v {
+			return true
+		}
+		if !g.dynamic() {
+			r.fail(ev.err)
+			return false
+		}
+		// The view cannot go on: end it. The detector and the other
+		// members' reports say whom the next view leaves out.
+		r.wedge("multicast group failed: " + ev.err.Error())
+	case evSignal:
+		if ev.v == r.v {
+			r.signal(now, ev.from, ev.imm)
+		}
+	case evPersisted:
+		if ev.v == r.v && r.v.dur != nil {
+			r.persisted(ev.from, ev.imm)
+		}
+	case evLinkDown:
+		if ev.v == r.v {
+			r.v.linkDown(now, ev.from)
+		}
+	case evState:
+		return r.onState(ev.state)
+	case evSnapshot:
+		r.takeSnapshot(ev.reply)
+	case evSuffix:
+		if ev.v == r.v {
+			return r.suffixed(ev.parts, ev.err)
+		}
+	case evRestored:
+		if ev.v == r.v {
+			return r.restored(ev.parts, ev.err)
+		}
+	}
+	return true
+}
+
+// send hands an own message to the current view's core.
+func (r *runner) send(now int64, payload []byte) {
+	seq, _ := r.v.core.Send(now, payload)
+	if r.sentBase == 0 {
+		r.sentBase = r.v.rec.Sent[r.v.self] + seq
+	}
+	r.sendTimes = append(r.sendTimes, now)
+}
+
+// tick tells the view's core and detector that time has passed.
+func (r *runner) tick() {
+	if r.v == nil {
+		return
+	}
+	now := r.g.cfg.Clock()
+	if r.vs != nil {
+		for _, a := range r.vs.Tick(now) {
+			r.do(a)
+		}
+	}
+	r.v.core.Tick(now)
+	if r.v.ctrlRetry != nil {
+		r.v.reopenControl(r.g.ctx, now)
+	}
+	if r.v.det != nil {
+		r.v.det.SetFrontier(membership.FrontierUnits(uint64(r.v.core.Frontier())))
+		r.v.det.Tick(now)
+	}
+}
+
+// deadline returns when tick next has something to do, on the clock.
+func (r *runner) deadline() time.Duration {
+	if r.v == nil {
+		return time.Duration(r.g.cfg.Clock()) + time.Hour
+	}
+	d := r.v.core.Deadline()
+	if r.v.det != nil {
+		d = min(d, r.v.det.Deadline())
+	}
+	if at := r.v.ctrlDeadline(); at != 0 {
+		d = min(d, at)
+	}
+	if r.vs != nil {
+		if at := r.vs.Deadline(); at != 0 {
+			d = min(d, at)
+		}
+	}
+	return time.Duration(d)
+}
+
+// ready carries out what the core and the detector returned. It returns
+// false when the loop must stop.
+func (r *runner) ready() bool {
+	if r.v == nil {
+		return true
+	}
+	g, v := r.g, r.v
+	rd := v.core.Ready()
+	ctx := g.ctx
+	if err := r.multicast(rd); err != nil {
+		if !g.dynamic() {
+			r.fail(err)
+			return false
+		}
+		// The view cannot go on; what the core delivered is still handed
+		// out below.
+		r.wedge("multicast send failed: " + err.Error())
+	}
+	r.deliver(rd.Deliveries)
+	now := g.cfg.Clock()
+	g.m.barrierLag.Record(ctx, now-int64(min(v.core.Barrier(), ordering.Timestamp(now))))
+	if rd.Stable > 0 {
+		g.ownStable(v.rec.Sent[v.self] + rd.Stable)
+	}
+	if v.det != nil {
+		r.detectorReady()
+	}
+	return true
+}
+
+// multicast sends the records and control records of rd.
+func (r *runner) multicast(rd ordering.Ready) error {
+	g, v, ctx := r.g, r.v, r.g.ctx
+	for i := range rd.Records {
+		frame := ordering.AppendRecord(g.frame(ordering.RecordHeaderBytes+len(rd.Records[i].Payload)), &rd.Records[i])
+		if err := v.net.multicast(ctx, frame); err != nil {
+			return err
+		}
+		if rd.Records[i].Kind == ordering.KindBeacon {
+			g.m.control.Add(ctx, int64(len(v.ids)-1), g.m.beaconAttr)
+		}
+	}
+	var lastDown ordering.Timestamp
+	for _, e := range rd.Control {
+		if e.Record.Kind == ordering.KindDown {
+			// One record reaches every child through the down group.
+			if e.Record.TS == lastDown {
+				continue
+			}
+			lastDown = e.Record.TS
+			if err := v.net.down(ctx, ordering.AppendRecord(nil, &e.Record)); err != nil {
+				return err
+			}
+			g.m.control.Add(ctx, int64(v.net.children()), g.m.downAttr)
+			continue
+		}
+		if err := v.net.up(ctx, ordering.AppendRecord(nil, &e.Record)); err != nil {
+			return err
+		}
+		g.m.control.Add(ctx, 1, g.m.upAttr)
+	}
+	return nil
+}
+
+// deliver hands deliveries of the current view to the application, or
+// holds them while this member's state is being restored.
+func (r *runner) deliver(ds []ordering.Delivery) {
+	v := r.v
+	for _, d := range ds {
+		out := Delivery{
+			Epoch: d.Epoch, Index: d.Index, Sender: v.ids[d.Sender],
+			Seq: v.rec.Sent[d.Sender] + d.Seq, Timestamp: uint64(d.TS), Payload: d.Payload,
+		}
+		if r.holding() {
+			// In durable delivery the log takes it at once when it
+			// follows what the log holds: the group's durable delivery
+			// must not wait while this member's state is restored or
+			// snapshotted, only its application does. (A joiner that
+			// catches up from a suffix appends the suffix first: what
+			// comes meanwhile waits for it.)
+			logged := r.g.disk != nil && r.g.disk.Last()+1 == out.Index
+			if logged {
+				r.appendLog(out)
+			}
+			r.held = append(r.held, durItem{d: out, logged: logged})
+			continue
+		}
+		r.hand(out, d.Sender == v.self)
+	}
+}
+
+// hand passes one delivery on: to the durable log first when delivery is
+// durable, straight to the application otherwise.
+func (r *runner) hand(d Delivery, own bool) {
+	if r.g.disk != nil {
+		r.logDelivery(d)
+		return
+	}
+	r.handNow(d, own)
+}
+
+// handNow gives one delivery to the application and settles own messages.
+func (r *runner) handNow(d Delivery, own bool) {
+	g := r.g
+	g.m.delivered(len(d.Payload))
+	if g.h != nil {
+		g.h(d)
+	}
+	r.applied = d.Index
+	// Own messages count as delivered once the handler has seen them.
+	if own {
+		if i := d.Seq - r.sentBase; i < uint64(len(r.sendTimes)) {
+			g.m.latency.Record(g.ctx, time.Duration(g.cfg.Clock()-r.sendTimes[i]).Seconds())
+		}
+		r.trimSendTimes(d.Seq)
+		g.ownDelivered(&d)
+	}
+}
+
+// trimSendTimes forgets send times of own messages up to seq.
+func (r *runner) trimSendTimes(seq uint64) {
+	drop := int(seq + 1 - r.sentBase)
+	if drop <= 0 || drop > len(r.sendTimes) {
+		return
+	}
+	r.sendTimes = r.sendTimes[drop:]
+	r.sentBase = seq + 1
+}

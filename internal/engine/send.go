@@ -1,0 +1,242 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+)
+
+// Level is how far a message has come.
+type Level int
+
+const (
+	// Accepted: the group took the message (it is stamped and queued).
+	Accepted Level = iota
+	// Delivered: this member delivered it.
+	Delivered
+	// Stable: every member holds it (and, in Atomic mode, delivers it
+	// once it learns so).
+	Stable
+)
+
+func (l Level) String() string {
+	switch l {
+	case Accepted:
+		return "accepted"
+	case Delivered:
+		return "delivered"
+	case Stable:
+		return "stable"
+	}
+	return fmt.Sprintf("Level(%d)", int(l))
+}
+
+// SendOption changes how Send waits.
+type SendOption func(*sendOptions)
+
+type sendOptions struct{ level Level }
+
+// WaitDelivered makes Send return once this member delivered the message.
+func WaitDelivered() SendOption { return func(o *sendOptions) { o.level = Delivered } }
+
+// WaitStable makes Send return once every member holds the message.
+func WaitStable() SendOption { return func(o *sendOptions) { o.level = Stable } }
+
+// Receipt identifies a sent message and, once Send saw it delivered,
+// where it landed.
+type Receipt struct {
+	// Seq is the message's sequence number among this member's messages.
+	Seq uint64
+	// Epoch and Index place the message in the group's order, as its
+	// Delivery does: set when Send returns after WaitDelivered, zero
+	// otherwise (a message accepted or stable is not yet placed here).
+	Epoch, Index uint64
+}
+
+type waiter struct {
+	level Level
+	done  chan waitResult
+}
+
+// waitResult ends a waiter: how the message fared, and where it was
+// delivered (a waiter for Delivered).
+type waitResult struct {
+	err          error
+	epoch, index uint64
+}
+
+// Send multicasts payload to the group. It waits until the message is
+// accepted — which, when this member's window of undelivered messages is
+// full, waits for space (or, with Config.NoWait, fails with
+// ErrBackpressure) — or further with WaitDelivered or WaitStable. The group
+// owns payload from the call on: do not modify it.
+//
+// It returns ErrTooLarge above MaxMessageBytes, ErrClosed after Close, an
+// error wrapping ErrFailed after the group failed, and the context's error
+// if it ends first (the message may still be delivered).
+func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (Receipt, error) {
+	var o sendOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(payload) > g.cfg.MaxMessageBytes {
+		return Receipt{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(payload), g.cfg.MaxMessageBytes)
+	}
+	// One sender at a time takes a sequence number and queues its message,
+	// so that numbers follow queue order. The loop never takes this.
+	select {
+	case g.sendTurn <- struct{}{}:
+	case <-ctx.Done():
+		return Receipt{}, ctx.Err()
+	}
+	turn := true
+	defer func() {
+		if turn {
+			<-g.sendTurn
+		}
+	}()
+	g.mu.Lock()
+	for {
+		if err := g.errDoneLocked(); err != nil {
+			g.mu.Unlock()
+			return Receipt{}, err
+		}
+		if g.windowOpenLocked(len(payload)) {
+			break
+		}
+		if g.cfg.NoWait {
+			g.mu.Unlock()
+			return Receipt{}, ErrBackpressure
+		}
+		// Only the sender holding the turn waits here, so one kick
+		// (buffered) is enough to wake it; a stale kick costs a recheck.
+		g.mu.Unlock()
+		select {
+		case <-g.space:
+		case <-ctx.Done():
+			return Receipt{}, ctx.Err()
+		}
+		g.mu.Lock()
+	}
+	seq := g.mu.nextSeq
+	g.mu.nextSeq++
+	g.mu.inflight++
+	g.mu.inflightBytes += len(payload)
+	g.mu.sending++
+	g.mu.sendingBytes += len(payload)
+	g.mu.queued++
+	g.mu.queuedBytes += len(payload)
+	var w waiter
+	if o.level > Accepted {
+		w = waiter{level: o.level, done: make(chan waitResult, 1)}
+		g.mu.waiters[seq] = append(g.mu.waiters[seq], w)
+	}
+	g.mu.Unlock()
+	if g.host != nil {
+		g.host.post(g, event{kind: evSend, payload: payload})
+		return Receipt{Seq: seq}, nil // the simulation waits for no level
+	}
+	select {
+	case g.events <- event{kind: evSend, payload: payload}:
+	case <-g.stop:
+		return Receipt{}, ErrClosed
+	case <-ctx.Done():
+		// Not queued: give the number back (no later one was taken, as
+		// this sender holds the turn).
+		g.mu.Lock()
+		g.mu.nextSeq--
+		g.mu.inflight--
+		g.mu.inflightBytes -= len(payload)
+		g.mu.sending--
+		g.mu.sendingBytes -= len(payload)
+		g.mu.queued--
+		g.mu.queuedBytes -= len(payload)
+		delete(g.mu.waiters, seq)
+		g.mu.Unlock()
+		return Receipt{}, ctx.Err()
+	}
+	<-g.sendTurn
+	turn = false
+	if w.done == nil {
+		return Receipt{Seq: seq}, nil
+	}
+	select {
+	case res := <-w.done:
+		return Receipt{Seq: seq, Epoch: res.epoch, Index: res.index}, res.err
+	case <-ctx.Done():
+		return Receipt{Seq: seq}, ctx.Err()
+	}
+}
+
+// ownDelivered records that own message d was delivered locally and
+// releases window space and waiters.
+func (g *Group) ownDelivered(d *Delivery) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.mu.inflight--
+	g.mu.inflightBytes -= len(d.Payload)
+	g.mu.delivered = d.Seq
+	g.spaceFreedLocked()
+	g.wakeLocked(d.Seq, Delivered, waitResult{epoch: d.Epoch, index: d.Index})
+}
+
+// windowOpenLocked reports whether a message of n bytes fits in the
+// window. A message larger than the byte window goes alone.
+func (g *Group) windowOpenLocked(n int) bool {
+	fits := func(msgs, bytes int) bool {
+		return msgs == 0 || (msgs < g.cfg.WindowMessages && bytes+n <= g.cfg.WindowBytes)
+	}
+	return fits(g.mu.inflight, g.mu.inflightBytes) && fits(g.mu.sending, g.mu.sendingBytes)
+}
+
+// spaceFreedLocked wakes the sender waiting for window space, if any.
+func (g *Group) spaceFreedLocked() {
+	select {
+	case g.space <- struct{}{}:
+	default:
+	}
+}
+
+// ownStable records that own messages up to seq are held everywhere.
+func (g *Group) ownStable(seq uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for s := g.mu.stable + 1; s <= seq; s++ {
+		g.wakeLocked(s, Stable, waitResult{})
+	}
+	g.mu.stable = max(g.mu.stable, seq)
+}
+
+// wakeLocked completes the waiters of message seq for level with res.
+// Levels are reached independently: a message is stable (held
+// everywhere) before it is delivered when delivery waits for more
+// (durable delivery waits for every member's disk).
+func (g *Group) wakeLocked(seq uint64, level Level, res waitResult) {
+	ws := g.mu.waiters[seq]
+	if len(ws) == 0 {
+		return
+	}
+	keep := ws[:0]
+	for _, w := range ws {
+		if w.level == level {
+			w.done <- res
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	if len(keep) == 0 {
+		delete(g.mu.waiters, seq)
+	} else {
+		g.mu.waiters[seq] = keep
+	}
+}
+
+func (g *Group) wakeAllLocked(err error) {
+	g.wakeDurableLocked()
+	for seq, ws := range g.mu.waiters {
+		for _, w := range ws {
+			w.done <- waitResult{err: err}
+		}
+		delete(g.mu.waiters, seq)
+	}
+	g.spaceFreedLocked()
+}

@@ -1,0 +1,173 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/convoy-gcs/convoy/barrier"
+	"github.com/convoy-gcs/convoy/membership"
+	"github.com/convoy-gcs/convoy/ordering"
+)
+
+// View is one view of a group: its epoch and members in rank order.
+// Every member sees the same sequence of views, each in the same place
+// among the deliveries (see Config.OnView).
+type View struct {
+	Epoch uint64
+	// Start is the index of the last message delivered before the view;
+	// its first message gets Start+1.
+	Start   uint64
+	Members []Member
+	// Joined and Left list the members that came and went with this view.
+	Joined, Left []NodeID
+	// Excluded says that the group went on to view Epoch without this
+	// member (it was suspected, or left): it delivers nothing more in
+	// this incarnation. Unless it left, it rejoins as a new incarnation,
+	// and before the next view it takes part in, its state is replaced by
+	// transfer (StateMachine.Restore) or, in durable delivery when the
+	// leader's log holds the entry its own log ends with, completed with
+	// the messages it missed.
+	Excluded bool
+}
+
+// view is one view's machinery on this member: its traffic (the
+// multicast groups and control streams behind net), its ordering core
+// and, in a view-managed group, its failure detector. The loop goroutine
+// owns it.
+type view struct {
+	g    *Group
+	rec  membership.View
+	self int
+	ids  []NodeID
+	// net carries the view's records and control signals.
+	net  viewNet
+	core *ordering.Core
+	// det watches the neighbours; nil in a group with fixed membership.
+	det *membership.Detector
+	// ctrlRetry[r], if set, is when to open the control stream to rank r
+	// again: its connection broke (see reopenControl).
+	ctrlRetry []int64
+	// transfers bounds this member's state and suffix transfers as a
+	// joiner of the view: they reopen broken connections to their donors
+	// until the view closes (endTransfers).
+	transfers    context.Context
+	endTransfers context.CancelFunc
+	// stopFetches end the transfers a host runs (Group.startFetch) when
+	// the view closes, as endTransfers ends those on goroutines.
+	stopFetches []func()
+	// donor serves this member's snapshot parts to the view's joiners.
+	donor *membership.Donor
+	// suffixDonors serve joiners the messages their logs miss.
+	suffixDonors []*membership.Donor
+	// dur tracks the members' persisted indexes in durable delivery;
+	// lagging holds the ranks suspected of lagging on disk.
+	dur       *barrier.Durable
+	lagging   map[int]bool
+	announced []bool // the ranks whose persisted index arrived in this view
+	// broken is why the view's multicast groups could not all be opened.
+	broken error
+	// done is set once the view is closed: callbacks from its groups are
+	// then ignored.
+	done atomic.Bool
+}
+
+// openView creates this member's machinery for view rec, in which it has
+// rank self, at time now.
+func (g *Group) openView(ctx context.Context, rec membership.View, self int, now int64) (*view, error) {
+	v := &view{g: g, rec: rec, self: self}
+	for _, m := range rec.Members {
+		v.ids = append(v.ids, NodeID(m.ID))
+	}
+	core, err := ordering.NewCore(ordering.Config{
+		Self: self, Members: len(rec.Members), Mode: g.cfg.Mode, Epoch: rec.Epoch, Start: rec.Start,
+		BeaconInterval: g.cfg.BeaconInterval, BeaconGap: g.cfg.BeaconGap, FanOut: g.cfg.FanOut, MaxPayload: g.cfg.MaxMessageBytes,
+		Plant: g.cfg.test.plant,
+	}, now)
+	if err != nil {
+		return nil, err
+	}
+	v.core = core
+	v.transfers, v.endTransfers = context.WithCancel(g.ctx) // close ends them
+	openNet := g.openRDMANet
+	if g.cfg.test.openNet != nil {
+		openNet = g.cfg.test.openNet
+	}
+	if v.net, err = openNet(ctx, v); err != nil {
+		if !g.dynamic() {
+			v.close()
+			return nil, err
+		}
+		// A member of the view is already gone: the view is born broken.
+		// This member takes part only to end it (it wedges at once and
+		// reports), so that the next view can leave the dead one out.
+		v.broken = err
+	}
+	if g.dynamic() {
+		if err := v.openDetector(now); err != nil {
+			v.close()
+			return nil, err
+		}
+	}
+	if g.dynamic() || g.disk != nil {
+		v.openControl(ctx)
+	}
+	if g.disk != nil {
+		v.dur = durableBarrier(&rec)
+		v.announced = make([]bool, len(v.ids))
+	}
+	return v, nil
+}
+
+// close releases the view's groups and queue pairs. Callbacks still
+// running are ignored from here on.
+func (v *view) close() {
+	if v == nil || v.done.Swap(true) {
+		return
+	}
+	if v.endTransfers != nil {
+		v.endTransfers()
+	}
+	for _, stop := range v.stopFetches {
+		stop()
+	}
+	if v.net != nil {
+		v.net.close()
+	}
+	if v.donor != nil {
+		v.donor.Close()
+	}
+	for _, d := range v.suffixDonors {
+		d.Close()
+	}
+}
+
+// publicView converts a view record for the application; prev is the
+// view it follows (nil for the first this member sees).
+func publicView(rec *membership.View, prev *membership.View) View {
+	out := View{Epoch: rec.Epoch, Start: rec.Start}
+	was := make(map[uint64]bool)
+	if prev != nil {
+		for _, m := range prev.Members {
+			was[m.ID] = true
+		}
+	}
+	now := make(map[uint64]bool)
+	for _, m := range rec.Members {
+		now[m.ID] = true
+		out.Members = append(out.Members, Member{ID: NodeID(m.ID), Addr: m.Addr})
+		if prev != nil && !was[m.ID] {
+			out.Joined = append(out.Joined, NodeID(m.ID))
+		}
+	}
+	if prev != nil {
+		for _, m := range prev.Members {
+			if !now[m.ID] {
+				out.Left = append(out.Left, NodeID(m.ID))
+			}
+		}
+	}
+	return out
+}
+
+func (v View) String() string { return fmt.Sprintf("view %d (%d members)", v.Epoch, len(v.Members)) }

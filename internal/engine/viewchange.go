@@ -1,0 +1,638 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/convoy-gcs/convoy/internal/plant"
+	"github.com/convoy-gcs/convoy/internal/vsync"
+	"github.com/convoy-gcs/convoy/membership"
+)
+
+// onState applies a state read from etcd: the view-change core decides
+// (vsync.Core.State) and the loop carries out what it returns. It
+// returns false when the loop must stop.
+func (r *runner) onState(st *membership.State) bool {
+	for {
+		again := false
+		for _, a := range r.vs.State(r.g.cfg.Clock(), st) {
+			if !r.do(a) {
+				return false
+			}
+			if a.Kind == vsync.Install {
+				// The core asks for one view at a time: once it is in,
+				// the same state may hold the next (the views in between
+				// a member missed are applied in order).
+				if !r.vs.Phase().InView() {
+					return true
+				}
+				again = true
+			}
+		}
+		if !again {
+			return true
+		}
+	}
+}
+
+// do carries out one action of the view-change core. It returns false
+// when the loop must stop.
+func (r *runner) do(a vsync.Action) bool {
+	g := r.g
+	switch a.Kind {
+	case vsync.Bootstrap:
+		first := *a.View
+		r.async("found the group", func(ctx context.Context, s *membership.Store) error { return s.Bootstrap(ctx, first) })
+	case vsync.RequestJoin:
+		self := r.vs.Self()
+		pos, fromLog := r.logPos()
+		r.async("join request", func(ctx context.Context, s *membership.Store) error {
+			if err := s.Register(ctx, self); err != nil {
+				return err
+			}
+			if fromLog {
+				return s.RequestJoinFrom(ctx, self, pos)
+			}
+			return s.RequestJoin(ctx, self)
+		})
+	case vsync.Enter:
+		return r.enter(a.View, a.Rank)
+	case vsync.Install:
+		rec := a.View
+		if rec == nil {
+			v, err := r.view(a.Epoch)
+			if err != nil {
+				g.log.Error("reading an intervening view", "epoch", a.Epoch, "err", err)
+				r.excluded(nil, fmt.Sprintf("view %d unreadable", a.Epoch))
+				return true
+			}
+			rec = &v
+		}
+		if !r.install(*rec) {
+			return g.Err() == nil
+		}
+	case vsync.Exclude:
+		r.excluded(a.View, a.Reason)
+	case vsync.Wedge:
+		r.stopView(a.Reason)
+	case vsync.Report:
+		r.report()
+	case vsync.RefreshReport:
+		r.refreshReport()
+	case vsync.Propose:
+		r.propose(*a.View, a.Logs)
+	case vsync.Minority:
+		if a.Minority {
+			g.m.minority.Add(g.ctx, 1)
+			g.log.Warn("the next view would hold no majority of this one: waiting", "epoch", r.v.rec.Epoch, "next", a.Next)
+		}
+	case vsync.DonorsDone:
+		r.donorsDone()
+	case vsync.MarkCaughtUp:
+		g.log.Info("etcd does not show this member caught up: marking it again", "epoch", r.v.rec.Epoch)
+		r.markCaughtUp()
+	case vsync.Claim:
+		r.claimLog(a.View)
+	case vsync.Recover:
+		next := *a.View
+		g.log.Info("restarting the group", "epoch", next.Epoch, "start", next.Start, "members", len(next.Members), "joining", len(next.Joining))
+		r.async("restart the group", func(ctx context.Context, s *membership.Store) error { return s.Recover(ctx, next) })
+	}
+	return true
+}
+
+// view reads committed view e.
+func (r *runner) view(e uint64) (membership.View, error) {
+	ctx, cancel := context.WithTimeout(r.g.ctx, 10*time.Second)
+	defer cancel()
+	return r.g.mem.current().View(ctx, e)
+}
+
+// propose commits next, a view this member proposes as leader, once the
+// joiners that restarted with their logs are told where their logs go
+// on (addSuffixes).
+func (r *runner) propose(next membership.View, logs map[membership.ID]membership.LogPos) {
+	g := r.g
+	r.addSuffixes(&next, logs)
+	g.log.Info("proposing view", "epoch", next.Epoch, "members", len(next.Members), "start", next.Start)
+	if g.cfg.test.onPropose != nil {
+		g.cfg.test.onPropose(next.Epoch)
+	}
+	r.async("install view", func(ctx context.Context, s *membership.Store) error {
+		if err := s.Install(ctx, next); err != nil {
+			return err
+		}
+		if g.cfg.test.onCommitted != nil {
+			g.cfg.test.onCommitted(next.Epoch)
+		}
+		return nil
+	})
+}
+
+// donorsDone stops serving the view's joiners: each holds its state.
+func (r *runner) donorsDone() {
+	v := r.v
+	if v.donor != nil {
+		v.donor.Close()
+		v.donor = nil
+	}
+	for _, d := range v.suffixDonors {
+		d.Close()
+	}
+	v.suffixDonors = nil
+}
+
+// ending reports whether this member has stopped in its view, which is
+// ending (a group with fixed membership never is).
+func (r *runner) ending() bool { return r.vs != nil && r.vs.Phase().Ending() }
+
+// wedge ends this member's part in the current view and reports what it
+// holds: its ordering core sends, announces and delivers nothing more in
+// it, so that the report (the messages it holds per sender, its last
+// delivered index) is final.
+func (r *runner) wedge(reason string) {
+	if r.vs.Wedge(r.g.cfg.Clock()) {
+		r.stopView(reason)
+	}
+}
+
+// stopView stops the current view's machinery once the core wedged: no
+// more sending, announcing or delivering in it; heartbeats go to every
+// member until the final report.
+func (r *runner) stopView(reason string) {
+	g, v := r.g, r.v
+	v.core.Wedge()
+	v.det.Wedge()
+	g.log.Info("wedged", "epoch", v.rec.Epoch, "reason", reason, "delivered", v.core.Index())
+	_, r.change = g.tr.Start(g.ctx, "convoy.view.change", trace.WithAttributes(
+		attribute.Int64("convoy.epoch", int64(v.rec.Epoch)),
+		attribute.String("convoy.reason", reason),
+		attribute.Int64("convoy.delivered", int64(v.core.Index()))))
+}
+
+// endChange ends the view change's span.
+func (r *runner) endChange(attrs ...attribute.KeyValue) {
+	if r.change != nil {
+		r.change.SetAttributes(attrs...)
+		r.change.End()
+		r.change = nil
+	}
+}
+
+// report writes this member's final report for the wedged view.
+func (r *runner) report() {
+	g, v := r.g, r.v
+	rep := membership.Report{Epoch: v.rec.Epoch, Member: r.vs.Self(), Held: v.core.Held(), Delivered: v.core.Index(), Hears: r.hears()}
+	g.log.Debug("final report", "epoch", v.rec.Epoch, "hears", rep.Hears)
+	if r.change != nil {
+		r.change.AddEvent("final report", trace.WithAttributes(attribute.Int("convoy.hears", len(rep.Hears))))
+	}
+	r.putReport(rep)
+	if g.cfg.test.plant.Has(plant.EarlyDelivery) {
+		// The planted fault: the member delivers what it holds as if that
+		// were the cut, before the cut is committed.
+		ds, _, _ := v.core.Finish(rep.Held)
+		r.deliver(ds)
+	}
+}
+
+// hears returns whom this wedged member hears now: the members whose
+// heartbeats came in the last two intervals, when every wedged member
+// beats to all (older ones may predate a partition).
+func (r *runner) hears() []uint64 {
+	g, v := r.g, r.v
+	since := max(r.vs.WedgedAt(), g.cfg.Clock()-2*int64(g.cfg.HeartbeatInterval))
+	var out []uint64
+	for _, rank := range v.det.Heard(since) {
+		out = append(out, v.rec.Members[rank].ID)
+	}
+	return out
+}
+
+// putReport writes rep, this member's final report for its view, to
+// etcd. The writes are numbered (Report.Seq): one retried while etcd was
+// out of reach may land after a later one, and the later stands
+// (membership.Store.PutReport).
+func (r *runner) putReport(rep membership.Report) {
+	rep.Seq = 1
+	if r.reported.Epoch == rep.Epoch && r.reported.Member == rep.Member {
+		rep.Seq = r.reported.Seq + 1
+	}
+	r.reported = rep
+	r.reportWrites.start(rep)
+	r.asyncThen(0, "final report", func(ctx context.Context, s *membership.Store) error { return s.PutReport(ctx, rep) },
+		func(err error) { r.reportWrites.done(rep, err) })
+}
+
+// refreshReport writes the final report again if whom this member hears
+// has changed since it last wrote it, or if its last write was given up
+// (etcd was out of reach for longer than writes are retried) and none is
+// under way. The core asks once the last write is a suspect timeout old
+// (vsync.RefreshReport says why).
+func (r *runner) refreshReport() {
+	hears := r.hears()
+	switch {
+	case !slices.Equal(hears, r.reported.Hears):
+		r.g.log.Info("whom this member hears changed: reporting again", "epoch", r.reported.Epoch, "hears", hears)
+	case !r.reportWrites.lost(r.reported):
+		return
+	default:
+		r.g.log.Info("the final report's write was given up: reporting again", "epoch", r.reported.Epoch, "hears", hears)
+	}
+	rep := r.reported
+	rep.Hears = hears
+	r.putReport(rep)
+	r.vs.Rereported(r.g.cfg.Clock())
+}
+
+// reportWrites follows the writes of a member's latest final report: the
+// writes of its current view's report by its current incarnation under
+// way, and the highest write number etcd acknowledged. Writes of other
+// reports do not count.
+type reportWrites struct {
+	mu      sync.Mutex
+	epoch   uint64
+	self    membership.Member
+	pending int
+	acked   uint64
+}
+
+// start records a write of rep under way.
+func (w *reportWrites) start(rep membership.Report) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rep.Epoch != w.epoch || rep.Member != w.self {
+		w.epoch, w.self, w.pending, w.acked = rep.Epoch, rep.Member, 0, 0
+	}
+	w.pending++
+}
+
+// done records the end of a write of rep, made if err is nil.
+func (w *reportWrites) done(rep membership.Report, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rep.Epoch != w.epoch || rep.Member != w.self {
+		return
+	}
+	w.pending--
+	if err == nil {
+		w.acked = max(w.acked, rep.Seq)
+	}
+}
+
+// lost reports whether etcd does not hold rep (or a later write of the
+// same report) and no write under way may still bring it: none of the
+// report's writes is under way, and none numbered rep's or higher was
+// acknowledged.
+func (w *reportWrites) lost(rep membership.Report) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rep.Epoch != w.epoch || rep.Member != w.self {
+		return true
+	}
+	return w.pending == 0 && w.acked < rep.Seq
+}
+
+// suspect records a confirmed suspicion of member id in etcd.
+func (r *runner) suspect(id NodeID, reason string) {
+	epoch, by := r.v.rec.Epoch, r.vs.Self().ID
+	r.async("record suspicion", func(ctx context.Context, s *membership.Store) error {
+		return s.Suspect(ctx, epoch, by, uint64(id), reason)
+	})
+}
+
+// install moves from the current view to its successor rec: it delivers
+// the rest of the old view's cut, discards the old view's messages beyond
+// it, and sends its own messages beyond the cut again in rec. It returns
+// false if this member left the views.
+func (r *runner) install(rec membership.View) bool {
+	g, old := r.g, r.v
+	self := r.vs.Self()
+	rank := rec.Rank(self.ID)
+	in := rank >= 0 && rec.Members[rank].Incarnation == self.Incarnation
+	if !r.ending() {
+		// Its report was not needed (it is not in rec), or a later view
+		// is committed and rec is one of those in between.
+		r.vs.Ending(g.cfg.Clock())
+		old.core.Wedge()
+	}
+	// In durable delivery the view record is on disk before any message
+	// of its cut is delivered: a log that holds a message delivered at the
+	// cut also holds the cut, with the view it starts.
+	// (The planted fault leaves the record out: the log fsyncs its writes
+	// in order, so a record put before the cut's entries, waited for or
+	// not, is on disk before them.)
+	if g.disk != nil && in && !g.cfg.test.plant.Has(plant.UnsyncedView) {
+		if err := g.disk.PutView(g.ctx, rec); err != nil {
+			g.log.Error("durable log: view record", "epoch", rec.Epoch, "err", err)
+		}
+	}
+	// A snapshot for the ending view's joiners is of no use any more: it
+	// stops after the part in progress, and until then the deliveries
+	// (and views) stay held, behind those held already.
+	r.stopSnapshot()
+	r.deliver(old.core.Ready().Deliveries)
+	cut, err := cutFor(&old.rec, &rec)
+	if err != nil {
+		r.excluded(&rec, err.Error())
+		return false
+	}
+	if !in {
+		r.excluded(&rec, "not a member of the new view")
+		return false
+	}
+	rest, resend, err := old.core.Finish(cut)
+	if err != nil {
+		g.log.Error("cannot end the view at its cut", "epoch", old.rec.Epoch, "err", err)
+		r.excluded(&rec, err.Error())
+		return false
+	}
+	r.deliver(rest)
+	old.close()
+	now := g.cfg.Clock()
+	v, err := g.openView(g.ctx, rec, rank, now)
+	if err != nil {
+		r.fail(fmt.Errorf("open view %d: %w", rec.Epoch, err))
+		r.v = nil
+		return false
+	}
+	r.v, r.pendingDonate = v, nil
+	// The old view's report (if it was not needed) and held-back decision
+	// are moot: the core forgets them, or a deadline in the past would
+	// wake the loop again and again.
+	r.vs.Installed(&rec)
+	if g.disk != nil {
+		r.announcePersisted() // to the new view's members
+	}
+	if r.restoring {
+		// This member was still waiting for its state: it comes now as of
+		// this view's start, which covers what was held back. Its log
+		// took the previous view's messages up to the cut, and goes on
+		// from there.
+		r.held = nil
+		if g.disk != nil && g.disk.Last() != rec.Start {
+			if err := g.disk.InstallSnapshot(g.ctx, rec.Start, nil); err != nil {
+				g.log.Error("durable log: joining again", "epoch", rec.Epoch, "err", err)
+			}
+		}
+		r.fetch(v)
+	}
+	g.m.views.Add(g.ctx, 1)
+	g.m.epoch.Record(g.ctx, int64(rec.Epoch))
+	r.endChange(attribute.Int64("convoy.next_epoch", int64(rec.Epoch)), attribute.Int("convoy.members", len(rec.Members)),
+		attribute.Int("convoy.resend", len(resend)), attribute.Int("convoy.joining", len(rec.Joining)))
+	g.log.Info("installed view", "epoch", rec.Epoch, "members", len(rec.Members), "start", rec.Start, "resend", len(resend), "pending", len(r.pending), "joining", len(rec.Joining))
+	if !r.restoring {
+		r.onView(publicView(&rec, &old.rec)) // a joiner sees its first view once restored
+		r.donate(v)
+		r.donateSuffixes(v)
+	}
+	if v.broken != nil {
+		// Everything waits for the next view.
+		r.pending = append(resend, r.pending...)
+		resend = nil
+		r.wedge("cannot open the view: " + v.broken.Error())
+	}
+	// Every message not yet handed to every member goes out again in this
+	// view: the re-sent ones, those accepted during the change, and those
+	// still on their way to the loop.
+	g.mu.Lock()
+	g.mu.epoch = rec.Epoch
+	g.mu.sending, g.mu.sendingBytes = len(resend)+len(r.pending)+g.mu.queued, g.mu.queuedBytes
+	for _, p := range resend {
+		g.mu.sendingBytes += len(p)
+	}
+	for _, p := range r.pending {
+		g.mu.sendingBytes += len(p)
+	}
+	g.spaceFreedLocked()
+	g.mu.Unlock()
+	if r.ending() {
+		return true
+	}
+	for _, p := range resend {
+		v.core.Send(now, p)
+	}
+	for _, p := range r.pending {
+		r.send(now, p)
+	}
+	r.pending = nil
+	return true
+}
+
+// cutFor returns the cut that rec sets on view old, by rank in old.
+func cutFor(old, rec *membership.View) ([]uint64, error) {
+	if rec.Epoch != old.Epoch+1 || len(rec.Cut) != len(old.Members) {
+		return nil, fmt.Errorf("view %d does not follow view %d (%d cuts for %d members)", rec.Epoch, old.Epoch, len(rec.Cut), len(old.Members))
+	}
+	cut := make([]uint64, len(rec.Cut))
+	for i, c := range rec.Cut {
+		if c.ID != old.Members[i].ID {
+			return nil, fmt.Errorf("view %d's cut names member %d at rank %d of view %d, which is member %d", rec.Epoch, c.ID, i, old.Epoch, old.Members[i].ID)
+		}
+		cut[i] = c.Seq
+	}
+	return cut, nil
+}
+
+// enter starts this incarnation's first view, rec, in which it has rank.
+func (r *runner) enter(rec *membership.View, rank int) bool {
+	g := r.g
+	v, err := g.openView(g.ctx, *rec, rank, g.cfg.Clock())
+	if err != nil {
+		r.fail(fmt.Errorf("open view %d: %w", rec.Epoch, err))
+		return false
+	}
+	r.v = v
+	r.vs.Entered(rec)
+	g.mu.Lock()
+	g.mu.epoch, g.mu.out = rec.Epoch, nil
+	g.mu.Unlock()
+	joining := slices.Contains(rec.Joining, r.vs.Self().ID)
+	suffix, bySuffix := rec.SuffixOf(r.vs.Self().ID)
+	donors := donorsOf(rec, g.cfg.MaxDonors)
+	// A joiner gets the state by transfer, unless there is none to get.
+	transfer := joining && g.cfg.State != nil && len(donors) > 0
+	if g.disk != nil {
+		var err error
+		switch {
+		case bySuffix:
+			// Its log goes on where it ends: the messages after it come
+			// from the donor's log (suffixed).
+			if last := g.disk.Last(); last != suffix.From-1 || r.applied > last || r.applied < last && g.disk.First() > r.applied+1 {
+				err = fmt.Errorf("log ends at %d (applied %d), the suffix starts at %d", last, r.applied, suffix.From)
+				if werr := g.disk.InstallSnapshot(g.ctx, 0, nil); werr != nil {
+					g.log.Error("durable log: reset", "err", werr)
+				}
+				r.applied = 0
+			}
+		case transfer:
+			// A joiner's state comes by transfer as of the view's start:
+			// what an earlier incarnation logged is dropped, and the log
+			// continues at Start+1 (restored records the state).
+			err = g.disk.InstallSnapshot(g.ctx, rec.Start, nil)
+		case joining:
+			// No transfer follows: the joiner is caught up at once, with
+			// the state it starts with. The snapshot says so (no parts), so
+			// that a restart from this log replays from Start+1 instead of
+			// waiting for a state that will never come. Joining a restart
+			// of the group, it first hands what its claim put in the
+			// group's sequence.
+			if rec.Recovered {
+				err = r.handClaimed(rec)
+			}
+			if err == nil {
+				err = g.disk.InstallSnapshot(g.ctx, rec.Start, encodeParts(nil))
+			}
+		case rec.Recovered:
+			err = r.enterRecovered(rec)
+		}
+		if err == nil {
+			err = g.disk.PutView(g.ctx, *rec)
+		}
+		if err != nil {
+			g.log.Error("durable log: entering a view", "epoch", rec.Epoch, "err", err)
+			r.excluded(rec, "durable log: "+err.Error())
+			return true
+		}
+		r.announcePersisted()
+	}
+	if v.broken != nil {
+		r.wedge("cannot open the view: " + v.broken.Error())
+	}
+	g.m.views.Add(g.ctx, 1)
+	g.m.epoch.Record(g.ctx, int64(rec.Epoch))
+	g.log.Info("entered view", "epoch", rec.Epoch, "rank", rank, "members", len(rec.Members), "joining", joining, "donors", len(donors))
+	if bySuffix {
+		r.restoring = true
+		r.fetchSuffix(v, suffix)
+		return true
+	}
+	if transfer {
+		r.restoring = true
+		if g.cfg.test.plant.Has(plant.EarlyCaughtUp) {
+			r.caughtUp() // the planted fault: before the state has come
+		}
+		r.fetch(v)
+		return true
+	}
+	r.onView(publicView(rec, nil))
+	if joining {
+		r.caughtUp()
+	}
+	if rec.Recovered {
+		r.donate(v) // to the members whose log was not chosen
+	}
+	g.mem.markReady()
+	return true
+}
+
+// onView hands a view to the application, behind the deliveries still
+// held or waiting to be durable.
+func (r *runner) onView(v View) {
+	if r.holding() && !r.restoring {
+		r.held = append(r.held, durItem{v: &v})
+		return
+	}
+	r.passView(v)
+}
+
+// passView hands a view to the application, behind the deliveries still
+// waiting to be durable.
+func (r *runner) passView(v View) {
+	if len(r.durq) > 0 {
+		r.durq = append(r.durq, durItem{v: &v})
+		return
+	}
+	r.onViewNow(v)
+}
+
+func (r *runner) onViewNow(v View) {
+	r.g.mu.Lock()
+	r.g.mu.view = v
+	r.g.mu.Unlock()
+	if r.g.cfg.OnView != nil {
+		r.g.cfg.OnView(v)
+	}
+}
+
+// excluded takes this member out of the views: rec (nil if unknown) does
+// not hold it. Its undelivered messages are reported lost to their
+// senders; unless it is leaving, it rejoins as a new incarnation.
+func (r *runner) excluded(rec *membership.View, reason string) {
+	g, m := r.g, r.g.mem
+	epoch := uint64(0)
+	if rec != nil {
+		epoch = rec.Epoch
+	}
+	m.mu.Lock()
+	leaving := m.mu.leaving
+	m.mu.Unlock()
+	if leaving {
+		g.log.Info("left the group", "epoch", epoch)
+	} else {
+		g.log.Warn("excluded from the group", "epoch", epoch, "reason", reason)
+	}
+	r.endChange(attribute.Bool("convoy.excluded", true))
+	r.waitSnapshots()
+	r.v.close()
+	r.v, r.pending, r.restoring, r.held, r.pendingDonate = nil, nil, false, nil, nil
+	// Deliveries still waiting to be durable everywhere are not handed
+	// out: this incarnation ends here.
+	r.durq = nil
+	r.sendTimes, r.sentBase = nil, 0
+	out := fmt.Errorf("%w: view %d: %s", ErrExcluded, epoch, reason)
+	if leaving {
+		out = ErrLeft
+	}
+	// Send refuses messages before the application hears of the
+	// exclusion: a message Send accepts after OnView reported it belongs
+	// to the next incarnation, never to this one, whose messages beyond
+	// the cut are dropped.
+	g.mu.Lock()
+	g.mu.epoch, g.mu.out = 0, out
+	g.wakeAllLocked(out)
+	g.mu.nextSeq = 1
+	g.mu.inflight, g.mu.inflightBytes, g.mu.sending, g.mu.sendingBytes = 0, 0, 0, 0
+	g.mu.delivered, g.mu.stable = 0, 0
+	g.mu.Unlock()
+	ex := View{Epoch: epoch, Excluded: true}
+	if rec != nil {
+		ex = publicView(rec, nil)
+		ex.Excluded = true
+	}
+	r.onView(ex)
+	g.m.epoch.Record(g.ctx, 0)
+	if leaving {
+		r.vs.Left()
+		m.leftOnce.Do(func() { close(m.left) })
+		return
+	}
+	if g.disk != nil && g.disk.Err() != nil {
+		// A member that cannot persist does not come back: the
+		// application sees the group fail and restarts it (the loop ends
+		// on diskErr).
+		r.diskErr = g.disk.Err()
+		r.vs.Failed()
+		return
+	}
+	// Rejoin as a new incarnation: registering it tells the others that
+	// the old one is gone.
+	old := r.vs.Self()
+	self := membership.Member{ID: old.ID, Incarnation: g.newIncarnation(old.Incarnation), Addr: old.Addr}
+	wait := r.vs.Excluded(g.cfg.Clock(), self)
+	m.setSelf(self)
+	g.log.Info("rejoining as a new incarnation", "incarnation", self.Incarnation, "after", wait)
+	r.asyncAfter(wait, "rejoin", func(ctx context.Context, s *membership.Store) error {
+		if err := s.Register(ctx, self); err != nil {
+			return err
+		}
+		return s.RequestJoin(ctx, self)
+	})
+}

@@ -1,5 +1,0 @@
-//go:build race
-
-package convoy
-
-const raceEnabled = true
