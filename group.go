@@ -3,6 +3,7 @@ package convoy
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/convoy-gcs/convoy/internal/engine"
 )
@@ -200,3 +201,77 @@ func (g *Group) WaitDurable(ctx context.Context, index uint64) error {
 // Config.State, ErrNotMember while this member takes part in no view or
 // waits for its state, ErrClosed, ctx's, and the log's errors.
 func (g *Group) Snapshot(ctx context.Context) (uint64, error) { return g.e.Snapshot(ctx) }
+
+// Status is a member's account of itself and its group, as Group.Status
+// returns it.
+type Status struct {
+	// Self is this member's id.
+	Self NodeID `json:"self"`
+	// Epoch is the view this member takes part in (0: none, before its
+	// first view and after an exclusion until the view that admits it
+	// again); Rank is its place there (-1: none), and Members the view's
+	// members, once the view has been handed to the application.
+	Epoch   uint64   `json:"epoch"`
+	Rank    int      `json:"rank"`
+	Members []Member `json:"members"`
+	// Phase is where the member stands: "active" while it takes part in
+	// a view with nothing changing; in a view-managed group, also
+	// "joining" (before its first view, or between incarnations),
+	// "recovering" (restarting the group from its log), "wedged" and
+	// "reported" (during a view change), "left"; and "failed" or "closed"
+	// once the group has ended for this member.
+	Phase string `json:"phase"`
+	// Delivered is the index of the last message handed to the
+	// application (replays included); Durable, in durable delivery, the
+	// highest index on every member's disk.
+	Delivered uint64 `json:"delivered"`
+	Durable   uint64 `json:"durable"`
+	// Frontier is this member's receive frontier (it holds every message
+	// stamped below it), Barrier the stamp below which it delivers, both
+	// hybrid-clock nanoseconds; Lag is how far Barrier trails this
+	// member's clock.
+	Frontier uint64        `json:"frontier"`
+	Barrier  uint64        `json:"barrier"`
+	Lag      time.Duration `json:"lag_ns"`
+	// Held lists, by rank, how many of each member's messages of the view
+	// this member holds complete; Buffered counts the messages it has
+	// received and not yet delivered.
+	Held     []uint64 `json:"held"`
+	Buffered int      `json:"buffered"`
+	// InFlight and InFlightBytes are this member's own messages accepted
+	// and not yet delivered locally: the send window's use, against
+	// WindowMessages and WindowBytes.
+	InFlight       int `json:"in_flight"`
+	InFlightBytes  int `json:"in_flight_bytes"`
+	WindowMessages int `json:"window_messages"`
+	WindowBytes    int `json:"window_bytes"`
+	// Lease is the state of this member's etcd registration in a
+	// view-managed group: "held", "lost" (it registers again) or
+	// "withdrawn" (the group failed); empty with fixed membership.
+	Lease string `json:"lease,omitempty"`
+	// Updated is when the member's loop last published its part of the
+	// status (Phase, Rank, Frontier, Barrier, Held, Buffered): at most a
+	// beacon interval ago while it runs.
+	Updated time.Time `json:"updated"`
+}
+
+// Status returns this member's account of itself and its group. It does
+// not wait for the member's loop: what the loop owns is as of its last
+// tick (Status.Updated); the rest is current.
+func (g *Group) Status() Status {
+	return publicStatus(g.e.Status())
+}
+
+func publicStatus(s engine.Status) Status {
+	return Status{
+		Self: s.Self, Epoch: s.Epoch, Rank: s.Rank,
+		Members:   publicView(engine.View{Members: s.Members}).Members,
+		Phase:     s.Phase,
+		Delivered: s.Delivered, Durable: s.Durable,
+		Frontier: s.Frontier, Barrier: s.Barrier, Lag: s.Lag,
+		Held: s.Held, Buffered: s.Buffered,
+		InFlight: s.InFlight, InFlightBytes: s.InFlightBytes,
+		WindowMessages: s.WindowMessages, WindowBytes: s.WindowBytes,
+		Lease: s.Lease, Updated: s.Updated,
+	}
+}

@@ -1,14 +1,17 @@
 package convoy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/convoy-gcs/convoy/internal/engine"
 	"github.com/convoy-gcs/convoy/rdma"
 )
 
@@ -102,10 +105,57 @@ func TestGroupPublicAPI(t *testing.T) {
 	if !in || !slices.Equal(v.Members, members) || v.Epoch != 1 {
 		t.Errorf("View = %v (%+v), %v; want epoch 1 with %v", v, v.Members, in, members)
 	}
+	last := slices.MaxFunc(receipts, func(a, b Receipt) int { return cmp.Compare(a.Index, b.Index) })
+	st := groups[0].Status()
+	if st.Self != 1 || st.Epoch != 1 || st.Rank != 0 || !slices.Equal(st.Members, members) || st.Phase != "active" ||
+		st.Delivered < last.Index || st.InFlight != 0 || st.WindowMessages != DefaultWindowMessages || st.Lease != "" || len(st.Held) != n {
+		t.Errorf("Status = %+v", st)
+	}
 	if err := groups[1].Close(); err != nil {
 		t.Fatal(err)
 	}
+	if st := groups[1].Status(); st.Phase != "closed" {
+		t.Errorf("Status after Close: phase %q, want closed", st.Phase)
+	}
 	if _, err := groups[1].Send(ctx, []byte("late")); !errors.Is(err, ErrClosed) {
 		t.Errorf("Send after Close = %v, want ErrClosed", err)
+	}
+}
+
+// publicStatus copies every field of the engine's Status.
+func TestStatusCopiesEveryField(t *testing.T) {
+	var es engine.Status
+	ev := reflect.ValueOf(&es).Elem()
+	for i := range ev.NumField() {
+		f := ev.Field(i)
+		switch f.Kind() {
+		case reflect.Uint64, reflect.Uint:
+			f.SetUint(uint64(i + 1))
+		case reflect.Int, reflect.Int64:
+			f.SetInt(int64(i + 1))
+		case reflect.String:
+			f.SetString("s")
+		}
+	}
+	es.Members = []engine.Member{{ID: 2, Addr: "a:1"}}
+	es.Held = []uint64{4, 5}
+	es.Updated = time.Unix(7, 0)
+	st := publicStatus(es)
+	sv := reflect.ValueOf(st)
+	if sv.NumField() != ev.NumField() {
+		t.Fatalf("Status has %d fields, engine.Status %d", sv.NumField(), ev.NumField())
+	}
+	for i := range ev.NumField() {
+		name := ev.Type().Field(i).Name
+		got := sv.FieldByName(name)
+		if name == "Members" {
+			if len(st.Members) != 1 || st.Members[0] != (Member{ID: 2, Addr: "a:1"}) {
+				t.Errorf("Members: %v", st.Members)
+			}
+			continue
+		}
+		if !got.IsValid() || !reflect.DeepEqual(got.Interface(), ev.Field(i).Interface()) {
+			t.Errorf("%s not copied", name)
+		}
 	}
 }

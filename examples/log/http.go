@@ -186,6 +186,8 @@ type Status struct {
 	// Trim and Tail bound the positions held here: [Trim, Tail).
 	Trim uint64 `json:"trim"`
 	Tail uint64 `json:"tail"`
+	// Group is the library's account of this member (convoy.Group.Status).
+	Group *convoy.Status `json:"group,omitempty"`
 }
 
 // serveStatus: GET /status → Status.
@@ -194,6 +196,10 @@ func (n *Node) serveStatus(w http.ResponseWriter, _ *http.Request) {
 	p := n.st.progress()
 	s := Status{ID: n.self, Epoch: v.Epoch, Members: []convoy.NodeID{}, Serving: serving && !n.closed(),
 		Applied: p.applied, Trim: p.trim, Tail: p.tail}
+	if sg, ok := n.g.(interface{ Status() convoy.Status }); ok {
+		gs := sg.Status()
+		s.Group = &gs
+	}
 	for _, m := range v.Members {
 		s.Members = append(s.Members, m.ID)
 	}

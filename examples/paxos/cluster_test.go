@@ -191,6 +191,11 @@ func (c *cluster) waitServing(want int, ids ...convoy.NodeID) {
 		for {
 			s := c.member(id).node.Status()
 			if s.Serving && len(s.Members) == want {
+				// The library's account comes along, read after the view
+				// (a view change may have gone further since).
+				if g := s.Group; g == nil || g.Self != id || g.Epoch != 0 && g.Epoch < s.Epoch || g.Phase == "" {
+					c.t.Fatalf("member %d: status %+v: the group's part is %+v", id, s, g)
+				}
 				break
 			}
 			if time.Now().After(deadline) {

@@ -267,6 +267,8 @@ type Status struct {
 	Serving bool `json:"serving"`
 	// Applied is the index of the last delivery applied.
 	Applied uint64 `json:"applied"`
+	// Group is the library's account of this member (convoy.Group.Status).
+	Group *convoy.Status `json:"group,omitempty"`
 }
 
 // Status returns the member's status.
@@ -277,6 +279,10 @@ func (n *Node) Status() Status {
 		s.Epoch, s.Serving = v.Epoch, ok
 		for _, m := range v.Members {
 			s.Members = append(s.Members, uint64(m.ID))
+		}
+		if sg, ok := n.g.(interface{ Status() convoy.Status }); ok {
+			gs := sg.Status()
+			s.Group = &gs
 		}
 	}
 	return s

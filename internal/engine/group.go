@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -85,6 +86,10 @@ type Group struct {
 	// member without goroutines (see host); nil in production.
 	host host
 
+	// delivered is the index of the last message handed to the
+	// application (Status).
+	delivered atomic.Uint64
+
 	mu struct {
 		sync.Mutex
 		closed bool
@@ -113,6 +118,8 @@ type Group struct {
 		durWaiters []durWaiter
 		// view is the last view handed to the application.
 		view View
+		// loop is what the loop last published of its state (Status).
+		loop loopStatus
 	}
 }
 

@@ -43,6 +43,7 @@ func (g *Group) loop(r *runner) {
 	if g.disk != nil {
 		diskFailed = g.disk.Failed()
 	}
+	r.publish()
 	for {
 		parts, snapEnd := r.snapEvents()
 		select {
@@ -251,6 +252,7 @@ func (r *runner) tick() {
 		r.v.det.SetFrontier(membership.FrontierUnits(uint64(r.v.core.Frontier())))
 		r.v.det.Tick(now)
 	}
+	r.publish()
 }
 
 // deadline returns when tick next has something to do, on the clock.
@@ -382,6 +384,7 @@ func (r *runner) handNow(d Delivery, own bool) {
 		g.h(d)
 	}
 	r.applied = d.Index
+	g.delivered.Store(d.Index)
 	// Own messages count as delivered once the handler has seen them.
 	if own {
 		if i := d.Seq - r.sentBase; i < uint64(len(r.sendTimes)) {

@@ -413,6 +413,7 @@ func (r *runner) install(rec membership.View) bool {
 	}
 	g.spaceFreedLocked()
 	g.mu.Unlock()
+	r.publish()
 	if r.ending() {
 		return true
 	}
@@ -454,6 +455,7 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 	g.mu.Lock()
 	g.mu.epoch, g.mu.out = rec.Epoch, nil
 	g.mu.Unlock()
+	r.publish()
 	joining := slices.Contains(rec.Joining, r.vs.Self().ID)
 	suffix, bySuffix := rec.SuffixOf(r.vs.Self().ID)
 	donors := donorsOf(rec, g.cfg.MaxDonors)
@@ -602,6 +604,7 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	g.mu.inflight, g.mu.inflightBytes, g.mu.sending, g.mu.sendingBytes = 0, 0, 0, 0
 	g.mu.delivered, g.mu.stable = 0, 0
 	g.mu.Unlock()
+	r.publish()
 	ex := View{Epoch: epoch, Excluded: true}
 	if rec != nil {
 		ex = publicView(rec, nil)

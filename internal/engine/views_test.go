@@ -840,6 +840,13 @@ func TestViewsTwoCrashes(t *testing.T) {
 	c.waitSameIndex(survivors...)
 	c.check()
 	sameState(t, survivors...)
+	// Each survivor accounts for itself in view 2, of three members.
+	for _, n := range survivors {
+		st := n.g.Status()
+		if st.Self != n.id || st.Epoch != 2 || st.Rank < 0 || st.Rank > 2 || len(st.Members) != 3 || st.Phase != "active" || st.Lease != "held" || len(st.Held) != 3 {
+			t.Errorf("member %d: Status = %+v", n.id, st)
+		}
+	}
 }
 
 // TestViewsLeaderCrashesMidChange: the leader of a view change dies as it
