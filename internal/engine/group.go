@@ -136,6 +136,7 @@ const (
 	evPersisted
 	evSnapshot
 	evSuffix
+	evSync
 )
 
 // event is something for the loop. v names the view it belongs to; the
@@ -151,6 +152,8 @@ type event struct {
 	state   *membership.State
 	parts   [][]byte
 	reply   chan<- snapReply // evSnapshot
+	// syncReply answers evSync.
+	syncReply chan<- syncResult
 }
 
 // Open joins this member to the group described by cfg.

@@ -20,6 +20,7 @@ import (
 func (g *Group) loop(r *runner) {
 	defer g.loopWG.Done()
 	defer func() {
+		r.endSyncs(g.ended())
 		r.endChange()
 		r.waitSnapshots()
 		r.v.close()
@@ -120,6 +121,10 @@ type runner struct {
 	// applied is the index of the last message handed to the
 	// application (replayed from the durable log included).
 	applied uint64
+	// syncs are the Syncs waiting for deliveries (sync.go).
+	syncs []syncWaiter
+	// publishAt is when tick next publishes the loop's state (Status).
+	publishAt int64
 	// claimed is this member's last claim to restart the group from its
 	// durable log (claimLog); zero if it made none.
 	claimed membership.Recovery
@@ -156,7 +161,11 @@ func (r *runner) settle() bool {
 		return false
 	}
 	r.tick()
-	return r.ready()
+	if !r.ready() {
+		return false
+	}
+	r.checkSyncs()
+	return true
 }
 
 // handle applies one event; it returns false when the loop must stop.
@@ -210,6 +219,8 @@ func (r *runner) handle(ev event) bool {
 		}
 	case evState:
 		return r.onState(ev.state)
+	case evSync:
+		r.startSync(ev.imm, ev.syncReply)
 	case evSnapshot:
 		r.takeSnapshot(ev.reply)
 	case evSuffix:
@@ -252,7 +263,11 @@ func (r *runner) tick() {
 		r.v.det.SetFrontier(membership.FrontierUnits(uint64(r.v.core.Frontier())))
 		r.v.det.Tick(now)
 	}
-	r.publish()
+	if now >= r.publishAt {
+		// At most once a millisecond: settle ticks after every batch.
+		r.publish()
+		r.publishAt = now + int64(time.Millisecond)
+	}
 }
 
 // deadline returns when tick next has something to do, on the clock.

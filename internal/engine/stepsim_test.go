@@ -71,7 +71,7 @@ func TestGroupStep(t *testing.T) {
 	if *stepSeed != 0 {
 		first, n = *stepSeed, 1
 	}
-	var failed, steps atomic.Int64
+	var failed, steps, synced atomic.Int64
 	// A seed's run allocates much that dies young: collecting less often
 	// saves a fifth of the time. (Top-level tests run one at a time.)
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
@@ -84,10 +84,11 @@ func TestGroupStep(t *testing.T) {
 					failed.Add(1)
 				}
 				steps.Add(res.steps)
+				synced.Add(int64(res.synced))
 			})
 		}
 	})
-	t.Logf("simulated %d seeds, %d violations (%d steps)", n, failed.Load(), steps.Load())
+	t.Logf("simulated %d seeds, %d violations (%d steps, %d Syncs checked)", n, failed.Load(), steps.Load(), synced.Load())
 	// What the seeds drew (a plan is a function of its seed alone). The
 	// default run, and any of 200 seeds or more, must have drawn every
 	// kind of fault: the rarest, a crash of a whole durable group, comes
@@ -130,7 +131,7 @@ func TestGroupStepFound(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("seed=%d", tc.seed), func(t *testing.T) {
 			t.Log(tc.found)
-			runStepWith(t, tc.seed, stepOptions{})
+			runStepWith(t, tc.seed, stepOptions{noSync: true})
 		})
 	}
 }
@@ -200,6 +201,8 @@ type stepResult struct {
 	steps int64
 	end   time.Duration
 	hash  uint64
+	// synced counts the Syncs that returned and were checked.
+	synced int
 }
 
 // stepSim is one seed's run: the scheduler, the simulated I/O and the
@@ -209,6 +212,14 @@ type stepSim struct {
 	plan  *simPlan
 	plant plant.Faults
 	rng   *rand.Rand
+	// syncRng draws the load's Syncs (apart from rng, so that they leave
+	// the rest of the run's draws alone); noSync: none; syncs counts those
+	// that returned and were checked.
+	syncRng *rand.Rand
+	noSync  bool
+	syncs   int
+	// topDelivered is the highest index any member has delivered.
+	topDelivered uint64
 	// now is the virtual time, in nanoseconds since base; tasks run in
 	// order of time, then of scheduling.
 	base  time.Time
@@ -446,6 +457,10 @@ type stepMember struct {
 	name        string
 	k           int
 	lastOK      time.Duration // the lease's last renewal
+	// inView: the member takes part in a view in its current incarnation,
+	// which began after index joinStart (OnView).
+	inView    bool
+	joinStart uint64
 }
 
 var _ host = (*stepMember)(nil)
@@ -854,6 +869,12 @@ func (s *stepSim) open(id NodeID, initial int) {
 		},
 		OnView: func(v View) {
 			s.note("m%d view %d %v excluded %v start %d", id, v.Epoch, v.Members, v.Excluded, v.Start)
+			switch {
+			case v.Excluded:
+				m.inView = false
+			case !m.inView:
+				m.inView, m.joinStart = true, v.Start
+			}
 			if !v.Excluded {
 				if s.shown[id] == nil {
 					s.shown[id] = make(map[uint64]bool)
@@ -892,6 +913,7 @@ func (s *stepSim) open(id NodeID, initial int) {
 			return
 		}
 		n.addLocked(vsEvent{d: d})
+		s.topDelivered = max(s.topDelivered, d.Index)
 		if n.got == nil {
 			n.got = make(map[string]bool)
 		}
@@ -950,6 +972,9 @@ func (s *stepSim) load(m *stepMember) {
 		if m.r == nil {
 			return
 		}
+		if !s.noSync && s.syncRng.IntN(8) == 0 {
+			s.startSync(m)
+		}
 		p := fmt.Sprintf("set %s-%d %d", m.name, m.k, m.k)
 		m.k++
 		n := m.node
@@ -962,6 +987,51 @@ func (s *stepSim) load(m *stepMember) {
 		n.acceptedInc = append(n.acceptedInc, before)
 		n.mu.Unlock()
 	})
+}
+
+// startSync makes member m Sync (Group.Sync: the loop's barrier, then
+// the view confirmed in etcd) and, once it returns, checks that m has
+// delivered every message that any member delivered before the call, and
+// that the index returned is past them. (Members deliver the same message
+// at an index, without gaps, as the histories' checks see to; so it is
+// enough to compare indexes.)
+func (s *stepSim) startSync(m *stepMember) {
+	if !m.inView {
+		return
+	}
+	top := s.topDelivered
+	reply := make(chan syncResult, 1)
+	m.post(m.g, event{kind: evSync, syncReply: reply})
+	var poll func()
+	poll = func() {
+		if m.gone() {
+			return
+		}
+		select {
+		case res := <-reply:
+			if res.err != nil {
+				return // excluded, or no longer in a view: nothing promised
+			}
+			// Group.Sync's second step: is the view still current in
+			// etcd? If not, ask again for the view the group is in.
+			next, err := m.g.confirmView(context.Background(), res.epoch)
+			if err != nil {
+				return // etcd out of reach: Sync fails
+			}
+			if next != 0 {
+				m.post(m.g, event{kind: evSync, syncReply: reply, imm: next})
+				s.after(10*time.Millisecond, poll)
+				return
+			}
+			if have := max(m.joinStart, m.node.lastDelivered()); have < top || res.index < top {
+				s.fail("member %d's Sync returned %d, having delivered up to %d, below %d, which a member delivered before the call", m.id, res.index, have, top)
+			}
+			s.syncs++
+		default:
+			s.after(10*time.Millisecond, poll)
+		}
+	}
+	s.after(10*time.Millisecond, poll)
 }
 
 // Kinds of crash, for a durable member's log.
@@ -1015,6 +1085,8 @@ type stepOptions struct {
 	faults []simFault
 	// long draws TestGroupSim's longer schedules.
 	long bool
+	// noSync leaves out the Syncs the load makes now and then.
+	noSync bool
 }
 
 // runStepWith runs seed with opts.
@@ -1031,6 +1103,7 @@ func runStepWith(t testing.TB, seed uint64, opts stepOptions) stepResult {
 	plan.fsync = time.Duration(rand.New(rand.NewPCG(seed, seed^0xf5c)).IntN(2001)) * time.Microsecond
 	s := &stepSim{
 		t: t, plan: plan, rng: rand.New(rand.NewPCG(seed, seed^0x57e9)), verbose: verbose,
+		syncRng: rand.New(rand.NewPCG(seed, seed^0x5c5c)), noSync: opts.noSync,
 		base: time.Unix(1_800_000_000, 0), plant: planted,
 		etcd:    newSimEtcd("/sim/", stepLeaseTTL),
 		members: make(map[NodeID]*stepMember),
@@ -1194,7 +1267,7 @@ func runStepWith(t testing.TB, seed uint64, opts stepOptions) stepResult {
 		s.fail("%v", err)
 	}
 	s.note("recovered in %v", recovered)
-	return stepResult{steps: s.steps, end: s.now, hash: s.hash}
+	return stepResult{steps: s.steps, end: s.now, hash: s.hash, synced: s.syncs}
 }
 
 // powerCut crashes every member as a power cut does: member f.who keeps

@@ -414,6 +414,7 @@ func (r *runner) install(rec membership.View) bool {
 	g.spaceFreedLocked()
 	g.mu.Unlock()
 	r.publish()
+	r.syncsAtView()
 	if r.ending() {
 		return true
 	}
@@ -605,6 +606,7 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	g.mu.delivered, g.mu.stable = 0, 0
 	g.mu.Unlock()
 	r.publish()
+	r.endSyncs(out)
 	ex := View{Epoch: epoch, Excluded: true}
 	if rec != nil {
 		ex = publicView(rec, nil)

@@ -832,6 +832,22 @@ func TestViewsTwoCrashes(t *testing.T) {
 	c.crash(2)
 	c.crash(5)
 	survivors := []*vsNode{nodes[0], nodes[2], nodes[3]}
+	// A Sync during the view change returns past every message any
+	// member delivered before it was called.
+	var before uint64
+	for _, n := range nodes {
+		before = max(before, n.lastDelivered())
+	}
+	synced := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		idx, err := nodes[3].g.Sync(ctx)
+		if err == nil && (idx < before || nodes[3].lastDelivered() < before) {
+			err = fmt.Errorf("Sync returned %d (member 4 delivered up to %d), want at least %d", idx, nodes[3].lastDelivered(), before)
+		}
+		synced <- err
+	}()
 	c.waitView(2, 3, survivors...)
 	c.waitCount(nodes[0], len(nodes[0].payloads())+200)
 	close(stop)
@@ -840,6 +856,9 @@ func TestViewsTwoCrashes(t *testing.T) {
 	c.waitSameIndex(survivors...)
 	c.check()
 	sameState(t, survivors...)
+	if err := <-synced; err != nil {
+		t.Error(err)
+	}
 	// Each survivor accounts for itself in view 2, of three members.
 	for _, n := range survivors {
 		st := n.g.Status()
