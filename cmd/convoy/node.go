@@ -101,7 +101,7 @@ type servingLine struct {
 
 // runNode is "convoy node".
 func runNode(ctx context.Context, args []string, c *cli) error {
-	s, err := loadNodeSettings(args, os.Getenv, c)
+	s, err := loadNodeSettings(args, c)
 	if err != nil {
 		return err
 	}
@@ -160,7 +160,7 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 		return fmt.Errorf("etcd client: %w", err)
 	}
 	defer etcd.Close()
-	ttl := time.Duration(s.LeaseTTL)
+	ttl := s.LeaseTTL
 	if ttl == 0 {
 		ttl = defaultRegisterTTL
 	}
@@ -174,21 +174,21 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 			Endpoints: s.Etcd,
 			Prefix:    s.Prefix,
 			TLS:       etcdTLS,
-			LeaseTTL:  time.Duration(s.LeaseTTL),
+			LeaseTTL:  s.LeaseTTL,
 		},
 		ListenAddr:        s.Listen,
 		Addr:              s.Addr,
 		InitialMembers:    s.Initial,
-		HeartbeatInterval: time.Duration(s.Heartbeat),
-		SuspectTimeout:    time.Duration(s.SuspectTimeout),
-		StallTimeout:      time.Duration(s.StallTimeout),
+		HeartbeatInterval: s.Heartbeat,
+		SuspectTimeout:    s.SuspectTimeout,
+		StallTimeout:      s.StallTimeout,
 		Durable:           &convoy.DurableConfig{Dir: s.Data},
 		TLS:               memberTLS,
 		Logger:            log,
 	}
 	if s.ClockOffset != 0 || s.ClockDriftPPM != 0 {
-		cfg.Clock = skewclock.New(time.Duration(s.ClockOffset), s.ClockDriftPPM)
-		log.Info("clock set off", "offset", time.Duration(s.ClockOffset), "drift_ppm", s.ClockDriftPPM)
+		cfg.Clock = skewclock.New(s.ClockOffset, s.ClockDriftPPM)
+		log.Info("clock set off", "offset", s.ClockOffset, "drift_ppm", s.ClockDriftPPM)
 	}
 	log.Info("opening the group", "id", s.ID, "http", url, "prefix", s.Prefix, "data", s.Data)
 	svc, err := openService(ctx, s.App, cfg, log)

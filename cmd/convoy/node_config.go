@@ -1,19 +1,25 @@
 package main
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
-	"maps"
+	"math"
 	"os"
-	"slices"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/knadh/koanf/parsers/json"
+	"github.com/knadh/koanf/providers/basicflag"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
 
 	"github.com/convoy-gcs/convoy/internal/skewclock"
 )
@@ -21,7 +27,9 @@ import (
 // nodeSettings configures one "convoy node" member. Each setting comes,
 // in increasing precedence, from its default, the JSON file named by
 // -config (or CONVOY_CONFIG), an environment variable CONVOY_<NAME>, and
-// a command-line flag -<name>; nodeOptions lists them.
+// a command-line flag -<name>: a field's JSON name is its flag's name
+// with "_" for "-", and NAME is the JSON name in upper case.
+// defineNodeFlags defines the flags and their defaults.
 type nodeSettings struct {
 	ID  uint64 `json:"id"`
 	App string `json:"app"`
@@ -35,18 +43,18 @@ type nodeSettings struct {
 	HTTPURL string `json:"http_url"`
 	// Etcd lists the endpoints of the etcd that holds the views; Prefix
 	// namespaces the group's keys there.
-	Etcd   stringList `json:"etcd"`
-	Prefix string     `json:"prefix"`
+	Etcd   []string `json:"etcd"`
+	Prefix string   `json:"prefix"`
 	// Data is the directory of the durable log.
 	Data string `json:"data"`
 	// Initial is how many members found the group.
 	Initial int `json:"initial"`
 	// Heartbeat, SuspectTimeout and StallTimeout tune the failure
 	// detector, LeaseTTL the etcd leases (0: the library's defaults).
-	Heartbeat      duration `json:"heartbeat"`
-	SuspectTimeout duration `json:"suspect_timeout"`
-	StallTimeout   duration `json:"stall_timeout"`
-	LeaseTTL       duration `json:"lease_ttl"`
+	Heartbeat      time.Duration `json:"heartbeat"`
+	SuspectTimeout time.Duration `json:"suspect_timeout"`
+	StallTimeout   time.Duration `json:"stall_timeout"`
+	LeaseTTL       time.Duration `json:"lease_ttl"`
 	// EtcdCA, EtcdCert and EtcdKey are PEM files securing the connection
 	// to etcd (a CA to verify it by; a client certificate and its key).
 	EtcdCA   string `json:"etcd_ca"`
@@ -65,182 +73,212 @@ type nodeSettings struct {
 	// microseconds a second (loses them, if negative). Skew between
 	// members costs latency, never correctness. See internal/skewclock
 	// for the bounds.
-	ClockOffset   duration `json:"clock_offset"`
-	ClockDriftPPM int      `json:"clock_drift_ppm"`
+	ClockOffset   time.Duration `json:"clock_offset"`
+	ClockDriftPPM int           `json:"clock_drift_ppm"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `json:"log_level"`
 }
 
-// defaultNodeSettings returns the settings before any file, variable or
-// flag: a member on loopback, with the library's failure detector
-// defaults.
-func defaultNodeSettings() nodeSettings {
-	return nodeSettings{
-		Listen:   "127.0.0.1:0",
-		HTTP:     "127.0.0.1:0",
-		Prefix:   "/convoy/",
-		Initial:  1,
-		LogLevel: "info",
-	}
+// defineNodeFlags defines on fs a flag for every setting of "convoy
+// node", with the setting's default: a member on loopback, with the
+// library's failure detector defaults. Each flag's usage ends with the
+// name of its environment variable.
+func defineNodeFlags(fs *flag.FlagSet) {
+	fs.Uint64("id", 0, "this member's `id`, unique in the group (required)")
+	fs.String("app", "", "the service: `kv|log`, the replicated key-value store or the shared log (required)")
+	fs.String("listen", "127.0.0.1:0", "transport listen `address`, host:port (port 0: a free one)")
+	fs.String("addr", "", "transport `address` other members reach this one at (default: the address listened on)")
+	fs.String("http", "127.0.0.1:0", "HTTP API listen `address`, host:port (port 0: a free one)")
+	fs.String("http-url", "", "base `URL` clients reach the API at (default: http:// and the address listened on)")
+	fs.String("etcd", "", "etcd `endpoints`, comma-separated URLs (required)")
+	fs.String("prefix", "/convoy/", "etcd key `prefix` of the group, ending in /")
+	fs.String("data", "", "`directory` of the durable log (required)")
+	fs.Int("initial", 1, "how many members found the group")
+	fs.Duration("heartbeat", 0, "failure detector heartbeat `interval` (0: the library's default, 50ms)")
+	fs.Duration("suspect-timeout", 0, "`silence` after which a neighbour is suspected (0: the library's default, 250ms)")
+	fs.Duration("stall-timeout", 0, "how `long` a neighbour's frontier may stay behind (0: the library's default, 2s)")
+	fs.Duration("lease-ttl", 0, "etcd lease `TTL` of this member's registrations (0: the library's default, 5s)")
+	fs.String("etcd-ca", "", "PEM `file` of the CA that signed etcd's certificate")
+	fs.String("etcd-cert", "", "PEM `file` of the client certificate presented to etcd")
+	fs.String("etcd-key", "", "PEM `file` of -etcd-cert's private key")
+	fs.String("tls-ca", "", "PEM `file` of the CA that signs members' certificates (mutual TLS between members)")
+	fs.String("tls-cert", "", "PEM `file` of this member's certificate")
+	fs.String("tls-key", "", "PEM `file` of -tls-cert's private key")
+	fs.Duration("clock-offset", 0, "set this member's clock off by this `offset`, ahead or (negative) behind, for fault testing")
+	fs.Int("clock-drift-ppm", 0, "make this member's clock gain `ppm` microseconds a second (lose, if negative), for fault testing")
+	fs.String("log-level", "info", "debug, info, warn or error")
+	fs.VisitAll(func(f *flag.Flag) {
+		f.Usage += " [" + settingEnv(settingKey(f.Name)) + "]"
+	})
 }
 
-// nodeOption is one setting: its flag name (the variable is CONVOY_ and
-// the name in upper case with "-" as "_"; the JSON field has "_" too),
-// usage, and how to set it from a string.
-type nodeOption struct {
-	name  string
-	usage string
-	set   func(s *nodeSettings, v string) error
+// settingKey returns the JSON name of the setting of flag -name.
+func settingKey(name string) string {
+	return strings.ReplaceAll(name, "-", "_")
 }
 
-// envName returns the environment variable of the option.
-func (o nodeOption) envName() string {
-	return "CONVOY_" + strings.ToUpper(strings.ReplaceAll(o.name, "-", "_"))
+// settingEnv returns the environment variable of the setting named key.
+func settingEnv(key string) string {
+	return "CONVOY_" + strings.ToUpper(key)
 }
 
 // nodeConfigEnv names the settings file when -config is absent.
 const nodeConfigEnv = "CONVOY_CONFIG"
 
-func strOpt(name, usage string, field func(*nodeSettings) *string) nodeOption {
-	return nodeOption{name: name, usage: usage, set: func(s *nodeSettings, v string) error {
-		*field(s) = v
-		return nil
-	}}
-}
-
-func durOpt(name, usage string, field func(*nodeSettings) *duration) nodeOption {
-	return nodeOption{name: name, usage: usage, set: func(s *nodeSettings, v string) error {
-		return field(s).set(v)
-	}}
-}
-
-// nodeOptions lists every setting of "convoy node".
-func nodeOptions() []nodeOption {
-	return []nodeOption{
-		{name: "id", usage: "this member's `id`, unique in the group (required)", set: func(s *nodeSettings, v string) error {
-			id, err := strconv.ParseUint(v, 10, 64)
-			if err != nil {
-				return fmt.Errorf("not an id: %q", v)
-			}
-			s.ID = id
-			return nil
-		}},
-		strOpt("app", "the service: `kv|log`, the replicated key-value store or the shared log (required)", func(s *nodeSettings) *string { return &s.App }),
-		strOpt("listen", "transport listen `address`, host:port (default 127.0.0.1:0: a free port on loopback)", func(s *nodeSettings) *string { return &s.Listen }),
-		strOpt("addr", "transport `address` other members reach this one at (default: the address listened on)", func(s *nodeSettings) *string { return &s.Addr }),
-		strOpt("http", "HTTP API listen `address`, host:port (default 127.0.0.1:0: a free port on loopback)", func(s *nodeSettings) *string { return &s.HTTP }),
-		strOpt("http-url", "base `URL` clients reach the API at (default: http:// and the address listened on)", func(s *nodeSettings) *string { return &s.HTTPURL }),
-		{name: "etcd", usage: "etcd `endpoints`, comma-separated URLs (required)", set: func(s *nodeSettings, v string) error {
-			s.Etcd = splitList(v)
-			return nil
-		}},
-		strOpt("prefix", "etcd key `prefix` of the group, ending in / (default /convoy/)", func(s *nodeSettings) *string { return &s.Prefix }),
-		strOpt("data", "`directory` of the durable log (required)", func(s *nodeSettings) *string { return &s.Data }),
-		{name: "initial", usage: "how many members found the group (default 1)", set: func(s *nodeSettings, v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return fmt.Errorf("not a count: %q", v)
-			}
-			s.Initial = n
-			return nil
-		}},
-		durOpt("heartbeat", "failure detector heartbeat `interval` (0: the library's default, 50ms)", func(s *nodeSettings) *duration { return &s.Heartbeat }),
-		durOpt("suspect-timeout", "`silence` after which a neighbour is suspected (0: the library's default, 250ms)", func(s *nodeSettings) *duration { return &s.SuspectTimeout }),
-		durOpt("stall-timeout", "how `long` a neighbour's frontier may stay behind (0: the library's default, 2s)", func(s *nodeSettings) *duration { return &s.StallTimeout }),
-		durOpt("lease-ttl", "etcd lease `TTL` of this member's registrations (0: the library's default, 5s)", func(s *nodeSettings) *duration { return &s.LeaseTTL }),
-		strOpt("etcd-ca", "PEM `file` of the CA that signed etcd's certificate", func(s *nodeSettings) *string { return &s.EtcdCA }),
-		strOpt("etcd-cert", "PEM `file` of the client certificate presented to etcd", func(s *nodeSettings) *string { return &s.EtcdCert }),
-		strOpt("etcd-key", "PEM `file` of -etcd-cert's private key", func(s *nodeSettings) *string { return &s.EtcdKey }),
-		strOpt("tls-ca", "PEM `file` of the CA that signs members' certificates (mutual TLS between members)", func(s *nodeSettings) *string { return &s.TLSCA }),
-		strOpt("tls-cert", "PEM `file` of this member's certificate", func(s *nodeSettings) *string { return &s.TLSCert }),
-		strOpt("tls-key", "PEM `file` of -tls-cert's private key", func(s *nodeSettings) *string { return &s.TLSKey }),
-		durOpt("clock-offset", "set this member's clock off by this `offset`, ahead or (negative) behind, for fault testing (default 0)", func(s *nodeSettings) *duration { return &s.ClockOffset }),
-		{name: "clock-drift-ppm", usage: "make this member's clock gain `ppm` microseconds a second (lose, if negative), for fault testing (default 0)", set: func(s *nodeSettings, v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return fmt.Errorf("not a whole number of parts per million: %q", v)
-			}
-			s.ClockDriftPPM = n
-			return nil
-		}},
-		strOpt("log-level", "debug, info, warn or error (default info)", func(s *nodeSettings) *string { return &s.LogLevel }),
-	}
-}
-
 // loadNodeSettings reads the settings of "convoy node" from args (flags),
-// the environment (getenv) and the JSON file that -config or
-// CONVOY_CONFIG names: a flag overrides the environment, which overrides
-// the file, which overrides the defaults. It does not validate them: see
-// check.
-func loadNodeSettings(args []string, getenv func(string) string, c *cli) (nodeSettings, error) {
+// the environment and the JSON file that -config or CONVOY_CONFIG names:
+// a flag overrides the environment, which overrides the file, which
+// overrides the defaults. An empty variable counts as unset. It does not
+// validate the settings: see check.
+func loadNodeSettings(args []string, c *cli) (nodeSettings, error) {
 	fs := newFlagSet("node", nodeCmdUsage, c)
-	configFile := fs.String("config", "", "JSON `file` of settings (fields named like the flags, with _ for -) [CONVOY_CONFIG]")
-	type flagValue struct {
-		opt nodeOption
-		v   string
-	}
-	var flags []flagValue
-	opts := nodeOptions()
-	for _, o := range opts {
-		fs.Func(o.name, o.usage+" ["+o.envName()+"]", func(v string) error {
-			flags = append(flags, flagValue{o, v})
-			return nil
-		})
-	}
+	defineNodeFlags(fs)
+	// The settings' keys, and the setting of each variable.
+	keys := make(map[string]bool)
+	envKeys := make(map[string]string)
+	fs.VisitAll(func(f *flag.Flag) {
+		key := settingKey(f.Name)
+		keys[key] = true
+		envKeys[settingEnv(key)] = key
+	})
+	configFile := fs.String("config", "", "JSON `file` of settings (fields named like the flags, with _ for -) ["+nodeConfigEnv+"]")
 	if err := parseFlags(fs, args); err != nil {
 		return nodeSettings{}, err
 	}
 
-	s := defaultNodeSettings()
+	k := koanf.New(".")
 	path := *configFile
 	if path == "" {
-		path = getenv(nodeConfigEnv)
+		path = os.Getenv(nodeConfigEnv)
 	}
 	if path != "" {
-		if err := s.readFile(path); err != nil {
-			return nodeSettings{}, usagef("node: %v", err)
+		fromFile, err := readSettingsFile(path, keys)
+		if err != nil {
+			return nodeSettings{}, usagef("node: settings file %s: %v", path, err)
+		}
+		if err := k.Merge(fromFile); err != nil {
+			return nodeSettings{}, fmt.Errorf("node: settings file %s: %w", path, err)
 		}
 	}
-	for _, o := range opts {
-		if v := getenv(o.envName()); v != "" {
-			if err := o.set(&s, v); err != nil {
-				return nodeSettings{}, usagef("node: %s: %v", o.envName(), err)
+
+	fromEnv := koanf.New(".")
+	err := fromEnv.Load(env.Provider("", env.Opt{
+		Prefix: "CONVOY_",
+		TransformFunc: func(name, v string) (string, any) {
+			key, ok := envKeys[name]
+			if !ok || v == "" {
+				return "", nil
 			}
-		}
+			return key, v
+		},
+	}), nil)
+	if err != nil {
+		return nodeSettings{}, fmt.Errorf("node: environment: %w", err)
 	}
-	for _, f := range flags {
-		// Flag values were taken as given; convert them now, in order.
-		if err := f.opt.set(&s, f.v); err != nil {
-			return nodeSettings{}, usagef("node: -%s: %v", f.opt.name, err)
+	if err := decodeSettings(fromEnv, &nodeSettings{}, true, settingEnv); err != nil {
+		return nodeSettings{}, usagef("node: %v", err)
+	}
+	if err := k.Merge(fromEnv); err != nil {
+		return nodeSettings{}, fmt.Errorf("node: environment: %w", err)
+	}
+
+	// The flags given override the file and the environment; the defaults
+	// of the others fill in only what neither set. The flag package has
+	// parsed their values already.
+	flags := basicflag.ProviderWithValue(fs, ".", func(name, v string) (string, any) {
+		if name == "config" {
+			return "", nil
 		}
+		return settingKey(name), v
+	}, k)
+	if err := k.Load(flags, nil); err != nil {
+		return nodeSettings{}, fmt.Errorf("node: flags: %w", err)
+	}
+	var s nodeSettings
+	if err := decodeSettings(k, &s, true, settingKey); err != nil {
+		return nodeSettings{}, usagef("node: %v", err)
 	}
 	return s, nil
 }
 
-// readFile overlays the settings in the JSON file at path: a field the
-// file leaves out keeps its value, an unknown field is an error.
-func (s *nodeSettings) readFile(path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("settings file: %w", err)
+// readSettingsFile reads the JSON file of settings at path, checking that
+// each of its keys is one of keys and that its values decode.
+func readSettingsFile(path string, keys map[string]bool) (*koanf.Koanf, error) {
+	k := koanf.New(".")
+	if err := k.Load(file.Provider(path), json.Parser()); err != nil {
+		return nil, err
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(data, &fields); err != nil {
-		return fmt.Errorf("settings file %s: %w", path, err)
-	}
-	// One field at a time, so that an error names its field.
-	for _, name := range slices.Sorted(maps.Keys(fields)) {
-		one, err := json.Marshal(map[string]json.RawMessage{name: fields[name]})
-		if err != nil {
-			return err
-		}
-		dec := json.NewDecoder(bytes.NewReader(one))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(s); err != nil {
-			return fmt.Errorf("settings file %s: %s: %w", path, name, err)
+	for _, key := range k.Keys() {
+		if !keys[key] {
+			return nil, fmt.Errorf("unknown key %q", key)
 		}
 	}
-	return nil
+	// Only in a file does a value have a type of its own (a number, a
+	// string, an array), and it must be the setting's.
+	if err := decodeSettings(k, &nodeSettings{}, false, func(key string) string { return key }); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// decodeSettings decodes the settings in k onto s. A duration is written
+// as in Go ("250ms") or as a whole number of nanoseconds; a list is an
+// array or one comma-separated string. With fromText, a value may be a
+// string to parse as its setting's type, as variables and flags are;
+// without, it must have that type. An error names the setting at fault
+// as name(key) spells it.
+func decodeSettings(k *koanf.Koanf, s *nodeSettings, fromText bool, name func(key string) string) error {
+	err := k.UnmarshalWithConf("", s, koanf.UnmarshalConf{
+		Tag: "json",
+		DecoderConfig: &mapstructure.DecoderConfig{
+			DecodeHook: mapstructure.ComposeDecodeHookFunc(
+				splitListHook,
+				mapstructure.StringToTimeDurationHookFunc(),
+				wholeNumberHook,
+			),
+			WeaklyTypedInput: fromText,
+		},
+	})
+	de, ok := errors.AsType[*mapstructure.DecodeError](err)
+	if !ok || de.Name() == "" {
+		return err
+	}
+	// The name is the key, or an item of it: "etcd[1]".
+	key, item, _ := strings.Cut(de.Name(), "[")
+	if item != "" {
+		item = "[" + item
+	}
+	if v, ok := k.Get(key).(string); ok {
+		return fmt.Errorf("%s%s %q: %w", name(key), item, v, de.Unwrap())
+	}
+	return fmt.Errorf("%s%s: %w", name(key), item, de.Unwrap())
+}
+
+// splitListHook decodes a string into a list of its comma-separated
+// items (see splitList).
+func splitListHook(_, to reflect.Type, data any) (any, error) {
+	if s, ok := data.(string); ok && to == reflect.TypeFor[[]string]() {
+		return splitList(s), nil
+	}
+	return data, nil
+}
+
+// wholeNumberHook refuses a JSON number (a float64) that an integer
+// setting would not hold exactly: a fraction, or a number of 2^53 or
+// more, which float64 may have rounded.
+func wholeNumberHook(_, to reflect.Type, data any) (any, error) {
+	f, ok := data.(float64)
+	if !ok {
+		return data, nil
+	}
+	switch to.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if f != math.Trunc(f) || math.Abs(f) >= 1<<53 {
+			return nil, fmt.Errorf("want a whole number below 2^53, not %s", strconv.FormatFloat(f, 'f', -1, 64))
+		}
+	}
+	return data, nil
 }
 
 // check validates the settings.
@@ -262,8 +300,8 @@ func (s nodeSettings) check() error {
 		return usagef("node: -listen and -http must not be empty")
 	case s.Heartbeat < 0 || s.SuspectTimeout < 0 || s.StallTimeout < 0 || s.LeaseTTL < 0:
 		return usagef("node: durations must not be negative")
-	case time.Duration(s.ClockOffset).Abs() > skewclock.MaxOffset:
-		return usagef("node: -clock-offset %v is beyond ±%v", time.Duration(s.ClockOffset), skewclock.MaxOffset)
+	case s.ClockOffset.Abs() > skewclock.MaxOffset:
+		return usagef("node: -clock-offset %v is beyond ±%v", s.ClockOffset, skewclock.MaxOffset)
 	case s.ClockDriftPPM < -skewclock.MaxDriftPPM || s.ClockDriftPPM > skewclock.MaxDriftPPM:
 		return usagef("node: -clock-drift-ppm %d is beyond ±%d", s.ClockDriftPPM, skewclock.MaxDriftPPM)
 	case (s.EtcdCert == "") != (s.EtcdKey == ""):
@@ -352,24 +390,6 @@ func loadCertPool(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// stringList is a list of strings: in JSON an array, or one
-// comma-separated string.
-type stringList []string
-
-func (l *stringList) UnmarshalJSON(b []byte) error {
-	var one string
-	if err := json.Unmarshal(b, &one); err == nil {
-		*l = splitList(one)
-		return nil
-	}
-	var many []string
-	if err := json.Unmarshal(b, &many); err != nil {
-		return errors.New("want a string or an array of strings")
-	}
-	*l = many
-	return nil
-}
-
 // splitList splits a comma-separated list, dropping empty items.
 func splitList(s string) []string {
 	var out []string
@@ -379,34 +399,4 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-// duration is a time.Duration written as in Go ("250ms") in JSON, or as
-// a number of nanoseconds.
-type duration time.Duration
-
-func (d *duration) set(s string) error {
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("not a duration: %q", s)
-	}
-	*d = duration(v)
-	return nil
-}
-
-func (d *duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err == nil {
-		return d.set(s)
-	}
-	var n int64
-	if err := json.Unmarshal(b, &n); err != nil {
-		return errors.New("want a duration such as \"250ms\"")
-	}
-	*d = duration(n)
-	return nil
-}
-
-func (d duration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(time.Duration(d).String())
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,25 +13,156 @@ import (
 	"time"
 )
 
-// TestNodeSettingsPrecedence checks where each setting of "convoy node"
-// comes from: a flag overrides the environment, which overrides the
-// settings file, which overrides the defaults.
+// loadTestSettings loads the settings of "convoy node" from args and the
+// variables in env. Every other variable of a setting is set empty, which
+// the loader takes as unset, so that the environment the test runs in
+// does not leak in.
+func loadTestSettings(t *testing.T, args []string, env map[string]string) (nodeSettings, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	defineNodeFlags(fs)
+	fs.VisitAll(func(f *flag.Flag) { t.Setenv(settingEnv(settingKey(f.Name)), "") })
+	t.Setenv(nodeConfigEnv, "")
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	return loadNodeSettings(args, &cli{stderr: &strings.Builder{}})
+}
+
+// writeTestFile writes content to a new file and returns its path.
+func writeTestFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "node.json")
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// defaultTestSettings returns the settings of "convoy node" given
+// nothing.
+func defaultTestSettings() nodeSettings {
+	return nodeSettings{
+		Listen:   "127.0.0.1:0",
+		HTTP:     "127.0.0.1:0",
+		Prefix:   "/convoy/",
+		Initial:  1,
+		LogLevel: "info",
+	}
+}
+
+// TestNodeSettingsDefaults checks the settings given nothing.
+func TestNodeSettingsDefaults(t *testing.T) {
+	got, err := loadTestSettings(t, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := defaultTestSettings(); !reflect.DeepEqual(got, want) {
+		t.Errorf("settings\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestNodeSettingsPrecedence checks, for a setting of each type, that the
+// file overrides the default, a variable the file, and a flag the
+// variable.
 func TestNodeSettingsPrecedence(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "node.json")
-	if err := os.WriteFile(file, []byte(`{
+	for _, tc := range []struct {
+		name string
+		key  string // the JSON key; the flag and the variable are named after it
+		file string // the value in the file, in JSON
+		env  string // the value of the variable
+		flag string // the value of the flag
+		get  func(nodeSettings) any
+		// want holds the setting from the default alone, then with the
+		// file, the variable and the flag added in turn.
+		want [4]any
+	}{
+		{
+			name: "duration", key: "suspect_timeout", file: `"300ms"`, env: "1s", flag: "1m30s",
+			get:  func(s nodeSettings) any { return s.SuspectTimeout },
+			want: [4]any{time.Duration(0), 300 * time.Millisecond, time.Second, 90 * time.Second},
+		},
+		{
+			name: "negative duration", key: "clock_offset", file: `"-1.5s"`, env: "-2s", flag: "250ms",
+			get:  func(s nodeSettings) any { return s.ClockOffset },
+			want: [4]any{time.Duration(0), -1500 * time.Millisecond, -2 * time.Second, 250 * time.Millisecond},
+		},
+		{
+			name: "list", key: "etcd", file: `["http://f1:2379", "http://f2:2379"]`, env: "http://e1:2379, http://e2:2379", flag: "http://g:2379",
+			get: func(s nodeSettings) any { return s.Etcd },
+			want: [4]any{
+				[]string(nil),
+				[]string{"http://f1:2379", "http://f2:2379"},
+				[]string{"http://e1:2379", "http://e2:2379"},
+				[]string{"http://g:2379"},
+			},
+		},
+		{
+			// The flag gives the default: given, it still counts.
+			name: "int", key: "initial", file: `3`, env: "4", flag: "1",
+			get:  func(s nodeSettings) any { return s.Initial },
+			want: [4]any{1, 3, 4, 1},
+		},
+		{
+			name: "negative int", key: "clock_drift_ppm", file: `-20`, env: "300", flag: "-400",
+			get:  func(s nodeSettings) any { return s.ClockDriftPPM },
+			want: [4]any{0, -20, 300, -400},
+		},
+		{
+			name: "id", key: "id", file: `7`, env: "8", flag: "9",
+			get:  func(s nodeSettings) any { return s.ID },
+			want: [4]any{uint64(0), uint64(7), uint64(8), uint64(9)},
+		},
+		{
+			name: "string", key: "prefix", file: `"/file/"`, env: "/env/", flag: "/flag/",
+			get:  func(s nodeSettings) any { return s.Prefix },
+			want: [4]any{"/convoy/", "/file/", "/env/", "/flag/"},
+		},
+		{
+			name: "string named by two words", key: "http_url", file: `"http://file"`, env: "http://env", flag: "http://flag",
+			get:  func(s nodeSettings) any { return s.HTTPURL },
+			want: [4]any{"", "http://file", "http://env", "http://flag"},
+		},
+	} {
+		for n, source := range []string{"default", "file", "environment", "flag"} {
+			t.Run(tc.name+"/"+source, func(t *testing.T) {
+				var args []string
+				env := make(map[string]string)
+				if n >= 1 {
+					args = append(args, "-config", writeTestFile(t, fmt.Sprintf(`{%q: %s}`, tc.key, tc.file)))
+				}
+				if n >= 2 {
+					env[settingEnv(tc.key)] = tc.env
+				}
+				if n >= 3 {
+					args = append(args, "-"+strings.ReplaceAll(tc.key, "_", "-"), tc.flag)
+				}
+				s, err := loadTestSettings(t, args, env)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := tc.get(s); !reflect.DeepEqual(got, tc.want[n]) {
+					t.Errorf("%s %q, env %v: got %#v, want %#v", tc.key, args, env, got, tc.want[n])
+				}
+			})
+		}
+	}
+}
+
+// TestNodeSettingsSources checks settings from several sources at once,
+// and the other ways of naming the file and of writing values.
+func TestNodeSettingsSources(t *testing.T) {
+	file := writeTestFile(t, `{
 		"id": 1, "app": "kv", "etcd": ["http://file:2379", "http://file2:2379"],
 		"http": "127.0.0.1:7001", "prefix": "/file/", "data": "/data/file",
 		"heartbeat": "20ms", "suspect_timeout": "300ms", "initial": 3,
 		"clock_offset": "-1.5s", "clock_drift_ppm": 2000
-	}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fromFile := defaultNodeSettings()
-	fromFile.ID, fromFile.App, fromFile.Etcd = 1, "kv", stringList{"http://file:2379", "http://file2:2379"}
+	}`)
+	fromFile := defaultTestSettings()
+	fromFile.ID, fromFile.App, fromFile.Etcd = 1, "kv", []string{"http://file:2379", "http://file2:2379"}
 	fromFile.HTTP, fromFile.Prefix, fromFile.Data = "127.0.0.1:7001", "/file/", "/data/file"
-	fromFile.Heartbeat, fromFile.SuspectTimeout, fromFile.Initial = duration(20*time.Millisecond), duration(300*time.Millisecond), 3
-	fromFile.ClockOffset, fromFile.ClockDriftPPM = duration(-1500*time.Millisecond), 2000
+	fromFile.Heartbeat, fromFile.SuspectTimeout, fromFile.Initial = 20*time.Millisecond, 300*time.Millisecond, 3
+	fromFile.ClockOffset, fromFile.ClockDriftPPM = -1500*time.Millisecond, 2000
 
 	for _, tc := range []struct {
 		name  string
@@ -48,12 +181,24 @@ func TestNodeSettingsPrecedence(t *testing.T) {
 			check: func(s *nodeSettings) {},
 		},
 		{
+			name:  "-config over CONVOY_CONFIG",
+			args:  []string{"-config", file},
+			env:   map[string]string{"CONVOY_CONFIG": filepath.Join(t.TempDir(), "missing.json")},
+			check: func(s *nodeSettings) {},
+		},
+		{
 			name: "environment over file",
 			args: []string{"-config", file},
 			env:  map[string]string{"CONVOY_HTTP": "127.0.0.1:7002", "CONVOY_SUSPECT_TIMEOUT": "1s", "CONVOY_ETCD": "http://env:2379"},
 			check: func(s *nodeSettings) {
-				s.HTTP, s.SuspectTimeout, s.Etcd = "127.0.0.1:7002", duration(time.Second), stringList{"http://env:2379"}
+				s.HTTP, s.SuspectTimeout, s.Etcd = "127.0.0.1:7002", time.Second, []string{"http://env:2379"}
 			},
+		},
+		{
+			name:  "an empty variable is unset; others are not settings",
+			args:  []string{"-config", file},
+			env:   map[string]string{"CONVOY_HTTP": "", "CONVOY_ETCD": "", "CONVOY_TEST_LOG": "debug", "CONVOY_app": "log"},
+			check: func(s *nodeSettings) {},
 		},
 		{
 			name: "flags over environment over file",
@@ -61,7 +206,7 @@ func TestNodeSettingsPrecedence(t *testing.T) {
 			env:  map[string]string{"CONVOY_HTTP": "127.0.0.1:7002", "CONVOY_ID": "5", "CONVOY_PREFIX": "/env/", "CONVOY_CLOCK_DRIFT_PPM": "-300"},
 			check: func(s *nodeSettings) {
 				s.HTTP, s.ID, s.Prefix, s.LogLevel = "127.0.0.1:7003", 9, "/env/", "debug"
-				s.ClockOffset, s.ClockDriftPPM = duration(2*time.Second), -300
+				s.ClockOffset, s.ClockDriftPPM = 2*time.Second, -300
 			},
 		},
 		{
@@ -76,47 +221,66 @@ func TestNodeSettingsPrecedence(t *testing.T) {
 			args: []string{"-etcd", "http://a:2379,http://b:2379", "-data", "/d"},
 			env:  map[string]string{"CONVOY_ID": "2", "CONVOY_APP": "log", "CONVOY_DATA": "/env"},
 			check: func(s *nodeSettings) {
-				*s = defaultNodeSettings()
-				s.ID, s.App, s.Data, s.Etcd = 2, "log", "/d", stringList{"http://a:2379", "http://b:2379"}
+				*s = defaultTestSettings()
+				s.ID, s.App, s.Data, s.Etcd = 2, "log", "/d", []string{"http://a:2379", "http://b:2379"}
+			},
+		},
+		{
+			name: "a list as one string and a duration in nanoseconds in the file",
+			args: []string{"-config", writeTestFile(t, `{"etcd": "http://a:2379, http://b:2379", "lease_ttl": 2000000000}`)},
+			check: func(s *nodeSettings) {
+				*s = defaultTestSettings()
+				s.Etcd, s.LeaseTTL = []string{"http://a:2379", "http://b:2379"}, 2*time.Second
 			},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := fromFile
 			tc.check(&want)
-			got, err := loadNodeSettings(tc.args, func(k string) string { return tc.env[k] }, &cli{stderr: &strings.Builder{}})
+			got, err := loadTestSettings(t, tc.args, tc.env)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("settings\n got %+v\nwant %+v", got, want)
 			}
-			if err := got.check(); err != nil {
-				t.Errorf("check: %v", err)
-			}
 		})
 	}
 }
 
 // TestNodeSettingsErrors checks that bad settings are refused with a
-// usage error naming the problem, wherever they come from.
+// usage error naming the setting and where it came from.
 func TestNodeSettingsErrors(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	unknown := write("unknown.json", `{"id": 1, "colour": "blue"}`)
-	badDuration := write("bad.json", `{"heartbeat": "soon"}`)
 	ok := []string{"-id", "1", "-app", "kv", "-etcd", "http://e:2379", "-data", "/d"}
 	for _, tc := range []struct {
 		args []string
 		env  map[string]string
+		file string // the settings file, if any: the error must name it
 		want string
 	}{
+		// The file.
+		{file: `{"id": 1, "colour": "blue"}`, want: `unknown key "colour"`},
+		{file: `{"tls": {"ca": "ca.pem"}}`, want: `unknown key "tls.ca"`},
+		{file: `{"config": "other.json"}`, want: `unknown key "config"`},
+		{file: `{"heartbeat": "soon"}`, want: `heartbeat "soon": time: invalid duration`},
+		{file: `{"initial": "3"}`, want: `initial "3": expected type 'int'`},
+		{file: `{"initial": 1.5}`, want: "initial: want a whole number below 2^53, not 1.5"},
+		{file: `{"id": 9007199254740993}`, want: "id: want a whole number below 2^53"},
+		{file: `{"id": -1}`, want: "id: cannot parse"},
+		{file: `{"etcd": ["http://e:2379", 5]}`, want: "etcd[1]: expected type 'string'"},
+		{file: `{"data": ["/a", "/b"]}`, want: "data: expected type 'string'"},
+		{file: `{"id": 1,}`, want: "invalid character"},
+		{args: slices.Concat(ok, []string{"-config", filepath.Join(t.TempDir(), "missing.json")}), want: "no such file"},
+		// The environment.
+		{args: ok, env: map[string]string{"CONVOY_HEARTBEAT": "often"}, want: `CONVOY_HEARTBEAT "often": time: invalid duration`},
+		{args: ok, env: map[string]string{"CONVOY_CLOCK_DRIFT_PPM": "fast"}, want: `CONVOY_CLOCK_DRIFT_PPM "fast": cannot parse`},
+		{args: ok, env: map[string]string{"CONVOY_ID": "-1"}, want: `CONVOY_ID "-1": cannot parse`},
+		// Flags.
+		{args: slices.Concat(ok, []string{"-id", "x"}), want: `invalid value "x" for flag -id`},
+		{args: slices.Concat(ok, []string{"-lease-ttl", "5"}), want: `invalid value "5" for flag -lease-ttl`},
+		{args: slices.Concat(ok, []string{"-colour", "blue"}), want: "flag provided but not defined: -colour"},
+		{args: slices.Concat(ok, []string{"extra"}), want: "unexpected arguments"},
+		// Validation.
 		{args: []string{"-id", "1", "-app", "kv", "-data", "/d"}, want: "-etcd is required"},
 		{args: []string{"-id", "1", "-app", "queue", "-etcd", "http://e:2379", "-data", "/d"}, want: `-app must be kv or log, not "queue"`},
 		{args: []string{"-app", "kv", "-etcd", "http://e:2379", "-data", "/d"}, want: "-id is required"},
@@ -125,24 +289,44 @@ func TestNodeSettingsErrors(t *testing.T) {
 		{args: slices.Concat(ok, []string{"-tls-ca", "ca.pem"}), want: "-tls-ca, -tls-cert and -tls-key"},
 		{args: slices.Concat(ok, []string{"-etcd-cert", "c.pem"}), want: "-etcd-cert and -etcd-key go together"},
 		{args: slices.Concat(ok, []string{"-log-level", "loud"}), want: "-log-level"},
-		{args: slices.Concat(ok, []string{"-id", "x"}), want: `-id: not an id: "x"`},
-		{args: ok, env: map[string]string{"CONVOY_HEARTBEAT": "often"}, want: `CONVOY_HEARTBEAT: not a duration: "often"`},
-		{args: slices.Concat(ok, []string{"-config", unknown}), want: `unknown field "colour"`},
-		{args: slices.Concat(ok, []string{"-config", badDuration}), want: "heartbeat"},
-		{args: slices.Concat(ok, []string{"-config", filepath.Join(dir, "missing.json")}), want: "no such file"},
-		{args: slices.Concat(ok, []string{"extra"}), want: "unexpected arguments"},
 		{args: slices.Concat(ok, []string{"-clock-offset", "25h"}), want: "-clock-offset 25h0m0s is beyond"},
 		{args: slices.Concat(ok, []string{"-clock-drift-ppm", "-600000"}), want: "-clock-drift-ppm -600000 is beyond"},
-		{args: ok, env: map[string]string{"CONVOY_CLOCK_DRIFT_PPM": "fast"}, want: `CONVOY_CLOCK_DRIFT_PPM: not a whole number`},
+		{args: ok, env: map[string]string{"CONVOY_HEARTBEAT": "-1s"}, want: "durations must not be negative"},
 	} {
-		s, err := loadNodeSettings(tc.args, func(k string) string { return tc.env[k] }, &cli{stderr: &strings.Builder{}})
-		if err == nil {
-			err = s.check()
-		}
-		var ue *usageError
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.As(err, &ue) {
-			t.Errorf("%q %v: error %v, want a usage error with %q", tc.args, tc.env, err, tc.want)
-		}
+		t.Run(tc.want, func(t *testing.T) {
+			args, want := tc.args, tc.want
+			if tc.file != "" {
+				path := writeTestFile(t, tc.file)
+				args = slices.Concat(ok, []string{"-config", path})
+				want = "settings file " + path + ": " + tc.want
+			}
+			s, err := loadTestSettings(t, args, tc.env)
+			if err == nil {
+				err = s.check()
+			}
+			var ue *usageError
+			if err == nil || !strings.Contains(err.Error(), want) || !errors.As(err, &ue) {
+				t.Errorf("%q %v: error %v, want a usage error with %q", args, tc.env, err, want)
+			}
+		})
+	}
+}
+
+// TestNodeFlagsMatchSettings checks that every setting has a flag, and so
+// a variable, named after its JSON key, and that every flag but -config
+// is a setting.
+func TestNodeFlagsMatchSettings(t *testing.T) {
+	var fields []string
+	for f := range reflect.TypeFor[nodeSettings]().Fields() {
+		fields = append(fields, f.Tag.Get("json"))
+	}
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	defineNodeFlags(fs)
+	var flags []string
+	fs.VisitAll(func(f *flag.Flag) { flags = append(flags, settingKey(f.Name)) })
+	slices.Sort(fields)
+	if !slices.Equal(fields, flags) {
+		t.Errorf("settings %q\n   flags %q", fields, flags)
 	}
 }
 
