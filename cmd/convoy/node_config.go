@@ -28,8 +28,8 @@ import (
 // in increasing precedence, from its default, the JSON file named by
 // -config (or CONVOY_CONFIG), an environment variable CONVOY_<NAME>, and
 // a command-line flag -<name>: a field's JSON name is its flag's name
-// with "_" for "-", and NAME is the JSON name in upper case.
-// defineNodeFlags defines the flags and their defaults.
+// with "_" for "-", and NAME is the JSON name in upper case. The flags,
+// and with them the defaults, are defined in defineNodeFlags.
 type nodeSettings struct {
 	ID  uint64 `json:"id"`
 	App string `json:"app"`
