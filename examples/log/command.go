@@ -16,7 +16,7 @@ type kind byte
 const (
 	kindAppend  kind = 1 // append an entry to the log
 	kindTrim    kind = 2 // drop the entries before a position
-	kindBarrier kind = 3 // change nothing; answers once applied (ordered read)
+	kindBarrier kind = 3 // change nothing (reads use convoy.Group.Sync; a log may still hold barriers)
 )
 
 func (k kind) String() string {

@@ -81,12 +81,12 @@
 // Reads are linearizable. An entry never changes once written, so a
 // read of a position below this member's tail is served from its
 // replica. A position at or beyond that tail may have been written
-// elsewhere already: before answering "unwritten", the member sends an
-// ordered read barrier — a command that changes nothing — through the
-// group and waits until it has applied it; everything acknowledged
-// anywhere before the read began was delivered before the barrier, so is
-// applied here by then. The tail, stream reads and ranges reaching the
-// member's tail are answered after a barrier the same way. A trim takes
+// elsewhere already: before answering "unwritten", the member waits for
+// the group's read barrier (convoy.Group.Sync), after which it has
+// applied everything any member delivered before the read began, so
+// everything acknowledged anywhere before it. The tail, stream reads and
+// ranges reaching the member's tail are answered after a barrier the
+// same way. A trim takes
 // effect on each member as it applies it: until then a member may still
 // serve an entry that another already reports trimmed.
 //

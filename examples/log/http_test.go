@@ -23,9 +23,12 @@ type loopback struct {
 	index uint64
 	// err, if set, is what Send returns (without sending).
 	err error
-	// hold keeps accepted messages undelivered (until release).
-	hold bool
-	held [][]byte
+	// hold keeps accepted messages undelivered (until release), and
+	// Syncs waiting (syncs) until release or Close.
+	hold   bool
+	held   [][]byte
+	syncs  []chan error
+	closed bool
 }
 
 func (l *loopback) Send(_ context.Context, payload []byte, _ ...convoy.SendOption) (convoy.Receipt, error) {
@@ -42,6 +45,35 @@ func (l *loopback) Send(_ context.Context, payload []byte, _ ...convoy.SendOptio
 	return convoy.Receipt{}, nil
 }
 
+// Sync returns the index delivered so far (a loopback delivers every
+// message as it is sent), or, while messages are held, once release
+// delivers them; Close ends it with convoy.ErrClosed.
+func (l *loopback) Sync(ctx context.Context) (uint64, error) {
+	l.mu.Lock()
+	switch {
+	case l.closed:
+		l.mu.Unlock()
+		return 0, convoy.ErrClosed
+	case l.err != nil:
+		l.mu.Unlock()
+		return 0, l.err
+	case !l.hold:
+		defer l.mu.Unlock()
+		return l.index, nil
+	}
+	ch := make(chan error, 1)
+	l.syncs = append(l.syncs, ch)
+	l.mu.Unlock()
+	select {
+	case err := <-ch:
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.index, err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
 func (l *loopback) deliverLocked(payload []byte) {
 	l.index++
 	l.n.deliver(convoy.Delivery{Epoch: 1, Index: l.index, Sender: l.n.self, Payload: payload})
@@ -55,13 +87,26 @@ func (l *loopback) release() {
 		l.deliverLocked(p)
 	}
 	l.held, l.hold = nil, false
+	for _, ch := range l.syncs {
+		ch <- nil
+	}
+	l.syncs = nil
 }
 
 func (l *loopback) View() (convoy.View, bool) {
 	return convoy.View{Epoch: 3, Members: []convoy.Member{{ID: 7}}}, true
 }
 
-func (l *loopback) Close() error { return nil }
+func (l *loopback) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for _, ch := range l.syncs {
+		ch <- convoy.ErrClosed
+	}
+	l.syncs = nil
+	return nil
+}
 
 func (l *loopback) setErr(err error) {
 	l.mu.Lock()
@@ -79,7 +124,7 @@ func (l *loopback) setHold() {
 func (l *loopback) pending() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.held)
+	return len(l.held) + len(l.syncs)
 }
 
 // newLoopbackNode returns a node of member 7 on a loopback group, with

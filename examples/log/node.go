@@ -2,7 +2,6 @@ package sharedlog
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -54,6 +53,7 @@ var errTooLarge = errors.New("entry too large")
 // in tests.
 type group interface {
 	Send(ctx context.Context, payload []byte, opts ...convoy.SendOption) (convoy.Receipt, error)
+	Sync(ctx context.Context) (uint64, error)
 	View() (convoy.View, bool)
 	Close() error
 }
@@ -220,12 +220,16 @@ func notSent(err error) bool {
 	return false
 }
 
-// barrier sends an ordered read barrier and waits until this member
-// applied it: everything applied anywhere before the barrier was sent is
-// then applied here. It returns the tail as of the barrier.
+// barrier waits for the group's read barrier (convoy.Group.Sync): once
+// it returns, everything applied anywhere before the call is applied
+// here. It returns the tail then.
 func (n *Node) barrier(ctx context.Context) (uint64, error) {
-	r, err := n.propose(ctx, &command{kind: kindBarrier, id: rand.Text()})
-	return r.value, err
+	if _, err := n.g.Sync(ctx); err != nil {
+		// Not a member now, closed, etcd out of reach, or the request's
+		// time is up: another member, or a later try, may serve it.
+		return 0, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return n.st.tail(), nil
 }
 
 // appendEntry appends data to the log and the given streams and returns

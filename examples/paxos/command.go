@@ -32,8 +32,9 @@ const (
 	opPut op = 1 + iota
 	opDelete
 	opCAS
-	// opBarrier changes nothing: a linearizable read waits until its
-	// barrier is applied (see the package documentation).
+	// opBarrier changes nothing. Reads wait for the group's read
+	// barrier (convoy.Group.Sync) instead of sending one; a log may still
+	// hold barrier commands, which apply as nothing.
 	opBarrier
 )
 

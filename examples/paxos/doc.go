@@ -48,15 +48,15 @@
 // the command, which in durable delivery happens only once every member
 // of the view has it on disk.
 //
-// Reads are linearizable through an ordered read barrier: a GET sends a
-// small barrier command through the group and answers from local state
-// once its own barrier is applied. A write acknowledged before the read
-// began was delivered before the barrier was sent, so it comes before the
-// barrier in the delivery order and the read sees it. Concurrent reads
-// share barriers: one barrier is in flight at a time, and the reads that
-// arrive meanwhile wait together for the next one, which is sent only
-// after they arrived. A read with ?stale=true answers from local state at
-// once, without a barrier: it may miss recent writes.
+// Reads are linearizable through the group's read barrier
+// (convoy.Group.Sync): a GET answers from local state once this member
+// has applied every write any member delivered before the read began,
+// so it sees every write acknowledged before it. The barrier sends no
+// command through the group. Concurrent reads share barriers: one is in
+// flight at a time, and the reads that arrive meanwhile wait together
+// for the next one, which begins only after they arrived. A read with
+// ?stale=true answers from local state at once, without a barrier: it
+// may miss recent writes.
 //
 // # Retries
 //

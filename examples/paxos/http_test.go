@@ -30,6 +30,43 @@ type fakeGroup struct {
 	held    [][]byte
 	serving bool
 	closed  bool
+	// syncs counts the Syncs made; heldSyncs are those waiting for
+	// release, while hold is set.
+	syncs     int
+	heldSyncs []chan uint64
+	syncErr   error // for the held Syncs failSyncs ended
+}
+
+// Sync returns the index delivered so far, or, while hold is set, once
+// release delivers what was held.
+func (f *fakeGroup) Sync(ctx context.Context) (uint64, error) {
+	f.mu.Lock()
+	f.syncs++
+	switch {
+	case f.closed:
+		f.mu.Unlock()
+		return 0, convoy.ErrClosed
+	case f.err != nil:
+		f.mu.Unlock()
+		return 0, f.err
+	case !f.hold:
+		defer f.mu.Unlock()
+		return f.index, nil
+	}
+	ch := make(chan uint64, 1)
+	f.heldSyncs = append(f.heldSyncs, ch)
+	f.mu.Unlock()
+	select {
+	case i, ok := <-ch:
+		if !ok {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return 0, f.syncErr
+		}
+		return i, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
 }
 
 func (f *fakeGroup) Send(ctx context.Context, p []byte, _ ...convoy.SendOption) (convoy.Receipt, error) {
@@ -56,6 +93,17 @@ func (f *fakeGroup) deliverLocked(p []byte) {
 	f.n.deliver(convoy.Delivery{Epoch: 1, Index: f.index, Sender: 1, Payload: p})
 }
 
+// failSyncs ends the Syncs held with err, as a group that excluded this
+// member does.
+func (f *fakeGroup) failSyncs(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, ch := range f.heldSyncs {
+		close(ch)
+	}
+	f.heldSyncs, f.syncErr = nil, err
+}
+
 // release delivers what was held.
 func (f *fakeGroup) release() {
 	f.mu.Lock()
@@ -64,6 +112,10 @@ func (f *fakeGroup) release() {
 		f.deliverLocked(p)
 	}
 	f.held = nil
+	for _, ch := range f.heldSyncs {
+		ch <- f.index
+	}
+	f.heldSyncs = nil
 }
 
 func (f *fakeGroup) set(fn func(f *fakeGroup)) {
@@ -151,8 +203,8 @@ func (r req) check(t *testing.T, w *httptest.ResponseRecorder) {
 }
 
 // TestHTTPAPI runs scripts of requests against one node; each step's
-// answer is checked in full. Deliveries are numbered from 1, and a
-// linearizable read takes an index (its barrier).
+// answer is checked in full. Deliveries are numbered from 1; a
+// linearizable read (a Sync) takes none.
 func TestHTTPAPI(t *testing.T) {
 	key := func(id string) map[string]string { return map[string]string{IdempotencyHeader: id} }
 	long := strings.Repeat("k", MaxKeyBytes+1)
@@ -163,19 +215,19 @@ func TestHTTPAPI(t *testing.T) {
 		name: "put, get, delete",
 		steps: []req{
 			{method: "PUT", path: "/kv/a", body: "hello", code: 200, want: `{"index":1}` + "\n", index: "1"},
-			{method: "GET", path: "/kv/a", code: 200, want: "hello", index: "2"},
-			{method: "GET", path: "/kv/a?stale=true", code: 200, want: "hello", index: "2"},
-			{method: "GET", path: "/kv/b", code: 404, want: `{"error":"not found"}` + "\n", index: "3"},
-			{method: "DELETE", path: "/kv/a", code: 200, want: `{"index":4}` + "\n", index: "4"},
-			{method: "DELETE", path: "/kv/a", code: 404, want: `{"error":"not found"}` + "\n", index: "5"},
-			{method: "GET", path: "/kv/a", code: 404, want: `{"error":"not found"}` + "\n", index: "6"},
+			{method: "GET", path: "/kv/a", code: 200, want: "hello", index: "1"},
+			{method: "GET", path: "/kv/a?stale=true", code: 200, want: "hello", index: "1"},
+			{method: "GET", path: "/kv/b", code: 404, want: `{"error":"not found"}` + "\n", index: "1"},
+			{method: "DELETE", path: "/kv/a", code: 200, want: `{"index":2}` + "\n", index: "2"},
+			{method: "DELETE", path: "/kv/a", code: 404, want: `{"error":"not found"}` + "\n", index: "3"},
+			{method: "GET", path: "/kv/a", code: 404, want: `{"error":"not found"}` + "\n", index: "3"},
 		},
 	}, {
 		name: "empty values and escaped keys",
 		steps: []req{
 			{method: "PUT", path: "/kv/a%2Fb%20c", body: "", code: 200, want: `{"index":1}` + "\n", index: "1"},
-			{method: "GET", path: "/kv/a%2Fb%20c", code: 200, want: "", index: "2"},
-			{method: "GET", path: "/kv/a", code: 404, want: `{"error":"not found"}` + "\n", index: "3"},
+			{method: "GET", path: "/kv/a%2Fb%20c", code: 200, want: "", index: "1"},
+			{method: "GET", path: "/kv/a", code: 404, want: `{"error":"not found"}` + "\n", index: "1"},
 		},
 	}, {
 		name: "cas",
@@ -184,7 +236,7 @@ func TestHTTPAPI(t *testing.T) {
 			{method: "POST", path: "/kv/c/cas", body: `{"new":"2"}`, code: 200, want: `{"ok":false,"index":2}` + "\n", index: "2"},
 			{method: "POST", path: "/kv/c/cas", body: `{"old":"0","new":"2"}`, code: 200, want: `{"ok":false,"index":3}` + "\n", index: "3"},
 			{method: "POST", path: "/kv/c/cas", body: `{"old":"1","new":"2"}`, code: 200, want: `{"ok":true,"index":4}` + "\n", index: "4"},
-			{method: "GET", path: "/kv/c", code: 200, want: "2", index: "5"},
+			{method: "GET", path: "/kv/c", code: 200, want: "2", index: "4"},
 		},
 	}, {
 		name: "a retried write is applied once and answered with the original result",
@@ -192,13 +244,13 @@ func TestHTTPAPI(t *testing.T) {
 			{method: "PUT", path: "/kv/a", body: "1", header: key("w1"), code: 200, want: `{"index":1}` + "\n", index: "1"},
 			{method: "PUT", path: "/kv/a", body: "2", header: key("w2"), code: 200, want: `{"index":2}` + "\n", index: "2"},
 			{method: "PUT", path: "/kv/a", body: "1", header: key("w1"), code: 200, want: `{"index":1}` + "\n", index: "1"},
-			{method: "GET", path: "/kv/a", code: 200, want: "2", index: "4"},
-			{method: "DELETE", path: "/kv/a", header: key("d1"), code: 200, want: `{"index":5}` + "\n", index: "5"},
-			{method: "DELETE", path: "/kv/a", header: key("d1"), code: 200, want: `{"index":5}` + "\n", index: "5"},
-			{method: "POST", path: "/kv/a/cas", body: `{"new":"x"}`, header: key("c1"), code: 200, want: `{"ok":true,"index":7}` + "\n", index: "7"},
-			{method: "POST", path: "/kv/a/cas", body: `{"new":"x"}`, header: key("c1"), code: 200, want: `{"ok":true,"index":7}` + "\n", index: "7"},
+			{method: "GET", path: "/kv/a", code: 200, want: "2", index: "3"},
+			{method: "DELETE", path: "/kv/a", header: key("d1"), code: 200, want: `{"index":4}` + "\n", index: "4"},
+			{method: "DELETE", path: "/kv/a", header: key("d1"), code: 200, want: `{"index":4}` + "\n", index: "4"},
+			{method: "POST", path: "/kv/a/cas", body: `{"new":"x"}`, header: key("c1"), code: 200, want: `{"ok":true,"index":6}` + "\n", index: "6"},
+			{method: "POST", path: "/kv/a/cas", body: `{"new":"x"}`, header: key("c1"), code: 200, want: `{"ok":true,"index":6}` + "\n", index: "6"},
 			// Without a key, nothing is deduplicated.
-			{method: "POST", path: "/kv/a/cas", body: `{"new":"x"}`, code: 200, want: `{"ok":false,"index":9}` + "\n", index: "9"},
+			{method: "POST", path: "/kv/a/cas", body: `{"new":"x"}`, code: 200, want: `{"ok":false,"index":8}` + "\n", index: "8"},
 		},
 	}, {
 		name: "malformed requests",
@@ -322,7 +374,7 @@ func TestHTTPWaitingRequests(t *testing.T) {
 		waitFor(t, func() bool {
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			return len(f.held) > 0
+			return len(f.held) > 0 || len(f.heldSyncs) > 0
 		})
 		return out
 	}
@@ -346,6 +398,11 @@ func TestHTTPWaitingRequests(t *testing.T) {
 			done := start(t, n, f, r)
 			n.onView(convoy.View{Epoch: 4, Excluded: true})
 			r.code, r.want = 503, "~excluded by view 4"
+			if r.method == "GET" {
+				// The group ends a read's Sync itself.
+				f.failSyncs(fmt.Errorf("%w: view 4", convoy.ErrExcluded))
+				r.want = "~excluded from the group"
+			}
 			r.check(t, <-done)
 		}
 	})
@@ -389,8 +446,9 @@ func (r req) putPayload() []byte {
 	return put(r.header[IdempotencyHeader], strings.TrimPrefix(r.path, "/kv/"), r.body)
 }
 
-// TestReadBatching: reads that arrive while a barrier is in flight share
-// the next barrier, sent after they arrived; none shares an earlier one.
+// TestReadBatching: reads that arrive while a barrier (Sync) is in
+// flight share the next one, made after they arrived; none shares an
+// earlier one.
 func TestReadBatching(t *testing.T) {
 	n, f := newTestNode(t, Options{})
 	f.set(func(f *fakeGroup) { f.hold = true })
@@ -406,11 +464,11 @@ func TestReadBatching(t *testing.T) {
 	heldCount := func() int {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		return len(f.held)
+		return len(f.heldSyncs)
 	}
 	read(0)
 	waitFor(t, func() bool { return heldCount() == 1 }) // the first barrier
-	// Four more reads: they must not share the first barrier (it was sent
+	// Four more reads: they must not share the first barrier (it was made
 	// before they began), so they wait for the second, all together.
 	for i := 1; i < 5; i++ {
 		read(i)
@@ -423,24 +481,23 @@ func TestReadBatching(t *testing.T) {
 	if k := heldCount(); k != 1 {
 		t.Fatalf("%d barriers in flight, want 1", k)
 	}
-	// A write slips in before the first barrier is applied.
+	f.release() // the first barrier: index 0, nothing written yet
+	waitFor(t, func() bool { return heldCount() == 1 })
+	// A write lands before the second barrier returns.
 	f.set(func(f *fakeGroup) { f.hold = false })
 	write := req{method: "PUT", path: "/kv/a", body: "w", code: 200, want: `{"index":1}` + "\n", index: "1"}
 	write.check(t, write.do(t, n.Handler()))
-	f.set(func(f *fakeGroup) { f.hold = true })
-	f.release() // the first barrier: index 2
-	waitFor(t, func() bool { return heldCount() == 1 })
-	f.release() // the second, for the four others: index 3
+	f.release() // the second, for the four others: index 1
 	wg.Wait()
-	req{method: "GET", path: "/kv/a", code: 200, want: "w", index: "2"}.check(t, answers[0])
+	req{method: "GET", path: "/kv/a", code: 404, want: `{"error":"not found"}` + "\n", index: "0"}.check(t, answers[0])
 	for _, a := range answers[1:] {
-		req{method: "GET", path: "/kv/a", code: 200, want: "w", index: "3"}.check(t, a)
+		req{method: "GET", path: "/kv/a", code: 200, want: "w", index: "1"}.check(t, a)
 	}
 	f.mu.Lock()
-	deliveries := f.index
+	syncs, deliveries := f.syncs, f.index
 	f.mu.Unlock()
-	if deliveries != 3 {
-		t.Fatalf("%d deliveries, want 3: one write, two barriers", deliveries)
+	if syncs != 2 || deliveries != 1 {
+		t.Fatalf("%d barriers and %d deliveries, want 2 barriers and 1 delivery (the write)", syncs, deliveries)
 	}
 }
 

@@ -37,6 +37,16 @@ type localGroup struct {
 	closed bool
 }
 
+// Sync returns at once: every command is applied as it is sent.
+func (g *localGroup) Sync(context.Context) (uint64, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return 0, convoy.ErrClosed
+	}
+	return g.index, nil
+}
+
 func (g *localGroup) Send(ctx context.Context, payload []byte, _ ...convoy.SendOption) (convoy.Receipt, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -2,7 +2,6 @@ package paxos
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -61,6 +60,7 @@ func (o Options) withDefaults() (Options, error) {
 // group is what a Node needs of its convoy.Group; tests put a fake here.
 type group interface {
 	Send(ctx context.Context, payload []byte, opts ...convoy.SendOption) (convoy.Receipt, error)
+	Sync(ctx context.Context) (uint64, error)
 	View() (convoy.View, bool)
 	Close() error
 }
@@ -245,15 +245,22 @@ func maybeSent(err error) bool {
 	return errors.Is(err, convoy.ErrExcluded) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// barrier sends a barrier and returns the index it was applied at.
+// barrier waits for a linearizable read barrier (convoy.Group.Sync) and
+// returns the index the state is applied to: every write acknowledged
+// anywhere before the call.
 func (n *Node) barrier() (uint64, error) {
 	ctx, cancel := context.WithTimeout(n.ctx, barrierTimeout)
 	defer cancel()
-	res, err := n.submit(ctx, command{op: opBarrier, id: "barrier-" + rand.Text()})
-	if err != nil && n.ctx.Err() != nil {
+	index, err := n.g.Sync(ctx)
+	switch {
+	case err == nil:
+	case n.ctx.Err() != nil:
 		err = errClosing
+	case statusOf(err) == http.StatusInternalServerError:
+		// etcd out of reach, say: another member may serve the read.
+		err = fmt.Errorf("%w: %w", errNotServing, err)
 	}
-	return res.index, err
+	return index, err
 }
 
 // Status is what GET /status reports.
