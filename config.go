@@ -70,11 +70,9 @@ type StateMachine = membership.StateMachine
 
 // EtcdConfig says where a view-managed group keeps its views.
 type EtcdConfig struct {
-	// Endpoints of an etcd cluster (production: a fixed etcd quorum, not
-	// embedded in members that come and go). Empty: Open starts an
-	// embedded single-node etcd in this process, the development default,
-	// on a free loopback port that no other process learns of: it serves
-	// this member alone, so a group of several processes needs Endpoints.
+	// Endpoints of an etcd cluster, required: in production a fixed etcd
+	// quorum, not embedded in members that come and go; for development
+	// and tests, package etcddev starts a single-node etcd in the process.
 	Endpoints []string
 	// Prefix namespaces the group's keys (default "/convoy/").
 	Prefix string
@@ -85,8 +83,6 @@ type EtcdConfig struct {
 	// LeaseTTL is how long a member's registration outlives it (default
 	// 5s): a coarse liveness hint besides the failure detector.
 	LeaseTTL time.Duration
-	// Dir is the embedded etcd's data directory ("" = a temporary one).
-	Dir string
 }
 
 // DurableConfig makes delivery durable: every member writes the messages

@@ -90,7 +90,7 @@ func fillNonZero(t *testing.T, name string, v reflect.Value) {
 		v.Set(reflect.ValueOf([]Member{{ID: 1, Addr: "127.0.0.1:1"}}))
 		return
 	case "Etcd":
-		v.Set(reflect.ValueOf(&EtcdConfig{Endpoints: []string{"e"}, Prefix: "/p/", DialTimeout: time.Second, LeaseTTL: 2 * time.Second, Dir: "d"}))
+		v.Set(reflect.ValueOf(&EtcdConfig{Endpoints: []string{"e"}, Prefix: "/p/", DialTimeout: time.Second, LeaseTTL: 2 * time.Second}))
 		return
 	case "Durable":
 		v.Set(reflect.ValueOf(&DurableConfig{Dir: "d", MaxLag: 5, RestartWait: time.Second}))

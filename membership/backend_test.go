@@ -12,7 +12,7 @@ import (
 )
 
 // testBackend is an etcd that store tests run against: a real one
-// (etcdembed, in this process) or a simulated one (etcdsim, with its
+// (etcddev, in this process) or a simulated one (etcdsim, with its
 // clock standing still, so that no lease expires).
 type testBackend struct {
 	// kv reads and writes the backend directly.

@@ -25,7 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
-	"github.com/convoy-gcs/convoy/internal/etcdembed"
+	"github.com/convoy-gcs/convoy/etcddev"
 )
 
 // Environment of a re-executed test binary that runs only an etcd server
@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 // runEtcdChild serves etcd as the environment says, prints "endpoint URL"
 // on stdout, and runs until stdin closes or a SIGTERM/SIGINT arrives.
 func runEtcdChild() int {
-	srv, err := etcdembed.Start(context.Background(), etcdembed.Config{
+	srv, err := etcddev.Start(context.Background(), etcddev.Config{
 		Dir:        os.Getenv(etcdChildDirEnv),
 		ClientAddr: os.Getenv(etcdChildAddrEnv),
 	})
@@ -122,10 +122,10 @@ func (p *etcdProcess) kill() {
 
 // testEtcd starts an in-process etcd for t and returns a client of it;
 // both are closed when t ends.
-func testEtcd(t *testing.T) (*etcdembed.Server, *clientv3.Client) {
+func testEtcd(t *testing.T) (*etcddev.Server, *clientv3.Client) {
 	t.Helper()
 	ctx := testCtx(t)
-	srv, err := etcdembed.Start(ctx, etcdembed.Config{})
+	srv, err := etcddev.Start(ctx, etcddev.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

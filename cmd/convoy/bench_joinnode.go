@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/convoy-gcs/convoy"
-	"github.com/convoy-gcs/convoy/internal/etcdembed"
+	"github.com/convoy-gcs/convoy/etcddev"
 )
 
 const joinnodeUsage = `Usage:
@@ -127,7 +127,7 @@ func runBenchJoinEtcd(ctx context.Context, args []string, c *cli) error {
 	emit := newEventWriter(c.stdout, 0, log)
 	ctx, cancel := untilStdinEnds(ctx, c)
 	defer cancel()
-	srv, err := etcdembed.Start(ctx, etcdembed.Config{ClientAddr: *listen, Logger: etcdLog})
+	srv, err := etcddev.Start(ctx, etcddev.Config{ClientAddr: *listen, Logger: etcdLog})
 	if err != nil {
 		emit(joinEvent{Event: jnError, T: time.Now().UnixNano(), Err: err.Error()})
 		return fmt.Errorf("embedded etcd: %w", err)

@@ -20,7 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/convoy-gcs/convoy"
-	"github.com/convoy-gcs/convoy/internal/etcdembed"
+	"github.com/convoy-gcs/convoy/etcddev"
 )
 
 const viewchangeUsage = `Usage:
@@ -220,7 +220,7 @@ func (b *vcBench) run(ctx context.Context, c *cli) error {
 	if b.verbose {
 		etcdLog = log
 	}
-	srv, err := etcdembed.Start(ctx, etcdembed.Config{Logger: etcdLog})
+	srv, err := etcddev.Start(ctx, etcddev.Config{Logger: etcdLog})
 	if err != nil {
 		return fmt.Errorf("embedded etcd: %w", err)
 	}
@@ -327,7 +327,7 @@ func (b *vcBench) print(w io.Writer, r vcResult) error {
 
 // measure runs one fresh group, kills victim under load and returns the
 // times of what followed.
-func (b *vcBench) measure(ctx context.Context, c *cli, exe string, srv *etcdembed.Server, run int, victim uint64, log *slog.Logger) (_ vcSample, err error) {
+func (b *vcBench) measure(ctx context.Context, c *cli, exe string, srv *etcddev.Server, run int, victim uint64, log *slog.Logger) (_ vcSample, err error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, b.runTimeout, fmt.Errorf("the run took longer than -timeout-run %v", b.runTimeout))
 	defer cancel()
 	endpoints := srv.Endpoints()
@@ -423,7 +423,7 @@ func (b *vcBench) measure(ctx context.Context, c *cli, exe string, srv *etcdembe
 
 // watchEtcd logs, at debug level, every write under prefix after the
 // kill, timed from the kill as this process sees it.
-func watchEtcd(ctx context.Context, wg *sync.WaitGroup, srv *etcdembed.Server, prefix string, kill *atomic.Int64, log *slog.Logger) error {
+func watchEtcd(ctx context.Context, wg *sync.WaitGroup, srv *etcddev.Server, prefix string, kill *atomic.Int64, log *slog.Logger) error {
 	cli, err := srv.Client(ctx)
 	if err != nil {
 		return err

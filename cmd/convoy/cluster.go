@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/convoy-gcs/convoy/internal/etcdembed"
+	"github.com/convoy-gcs/convoy/etcddev"
 )
 
 const clusterUsage = `Usage:
@@ -154,7 +154,7 @@ func (cl *clusterCmd) run(ctx context.Context, c *cli) error {
 	if cl.verbose {
 		etcdLog = log
 	}
-	srv, err := etcdembed.Start(ctx, etcdembed.Config{
+	srv, err := etcddev.Start(ctx, etcddev.Config{
 		Dir:        filepath.Join(cl.dir, "etcd"),
 		ClientAddr: cl.etcdListen,
 		Logger:     etcdLog,

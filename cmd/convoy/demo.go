@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/convoy-gcs/convoy/internal/etcdembed"
+	"github.com/convoy-gcs/convoy/etcddev"
 )
 
 const demoUsage = `Usage:
@@ -193,7 +193,7 @@ func (d *demoCmd) run(ctx context.Context, c *cli) (err error) {
 	if d.verbose {
 		etcdLog = log
 	}
-	srv, err := etcdembed.Start(ctx, etcdembed.Config{Dir: filepath.Join(dir, "etcd"), Logger: etcdLog})
+	srv, err := etcddev.Start(ctx, etcddev.Config{Dir: filepath.Join(dir, "etcd"), Logger: etcdLog})
 	if err != nil {
 		return fmt.Errorf("embedded etcd: %w", err)
 	}

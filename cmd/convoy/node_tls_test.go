@@ -22,8 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convoy-gcs/convoy/etcddev"
 	kvclient "github.com/convoy-gcs/convoy/examples/paxos/client"
-	"github.com/convoy-gcs/convoy/internal/etcdembed"
 )
 
 // testCA is a certificate authority made up for a test.
@@ -130,7 +130,7 @@ func TestNodeMutualTLS(t *testing.T) {
 	}
 	dir := t.TempDir()
 	ca := newTestCA(t, dir)
-	srv, err := etcdembed.Start(t.Context(), etcdembed.Config{})
+	srv, err := etcddev.Start(t.Context(), etcddev.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

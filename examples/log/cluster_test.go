@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/convoy-gcs/convoy"
+	"github.com/convoy-gcs/convoy/etcddev"
 	"github.com/convoy-gcs/convoy/examples/log/client"
-	"github.com/convoy-gcs/convoy/internal/etcdembed"
 	"github.com/convoy-gcs/convoy/rdma"
 )
 
@@ -29,7 +29,7 @@ import (
 // etcd, each member serving its API on an httptest server.
 type cluster struct {
 	t      *testing.T
-	etcd   *etcdembed.Server
+	etcd   *etcddev.Server
 	fabric *rdma.MemFabric
 	hc     *http.Client
 	// failed counts the requests that failed over: 503s and connection
@@ -50,7 +50,7 @@ type member struct {
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	srv, err := etcdembed.Start(context.Background(), etcdembed.Config{})
+	srv, err := etcddev.Start(context.Background(), etcddev.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/convoy-gcs/convoy"
+	"github.com/convoy-gcs/convoy/etcddev"
 	"github.com/convoy-gcs/convoy/examples/paxos/client"
-	"github.com/convoy-gcs/convoy/internal/etcdembed"
 	"github.com/convoy-gcs/convoy/rdma"
 )
 
@@ -19,7 +19,7 @@ import (
 // the in-memory transport, a durable log each, and an HTTP server each.
 type cluster struct {
 	t      *testing.T
-	etcd   *etcdembed.Server
+	etcd   *etcddev.Server
 	fabric *rdma.MemFabric
 	prefix string
 	// hc is the clients' HTTP client; its idle connections are closed at
@@ -40,7 +40,7 @@ type member struct {
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	srv, err := etcdembed.Start(context.Background(), etcdembed.Config{})
+	srv, err := etcddev.Start(context.Background(), etcddev.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

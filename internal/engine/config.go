@@ -78,7 +78,6 @@ type EtcdConfig struct {
 	TLS         *tls.Config
 	DialTimeout time.Duration
 	LeaseTTL    time.Duration
-	Dir         string
 }
 
 // DurableConfig is convoy.DurableConfig: see its documentation.
@@ -152,6 +151,9 @@ type hooks struct {
 	// openDisk opens the durable log in place of a
 	// persistence.Log in Durable.Dir on Durable.FS (see durableLog).
 	openDisk func(ctx context.Context) (durableLog, error)
+	// etcd, if set, replaces the etcd cluster Config.Etcd names (see
+	// etcdBackend).
+	etcd etcdBackend
 	// plant plants protocol faults in this member, each of
 	// which the tests must catch (TestPlantedFaults).
 	plant plant.Faults
@@ -213,6 +215,9 @@ func (c Config) withDefaults() (Config, error) {
 		errs = append(errs, fmt.Errorf("%w: Config.%s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
 	}
 	c.checkMembers(bad)
+	if c.Etcd != nil && len(c.Etcd.Endpoints) == 0 && c.test.etcd == nil {
+		bad("Etcd.Endpoints", "none: a view-managed group needs an etcd cluster (package etcddev starts one in this process, for development and tests)")
+	}
 	if c.Durable != nil {
 		if c.Mode != Atomic {
 			bad("Durable", "durable delivery needs atomic mode, not %v", c.Mode)

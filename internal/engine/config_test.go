@@ -20,7 +20,7 @@ import (
 // and a field that is set is kept.
 func TestConfigDefaults(t *testing.T) {
 	views := func() Config {
-		return Config{Self: 1, Addr: "10.0.0.1:7000", Etcd: &EtcdConfig{}, Durable: &DurableConfig{Dir: "log"}}
+		return Config{Self: 1, Addr: "10.0.0.1:7000", Etcd: &EtcdConfig{Endpoints: []string{"127.0.0.1:2379"}}, Durable: &DurableConfig{Dir: "log"}}
 	}
 	fixed := func() Config {
 		return Config{Self: 2, Members: []Member{{ID: 1, Addr: "10.0.0.1:7000"}, {ID: 2, Addr: "10.0.0.2:7000"}}}
@@ -133,11 +133,11 @@ func TestConfigDefaultFuncs(t *testing.T) {
 // TestConfigDefaultsShareNothing: the defaults of nested configs are
 // applied to copies, never to the caller's structs.
 func TestConfigDefaultsShareNothing(t *testing.T) {
-	e, d := &EtcdConfig{}, &DurableConfig{Dir: "log"}
+	e, d := &EtcdConfig{Endpoints: []string{"127.0.0.1:2379"}}, &DurableConfig{Dir: "log"}
 	if _, err := (Config{Self: 1, Etcd: e, Durable: d}).withDefaults(); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(*e, EtcdConfig{}) || !reflect.DeepEqual(*d, DurableConfig{Dir: "log"}) {
+	if !reflect.DeepEqual(*e, EtcdConfig{Endpoints: []string{"127.0.0.1:2379"}}) || !reflect.DeepEqual(*d, DurableConfig{Dir: "log"}) {
 		t.Errorf("the caller's configs were changed: %+v, %+v", *e, *d)
 	}
 }
@@ -147,7 +147,7 @@ func TestConfigDefaultsShareNothing(t *testing.T) {
 // the same errors.
 func TestConfigValidate(t *testing.T) {
 	views := func(f func(*Config)) Config {
-		c := Config{Self: 1, Etcd: &EtcdConfig{}}
+		c := Config{Self: 1, Etcd: &EtcdConfig{Endpoints: []string{"127.0.0.1:2379"}}}
 		if f != nil {
 			f(&c)
 		}
@@ -172,6 +172,7 @@ func TestConfigValidate(t *testing.T) {
 		{"views with Members", views(func(c *Config) { c.Members = []Member{{ID: 1}} }), []string{"Members"}},
 		{"views not atomic", views(func(c *Config) { c.Mode = TotalOrder }), []string{"Mode"}},
 		{"views without Self", views(func(c *Config) { c.Self = 0 }), []string{"Self"}},
+		{"views without etcd", views(func(c *Config) { c.Etcd.Endpoints = nil }), []string{"Etcd.Endpoints"}},
 		{"member twice", fixed(func(c *Config) { c.Members = append(c.Members, Member{ID: 1}) }), []string{"Members"}},
 		{"self not a member", fixed(func(c *Config) { c.Self = 3 }), []string{"Self"}},
 		{"epoch", fixed(func(c *Config) { c.Epoch = 1 << 40 }), []string{"Epoch"}},

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/convoy-gcs/convoy/internal/etcdembed"
 	"github.com/convoy-gcs/convoy/internal/vsync"
 	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/rdma"
@@ -58,7 +57,7 @@ func (m *member) setSelf(self membership.Member) {
 }
 
 // openDynamic is Open for a view-managed group.
-func (g *Group) openDynamic(ctx context.Context, etcd etcdBackend) (_ *Group, err error) {
+func (g *Group) openDynamic(ctx context.Context) (_ *Group, err error) {
 	c := g.cfg
 	m := &member{ready: make(chan struct{}), left: make(chan struct{}), failed: make(chan struct{})}
 	m.mu.addrs = make(map[NodeID]string)
@@ -73,8 +72,9 @@ func (g *Group) openDynamic(ctx context.Context, etcd etcdBackend) (_ *Group, er
 			g.closeLog()
 		}
 	}()
+	etcd := g.cfg.test.etcd
 	if etcd == nil {
-		if etcd, err = dialEtcd(ctx, g); err != nil {
+		if etcd, err = dialEtcd(g); err != nil {
 			return nil, err
 		}
 	}
@@ -151,39 +151,28 @@ type etcdBackend interface {
 	close()
 }
 
-// clientEtcd is a real etcd, reached with an etcd client: the cluster
-// Config.Etcd names, or a server embedded in this process.
+// clientEtcd is a real etcd cluster, the one Config.Etcd names, reached
+// with an etcd client.
 type clientEtcd struct {
-	server *etcdembed.Server // when Open started an embedded etcd
 	client *clientv3.Client
 	cfg    membership.StoreConfig
 }
 
-// dialEtcd connects to the etcd g's configuration names, starting an
-// embedded one if it names no endpoint.
-func dialEtcd(ctx context.Context, g *Group) (_ *clientEtcd, err error) {
+// dialEtcd connects to the etcd g's configuration names.
+func dialEtcd(g *Group) (*clientEtcd, error) {
 	c := g.cfg
-	e := &clientEtcd{}
-	if len(c.Etcd.Endpoints) == 0 {
-		if e.server, err = etcdembed.Start(ctx, etcdembed.Config{Dir: c.Etcd.Dir, Logger: c.Logger}); err != nil {
-			return nil, fmt.Errorf("convoy: start embedded etcd: %w", err)
-		}
-		if e.client, err = e.server.Client(ctx); err != nil {
-			e.server.Close()
-			return nil, fmt.Errorf("convoy: connect to embedded etcd: %w", err)
-		}
-	} else if e.client, err = clientv3.New(clientv3.Config{
+	client, err := clientv3.New(clientv3.Config{
 		Endpoints: c.Etcd.Endpoints, DialTimeout: c.Etcd.DialTimeout, TLS: c.Etcd.TLS, Logger: zap.NewNop(), Context: g.ctx,
 		// Pings find a connection the network cut off while a request,
 		// a watch or a lease's keepalive stream is open on it, so that
 		// the client moves to another endpoint; etcd refuses pings more
 		// often than every 5s (its --grpc-keepalive-min-time).
 		DialKeepAliveTime: etcdKeepAliveTime, DialKeepAliveTimeout: etcdKeepAliveTimeout,
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("convoy: connect to etcd %v: %w", c.Etcd.Endpoints, err)
 	}
-	e.cfg = membership.StoreConfig{Client: e.client, Prefix: c.Etcd.Prefix, LeaseTTL: c.Etcd.LeaseTTL, Logger: c.Logger}
-	return e, nil
+	return &clientEtcd{client: client, cfg: membership.StoreConfig{Client: client, Prefix: c.Etcd.Prefix, LeaseTTL: c.Etcd.LeaseTTL, Logger: c.Logger}}, nil
 }
 
 // The etcd client's keepalive pings: one after etcdKeepAliveTime without
@@ -203,19 +192,11 @@ func (e *clientEtcd) watch(ctx context.Context, s *membership.Store) <-chan memb
 }
 
 func (e *clientEtcd) abandon() {
-	if e.server == nil {
-		// Without its client, the store cannot revoke its lease.
-		e.client.Close()
-	}
-}
-
-func (e *clientEtcd) close() {
-	if e.server != nil {
-		e.server.Close() // closes its clients too
-		return
-	}
+	// Without its client, the store cannot revoke its lease.
 	e.client.Close()
 }
+
+func (e *clientEtcd) close() { e.client.Close() }
 
 // newIncarnation returns a number that grows from one incarnation of a
 // member to the next, after after (the incarnation it replaces, or 0):

@@ -167,19 +167,19 @@ type event struct {
 // founds the group, otherwise the view that admits it, with its state
 // transferred (Config.State).
 func Open(ctx context.Context, cfg Config, h Handler) (*Group, error) {
-	return open(ctx, cfg, h, nil)
-}
-
-// open is Open with the etcd of a view-managed group given by etcd (nil:
-// the one Config.Etcd names).
-func open(ctx context.Context, cfg Config, h Handler, etcd etcdBackend) (*Group, error) {
 	g, err := newGroup(ctx, cfg, h)
 	if err != nil {
 		return nil, err
 	}
 	if g.dynamic() {
-		return g.openDynamic(ctx, etcd)
+		return g.openDynamic(ctx)
 	}
+	return g.openFixed(ctx)
+}
+
+// openFixed is Open for a group with fixed membership.
+func (g *Group) openFixed(ctx context.Context) (*Group, error) {
+	var err error
 	c := g.cfg
 	if g.ep = c.Endpoint; g.ep == nil {
 		if g.ep, err = g.listen(staticResolver(c.Members)); err != nil {

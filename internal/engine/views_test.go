@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/convoy-gcs/convoy/internal/etcdembed"
+	"github.com/convoy-gcs/convoy/etcddev"
 	"github.com/convoy-gcs/convoy/internal/invariants"
 	"github.com/convoy-gcs/convoy/internal/kvtest"
 	"github.com/convoy-gcs/convoy/membership"
@@ -30,7 +30,7 @@ import (
 // in-memory transport, around one embedded etcd.
 type vsCluster struct {
 	t      testing.TB
-	etcd   *etcdembed.Server
+	etcd   *etcddev.Server
 	fabric *rdma.MemFabric
 	prefix string
 	// leaseTTL is the members' etcd lease.
@@ -131,12 +131,12 @@ func (n *vsNode) addLocked(e vsEvent) {
 }
 
 func newVSCluster(t *testing.T) *vsCluster {
-	return newVSClusterOn(t, etcdembed.Config{})
+	return newVSClusterOn(t, etcddev.Config{})
 }
 
-func newVSClusterOn(t *testing.T, ecfg etcdembed.Config) *vsCluster {
+func newVSClusterOn(t *testing.T, ecfg etcddev.Config) *vsCluster {
 	t.Helper()
-	srv, err := etcdembed.Start(context.Background(), ecfg)
+	srv, err := etcddev.Start(context.Background(), ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,8 @@ func (c *vsCluster) open(id NodeID, initial int, opts ...func(*Config)) (*vsNode
 		ctx, cancel = context.WithTimeout(ctx, c.openTimeout)
 		defer cancel()
 	}
-	g, err := open(ctx, cfg, func(d Delivery) {
+	cfg.test.etcd = etcd
+	g, err := Open(ctx, cfg, func(d Delivery) {
 		// The state and the history change together (settled reads both).
 		n.mu.Lock()
 		n.state.Apply(d.Payload)
@@ -237,7 +238,7 @@ func (c *vsCluster) open(id NodeID, initial int, opts ...func(*Config)) (*vsNode
 			n.got[string(d.Payload)] = true
 		}
 		n.mu.Unlock()
-	}, etcd)
+	})
 	if err != nil {
 		ep.Close()
 		return nil, err
@@ -380,7 +381,7 @@ func (c *vsCluster) stopEtcd(dir string) (restart func()) {
 		if err := syscall.Close(fd); err != nil {
 			c.t.Fatal(err)
 		}
-		restarted, err := etcdembed.Start(context.Background(), etcdembed.Config{Dir: dir, ClientAddr: addr})
+		restarted, err := etcddev.Start(context.Background(), etcddev.Config{Dir: dir, ClientAddr: addr})
 		if err != nil {
 			c.t.Fatal(err)
 		}
@@ -1109,7 +1110,7 @@ func (c *vsCluster) waitMembers(want int, nodes ...*vsNode) {
 // back, a member's crash is handled as usual.
 func TestViewsEtcdOutage(t *testing.T) {
 	dir := t.TempDir()
-	c := newVSClusterOn(t, etcdembed.Config{Dir: dir})
+	c := newVSClusterOn(t, etcddev.Config{Dir: dir})
 	// Leases outlive the outage here (losing them is tested with paused
 	// processes in tests/vsproc).
 	c.leaseTTL = 10 * time.Second
@@ -1251,7 +1252,7 @@ func TestViewsEtcdOutageLeasesLost(t *testing.T) {
 	for _, durable := range []bool{false, true} {
 		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) {
 			dir := t.TempDir()
-			c := newVSClusterOn(t, etcdembed.Config{Dir: dir})
+			c := newVSClusterOn(t, etcddev.Config{Dir: dir})
 			c.leaseTTL = time.Second
 			var opts []func(*Config)
 			if durable {

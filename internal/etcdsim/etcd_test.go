@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/convoy-gcs/convoy/internal/etcdembed"
+	"github.com/convoy-gcs/convoy/etcddev"
 )
 
 // TestAgainstEtcd runs the same random operations on a Server and on a
@@ -26,7 +26,7 @@ func TestAgainstEtcd(t *testing.T) {
 	ctx := t.Context()
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
-			srv, err := etcdembed.Start(ctx, etcdembed.Config{})
+			srv, err := etcddev.Start(ctx, etcddev.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}

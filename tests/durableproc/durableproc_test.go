@@ -7,7 +7,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/convoy-gcs/convoy/internal/etcdembed"
+	"github.com/convoy-gcs/convoy/etcddev"
 )
 
 func TestMain(m *testing.M) {
@@ -41,7 +41,7 @@ const (
 // startEtcd starts an etcd in this process for one test.
 func startEtcd(t *testing.T) []string {
 	t.Helper()
-	srv, err := etcdembed.Start(t.Context(), etcdembed.Config{})
+	srv, err := etcddev.Start(t.Context(), etcddev.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@
 // directory:
 //
 //   - an etcd cluster of three members, each the embedded etcd server
-//     (internal/etcdembed) run as its own process
+//     (etcddev) run as its own process
 //     (internal/etcdmember), with its own data directory;
 //   - N Convoy members (-jepsen.members, default 5), each a "convoy node
 //     -app kv" (or "-app log") process, or for the group workload an

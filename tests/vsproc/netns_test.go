@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/convoy-gcs/convoy"
-	"github.com/convoy-gcs/convoy/internal/etcdembed"
+	"github.com/convoy-gcs/convoy/etcddev"
 	"github.com/convoy-gcs/convoy/internal/netns"
 )
 
@@ -43,7 +43,7 @@ func TestHelperEtcd(t *testing.T) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	srv, err := etcdembed.Start(t.Context(), etcdembed.Config{ClientAddr: addr})
+	srv, err := etcddev.Start(t.Context(), etcddev.Config{ClientAddr: addr})
 	if err != nil {
 		t.Fatal(err)
 	}

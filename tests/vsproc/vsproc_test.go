@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/convoy-gcs/convoy"
-	"github.com/convoy-gcs/convoy/internal/etcdembed"
+	"github.com/convoy-gcs/convoy/etcddev"
 	"github.com/convoy-gcs/convoy/internal/vscheck"
 )
 
@@ -61,7 +61,7 @@ func TestViewChanges(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts member processes; skipped with -short")
 	}
-	srv, err := etcdembed.Start(t.Context(), etcdembed.Config{})
+	srv, err := etcddev.Start(t.Context(), etcddev.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

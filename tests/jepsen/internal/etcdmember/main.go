@@ -1,5 +1,5 @@
 // Command etcdmember runs one member of an etcd cluster (the embedded
-// etcd server of internal/etcdembed) as its own process, for the fault
+// etcd server of etcddev) as its own process, for the fault
 // campaign of package jepsen:
 //
 //	etcdmember -name e1 -data DIR -client 127.0.0.1:23791 -peer 127.0.0.1:23801 \
@@ -22,7 +22,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/convoy-gcs/convoy/internal/etcdembed"
+	"github.com/convoy-gcs/convoy/etcddev"
 )
 
 func main() {
@@ -54,7 +54,7 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	srv, err := etcdembed.Start(ctx, etcdembed.Config{
+	srv, err := etcddev.Start(ctx, etcddev.Config{
 		Name: *name, Dir: *data, ClientAddr: *client, PeerAddr: *peer, Cluster: members,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	})

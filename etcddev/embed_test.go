@@ -1,4 +1,4 @@
-package etcdembed
+package etcddev
 
 import (
 	"bufio"
@@ -232,7 +232,7 @@ func TestExplicitAddr(t *testing.T) {
 }
 
 func TestRetryable(t *testing.T) {
-	inUse := errors.New("etcdembed: start: listen tcp 127.0.0.1:4001: bind: address already in use")
+	inUse := errors.New("etcddev: start: listen tcp 127.0.0.1:4001: bind: address already in use")
 	for _, tc := range []struct {
 		err    error
 		picked []string

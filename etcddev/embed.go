@@ -1,9 +1,10 @@
-// Package etcdembed runs a single-node etcd inside the current process:
-// Convoy's zero-setup default for the view store, for development, demos
-// and tests. Production deployments point the store at a real etcd
-// cluster, which is its own fixed quorum rather than one embedded in
-// members that come and go.
-package etcdembed
+// Package etcddev runs a single-node etcd inside the current process, for
+// development, demos and tests: start one, and give its Endpoints to
+// convoy.EtcdConfig. Production deployments point the group at a real
+// etcd cluster, which is its own fixed quorum rather than one embedded in
+// members that come and go. The library itself never imports this
+// package, so a program that does not carries no etcd server.
+package etcddev
 
 import (
 	"context"
@@ -62,7 +63,7 @@ const DefaultName = "convoy"
 // lockFile is created inside the data directory and locked while a server
 // uses it, so that a second server on the same directory fails at once
 // instead of blocking on etcd's own database lock.
-const lockFile = "convoy-etcdembed.lock"
+const lockFile = "convoy-etcddev.lock"
 
 // startAttempts bounds the retries when a port picked as free was taken
 // before etcd could bind it.
@@ -85,23 +86,23 @@ type Server struct {
 // ends, or it fails.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("etcdembed: start: %w", err)
+		return nil, fmt.Errorf("etcddev: start: %w", err)
 	}
 	s := &Server{zlog: zapLogger(cfg.Logger)}
 	dir := cfg.Dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "convoy-etcd-")
 		if err != nil {
-			return nil, fmt.Errorf("etcdembed: temp dir: %w", err)
+			return nil, fmt.Errorf("etcddev: temp dir: %w", err)
 		}
 		dir, s.tempDir = d, d
 	} else if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("etcdembed: data dir: %w", err)
+		return nil, fmt.Errorf("etcddev: data dir: %w", err)
 	}
 	lock, err := fileutil.TryLockFile(filepath.Join(dir, lockFile), os.O_WRONLY|os.O_CREATE, fileutil.PrivateFileMode)
 	if err != nil {
 		s.removeTemp()
-		return nil, fmt.Errorf("etcdembed: data dir %s is in use: %w", dir, err)
+		return nil, fmt.Errorf("etcddev: data dir %s is in use: %w", dir, err)
 	}
 	s.lock = lock
 
@@ -127,11 +128,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 func (s *Server) start(ctx context.Context, cfg Config, dir string) (e *embed.Etcd, picked []string, err error) {
 	clientURL, pickedC, err := listenURL(cfg.ClientAddr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("etcdembed: client address: %w", err)
+		return nil, nil, fmt.Errorf("etcddev: client address: %w", err)
 	}
 	peerURL, pickedP, err := listenURL(cfg.PeerAddr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("etcdembed: peer address: %w", err)
+		return nil, nil, fmt.Errorf("etcddev: peer address: %w", err)
 	}
 	if pickedC {
 		picked = append(picked, clientURL.Host)
@@ -154,7 +155,7 @@ func (s *Server) start(ctx context.Context, cfg Config, dir string) (e *embed.Et
 	ec.InitialCluster = ec.InitialClusterFromName(name)
 	if len(cfg.Cluster) > 0 {
 		if cfg.Cluster[name] != peerURL.String() {
-			return nil, picked, fmt.Errorf("etcdembed: the cluster gives %s the peer URL %q, not %q", name, cfg.Cluster[name], peerURL)
+			return nil, picked, fmt.Errorf("etcddev: the cluster gives %s the peer URL %q, not %q", name, cfg.Cluster[name], peerURL)
 		}
 		var members []string
 		for _, n := range slices.Sorted(maps.Keys(cfg.Cluster)) {
@@ -170,7 +171,7 @@ func (s *Server) start(ctx context.Context, cfg Config, dir string) (e *embed.Et
 
 	e, err = embed.StartEtcd(ec)
 	if err != nil {
-		return nil, picked, fmt.Errorf("etcdembed: start: %w", err)
+		return nil, picked, fmt.Errorf("etcddev: start: %w", err)
 	}
 	select {
 	case <-e.Server.ReadyNotify():
@@ -179,11 +180,11 @@ func (s *Server) start(ctx context.Context, cfg Config, dir string) (e *embed.Et
 		if err == nil {
 			err = errors.New("stopped")
 		}
-		err = fmt.Errorf("etcdembed: start: %w", err)
+		err = fmt.Errorf("etcddev: start: %w", err)
 	case <-e.Server.StopNotify():
-		err = errors.New("etcdembed: start: server stopped before it was ready")
+		err = errors.New("etcddev: start: server stopped before it was ready")
 	case <-ctx.Done():
-		err = fmt.Errorf("etcdembed: start: %w", ctx.Err())
+		err = fmt.Errorf("etcddev: start: %w", ctx.Err())
 	}
 	e.Close()
 	return nil, picked, err
@@ -250,7 +251,7 @@ func (s *Server) Client(ctx context.Context) (*clientv3.Client, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, errors.New("etcdembed: server closed")
+		return nil, errors.New("etcddev: server closed")
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   s.endpoints,
@@ -258,11 +259,11 @@ func (s *Server) Client(ctx context.Context) (*clientv3.Client, error) {
 		Logger:      s.zlog,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("etcdembed: client: %w", err)
+		return nil, fmt.Errorf("etcddev: client: %w", err)
 	}
 	if _, err := cli.Status(ctx, s.endpoints[0]); err != nil {
 		cli.Close()
-		return nil, fmt.Errorf("etcdembed: client: %w", err)
+		return nil, fmt.Errorf("etcddev: client: %w", err)
 	}
 	s.clients = append(s.clients, cli)
 	return cli, nil
@@ -289,7 +290,7 @@ func (s *Server) Close() error {
 	select {
 	case e, ok := <-s.etcd.Err():
 		if ok && e != nil {
-			err = fmt.Errorf("etcdembed: %w", e)
+			err = fmt.Errorf("etcddev: %w", e)
 		}
 	default:
 	}
@@ -311,7 +312,7 @@ func (s *Server) removeTemp() error {
 		return nil
 	}
 	if err := os.RemoveAll(s.tempDir); err != nil {
-		return fmt.Errorf("etcdembed: remove temp dir: %w", err)
+		return fmt.Errorf("etcddev: remove temp dir: %w", err)
 	}
 	s.tempDir = ""
 	return nil
