@@ -24,3 +24,17 @@ func TestImportsNoEtcdServer(t *testing.T) {
 		}
 	}
 }
+
+// The durable log compiles no etcd client: it takes its view records from
+// package membership/record.
+func TestPersistenceImportsNoEtcd(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "./persistence").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if strings.HasPrefix(p, "go.etcd.io/") {
+			t.Errorf("package persistence imports %s", p)
+		}
+	}
+}

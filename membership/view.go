@@ -2,108 +2,28 @@ package membership
 
 import (
 	"errors"
-	"fmt"
+
+	"github.com/convoy-gcs/convoy/membership/record"
 )
 
-// ID identifies a member process (the transport's node id). A member that
-// restarts, or rejoins after being excluded, keeps its ID and takes a new
-// Incarnation.
-type ID = uint64
-
-// Member is one incarnation of a member.
-type Member struct {
-	ID          ID     `json:"id"`
-	Incarnation uint64 `json:"incarnation"`
-	// Addr is the member's transport address (host:port).
-	Addr string `json:"addr"`
-}
-
-func (m Member) String() string { return fmt.Sprintf("%d.%d", m.ID, m.Incarnation) }
-
-// SenderCut says how many of one sender's messages of a view are
-// delivered in that view: its messages 1..Seq (by its sequence numbers in
-// that view) are, every later one is not.
-type SenderCut struct {
-	ID  ID     `json:"id"`
-	Seq uint64 `json:"seq"`
-}
-
-// View is a committed view record: view Epoch with its Members in rank
-// order, together with the cut that ended the previous view. It is the
-// unit the store commits, one per epoch, and never changes once committed.
-type View struct {
-	Epoch uint64 `json:"epoch"`
-	// Members lists the view in rank order: the members of the previous
-	// view that stay, in their previous order, then the joiners.
-	Members []Member `json:"members"`
-	// Cut ends the previous view: for every member of the previous view
-	// (including those excluded now), in the previous view's rank order,
-	// how many of its messages of that view are delivered. Empty for the
-	// first view.
-	Cut []SenderCut `json:"cut,omitempty"`
-	// Start is the global delivery index of the previous view's last
-	// message: this view's first message gets index Start+1. Zero for the
-	// first view.
-	Start uint64 `json:"start"`
-	// Sent gives, for every member of this view in rank order, how many of
-	// its messages were delivered in earlier views. A member's messages
-	// are numbered across views: its message #s in this view is its
-	// message Sent[rank]+s overall (per incarnation; zero for joiners).
-	Sent []uint64 `json:"sent"`
-	// Joining lists the members admitted by this view that must receive
-	// state before they count towards a majority (until then they hold
-	// none of the group's state).
-	Joining []ID `json:"joining,omitempty"`
-	// Recovered marks a view that restarts the group from its members'
-	// logs after most of the previous view failed (see DecideRecovery):
-	// its members are new incarnations, Start is the end of the log
-	// chosen to go on from, and Cut counts that log's messages of the
-	// previous view per sender. Its members not in Joining hold that
-	// log; the others receive the state.
-	Recovered bool `json:"recovered,omitempty"`
-	// Suffixes lists the joiners whose own logs hold the group's
-	// sequence up to From-1: each receives the messages From..Start from
-	// its Donor's log instead of a snapshot of the state.
-	Suffixes []Suffix `json:"suffixes,omitempty"`
-}
-
-// Suffix says that joiner ID receives the group's messages From..Start
-// (the view's Start) from member Donor's log.
-type Suffix struct {
-	ID    ID     `json:"id"`
-	From  uint64 `json:"from"`
-	Donor ID     `json:"donor"`
-}
-
-// LogPos identifies the last entry of a restarted member's log: its
-// index and the message there. A member that asks to join with it may
-// receive only the messages after it (View.Suffixes).
-type LogPos struct {
-	Last   uint64 `json:"last"`
-	Epoch  uint64 `json:"epoch"`
-	Sender ID     `json:"sender"`
-	Seq    uint64 `json:"seq"`
-}
-
-// SuffixOf returns the suffix transfer of joiner id in v, if any.
-func (v *View) SuffixOf(id ID) (Suffix, bool) {
-	for _, s := range v.Suffixes {
-		if s.ID == id {
-			return s, true
-		}
-	}
-	return Suffix{}, false
-}
-
-// Rank returns the rank of member id in v, or -1.
-func (v *View) Rank(id ID) int {
-	for i, m := range v.Members {
-		if m.ID == id {
-			return i
-		}
-	}
-	return -1
-}
+// The view records, defined in package record (which the durable log
+// uses without the etcd client); see there.
+type (
+	// ID identifies a member process.
+	ID = record.ID
+	// Member is one incarnation of a member.
+	Member = record.Member
+	// SenderCut says how many of one sender's messages of a view are
+	// delivered in that view.
+	SenderCut = record.SenderCut
+	// View is a committed view record.
+	View = record.View
+	// Suffix says that a joiner receives the group's messages from a
+	// donor's log.
+	Suffix = record.Suffix
+	// LogPos identifies the last entry of a restarted member's log.
+	LogPos = record.LogPos
+)
 
 // End returns the global index of the last message of view v given its
 // cut (the next view's Start): v.Start plus every sender's cut.

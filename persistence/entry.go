@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 
-	"github.com/convoy-gcs/convoy/membership"
+	"github.com/convoy-gcs/convoy/membership/record"
 )
 
 // Entry is one delivered message in the log.
@@ -143,7 +143,7 @@ func decodeEntry(key, value []byte) (Entry, error) {
 }
 
 // encodeView returns the key and value of view record v.
-func encodeView(v *membership.View) (key, value []byte, err error) {
+func encodeView(v *record.View) (key, value []byte, err error) {
 	j, err := json.Marshal(v)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding view %d: %w", v.Epoch, err)
@@ -156,21 +156,21 @@ func encodeView(v *membership.View) (key, value []byte, err error) {
 }
 
 // decodeView decodes and verifies a view record.
-func decodeView(key, value []byte) (membership.View, error) {
+func decodeView(key, value []byte) (record.View, error) {
 	epoch, ok := parseKey(prefixView, key)
 	if !ok {
-		return membership.View{}, fmt.Errorf("malformed view key %x", key)
+		return record.View{}, fmt.Errorf("malformed view key %x", key)
 	}
 	body, err := open(key, value)
 	if err != nil {
-		return membership.View{}, err
+		return record.View{}, err
 	}
-	var v membership.View
+	var v record.View
 	if err := json.Unmarshal(body, &v); err != nil {
-		return membership.View{}, fmt.Errorf("view %d: %w", epoch, err)
+		return record.View{}, fmt.Errorf("view %d: %w", epoch, err)
 	}
 	if v.Epoch != epoch {
-		return membership.View{}, fmt.Errorf("view record for epoch %d holds epoch %d", epoch, v.Epoch)
+		return record.View{}, fmt.Errorf("view record for epoch %d holds epoch %d", epoch, v.Epoch)
 	}
 	return v, nil
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/convoy-gcs/convoy/membership"
+	"github.com/convoy-gcs/convoy/membership/record"
 )
 
 // Errors returned by the log, for callers to test with errors.Is. Returned
@@ -601,7 +601,7 @@ func (l *Log) missing(index uint64) error {
 // record again is a no-op. Errors: ErrViewConflict (a different record for
 // v.Epoch exists), ErrCorrupt, ErrClosed, ctx's, or an error wrapping
 // ErrFailed.
-func (l *Log) PutView(ctx context.Context, v membership.View) error {
+func (l *Log) PutView(ctx context.Context, v record.View) error {
 	k, val, err := encodeView(&v)
 	if err != nil {
 		return err
@@ -647,7 +647,7 @@ func (l *Log) get(k []byte) ([]byte, error) {
 
 // Views returns every view record held, in epoch order. Errors:
 // ErrCorrupt (naming the epoch), ctx's, ErrClosed.
-func (l *Log) Views(ctx context.Context) ([]membership.View, error) {
+func (l *Log) Views(ctx context.Context) ([]record.View, error) {
 	l.dbMu.RLock()
 	defer l.dbMu.RUnlock()
 	if l.dbClosed {
@@ -661,7 +661,7 @@ func (l *Log) Views(ctx context.Context) ([]membership.View, error) {
 		return nil, fmt.Errorf("persistence: views: %w", err)
 	}
 	defer it.Close()
-	var vs []membership.View
+	var vs []record.View
 	for ok := it.First(); ok; ok = it.Next() {
 		if err := ctx.Err(); err != nil {
 			return nil, err

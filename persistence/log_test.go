@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
 
-	"github.com/convoy-gcs/convoy/membership"
+	"github.com/convoy-gcs/convoy/membership/record"
 )
 
 func TestMain(m *testing.M) {
@@ -397,7 +397,7 @@ func TestViewsAndSnapshot(t *testing.T) {
 	fs := vfs.NewMem()
 	l := openLog(t, fs, "db")
 	ctx := context.Background()
-	views := []membership.View{
+	views := []record.View{
 		{Epoch: 1, Members: members(1, 2, 3), Sent: []uint64{0, 0, 0}},
 		{Epoch: 2, Members: members(1, 3), Cut: cut(5, 0, 7), Start: 12, Sent: []uint64{5, 7}},
 		{Epoch: 300, Members: members(1, 3, 4), Cut: cut(2, 2), Start: 16, Sent: []uint64{7, 9, 0}, Joining: []uint64{4}},
@@ -501,24 +501,24 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
-func members(ids ...uint64) []membership.Member {
-	ms := make([]membership.Member, len(ids))
+func members(ids ...uint64) []record.Member {
+	ms := make([]record.Member, len(ids))
 	for i, id := range ids {
-		ms[i] = membership.Member{ID: id, Incarnation: 1, Addr: fmt.Sprintf("10.0.0.%d:7000", id)}
+		ms[i] = record.Member{ID: id, Incarnation: 1, Addr: fmt.Sprintf("10.0.0.%d:7000", id)}
 	}
 	return ms
 }
 
-func cut(seqs ...uint64) []membership.SenderCut {
-	c := make([]membership.SenderCut, len(seqs))
+func cut(seqs ...uint64) []record.SenderCut {
+	c := make([]record.SenderCut, len(seqs))
 	for i, s := range seqs {
-		c[i] = membership.SenderCut{ID: uint64(i + 1), Seq: s}
+		c[i] = record.SenderCut{ID: uint64(i + 1), Seq: s}
 	}
 	return c
 }
 
-func membershipViewFor(epoch uint64) membership.View {
-	return membership.View{Epoch: epoch, Members: members(1, 2), Start: epoch * 10, Sent: []uint64{epoch, 0}}
+func membershipViewFor(epoch uint64) record.View {
+	return record.View{Epoch: epoch, Members: members(1, 2), Start: epoch * 10, Sent: []uint64{epoch, 0}}
 }
 
 // TestInstallSnapshot: a log whose state comes from elsewhere starts over
