@@ -124,8 +124,10 @@ const DefaultMaxLag = engine.DefaultMaxLag
 // excluded, joiners receive the group's state, and the group goes on in
 // a new view (virtual synchrony, Atomic mode only).
 //
-// Fields left zero take their documented defaults. Open refuses a config
-// with mistakes, as Validate reports them.
+// Fields left zero take their documented defaults (DefaultConfig returns
+// them). Open refuses a config with mistakes, as Validate reports them:
+// values out of range, and fields set that the chosen membership or
+// transport would ignore.
 type Config struct {
 	// Self is this member's id, unique in the group.
 	Self NodeID
@@ -246,6 +248,30 @@ var (
 	// ErrLeft is returned by Send after Leave.
 	ErrLeft = engine.ErrLeft
 )
+
+// DefaultConfig returns a Config whose fields that have a documented
+// default hold it, for a program to start from and change: the
+// defaults that Open applies to fields left zero, made visible. Self,
+// and Members or Etcd, are the caller's to set. A default that does not
+// apply to the group's membership (the failure detector's, in a group
+// with fixed membership) is not an error.
+func DefaultConfig() Config {
+	d, _ := engine.Config{}.WithDefaults() // the mistakes of an empty config do not matter here
+	return Config{
+		InitialMembers:    d.InitialMembers,
+		HeartbeatInterval: d.HeartbeatInterval,
+		SuspectTimeout:    d.SuspectTimeout,
+		StallTimeout:      d.StallTimeout,
+		MaxDonors:         d.MaxDonors,
+		TransferStall:     d.TransferStall,
+		Mode:              d.Mode,
+		Epoch:             d.Epoch,
+		BeaconGap:         d.BeaconGap,
+		WindowMessages:    d.WindowMessages,
+		WindowBytes:       d.WindowBytes,
+		MaxMessageBytes:   d.MaxMessageBytes,
+	}
+}
 
 // Validate reports the mistakes in c that Open would refuse it for, one
 // error per field (joined, see errors.Join), each wrapping

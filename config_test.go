@@ -151,3 +151,28 @@ func TestValidateThroughRoot(t *testing.T) {
 		})
 	}
 }
+
+// DefaultConfig holds the documented defaults, and a config made from it
+// is valid for either kind of membership.
+func TestDefaultConfig(t *testing.T) {
+	d := DefaultConfig()
+	want := Config{
+		InitialMembers: 1, HeartbeatInterval: DefaultHeartbeatInterval, SuspectTimeout: DefaultSuspectTimeout,
+		StallTimeout: DefaultStallTimeout, MaxDonors: DefaultMaxDonors, TransferStall: DefaultTransferStall,
+		Mode: Atomic, Epoch: 1, BeaconGap: DefaultBeaconGap, WindowMessages: DefaultWindowMessages,
+		WindowBytes: DefaultWindowBytes, MaxMessageBytes: DefaultMaxMessageBytes,
+	}
+	if !reflect.DeepEqual(d, want) {
+		t.Errorf("DefaultConfig() = %+v, want %+v", d, want)
+	}
+	fixed := d
+	fixed.Self, fixed.Members = 1, []Member{{ID: 1, Addr: "127.0.0.1:1"}}
+	if err := fixed.Validate(); err != nil {
+		t.Errorf("a fixed group from DefaultConfig: %v", err)
+	}
+	views := d
+	views.Self, views.Etcd = 1, &EtcdConfig{Endpoints: []string{"127.0.0.1:2379"}}
+	if err := views.Validate(); err != nil {
+		t.Errorf("a view-managed group from DefaultConfig: %v", err)
+	}
+}

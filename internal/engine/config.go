@@ -206,6 +206,11 @@ func (c Config) Validate() error {
 	return err
 }
 
+// WithDefaults returns c with every documented default applied to the
+// fields left zero, and the mistakes Validate reports (c is completed
+// even then).
+func (c Config) WithDefaults() (Config, error) { return c.withDefaults() }
+
 // withDefaults returns c with every documented default applied to the
 // fields left zero (the one place that applies them), or the mistakes
 // Validate reports.
@@ -215,6 +220,7 @@ func (c Config) withDefaults() (Config, error) {
 		errs = append(errs, fmt.Errorf("%w: Config.%s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
 	}
 	c.checkMembers(bad)
+	c.checkApplies(bad)
 	if c.Etcd != nil && len(c.Etcd.Endpoints) == 0 && c.test.etcd == nil {
 		bad("Etcd.Endpoints", "none: a view-managed group needs an etcd cluster (package etcddev starts one in this process, for development and tests)")
 	}
@@ -324,6 +330,33 @@ func def[T comparable](p *T, v T) {
 	var zero T
 	if *p == zero {
 		*p = v
+	}
+}
+
+// checkApplies reports each field set (to other than zero or its
+// default) that the chosen membership or transport would ignore.
+func (c Config) checkApplies(bad func(field, format string, args ...any)) {
+	set := func(field string, is bool, why string) {
+		if is {
+			bad(field, "set, but %s", why)
+		}
+	}
+	if c.Etcd == nil {
+		const why = "it applies only to a view-managed group (Etcd set)"
+		set("InitialMembers", c.InitialMembers != 0 && c.InitialMembers != 1, why)
+		set("HeartbeatInterval", c.HeartbeatInterval != 0 && c.HeartbeatInterval != DefaultHeartbeatInterval, why)
+		set("SuspectTimeout", c.SuspectTimeout != 0 && c.SuspectTimeout != DefaultSuspectTimeout, why)
+		set("StallTimeout", c.StallTimeout != 0 && c.StallTimeout != DefaultStallTimeout, why)
+		set("MaxDonors", c.MaxDonors != 0 && c.MaxDonors != DefaultMaxDonors, why)
+		set("TransferStall", c.TransferStall != 0 && c.TransferStall != DefaultTransferStall, why)
+		set("State", c.State != nil && c.Durable == nil, "it applies only to a view-managed group (joiners receive it) or to durable delivery (Group.Snapshot)")
+	} else {
+		set("Epoch", c.Epoch > 1, "a view-managed group takes its epochs from its views")
+	}
+	if c.Endpoint != nil {
+		const why = "Open listens only without Endpoint"
+		set("ListenAddr", c.ListenAddr != "", why)
+		set("TLS", c.TLS != nil, "it secures only the tcp transport Open makes (Endpoint nil)")
 	}
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"reflect"
@@ -13,6 +14,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/convoy-gcs/convoy/multicast"
+	"github.com/convoy-gcs/convoy/rdma"
 )
 
 // TestConfigDefaults: every default the documentation of Config,
@@ -194,6 +196,19 @@ func TestConfigValidate(t *testing.T) {
 		}), []string{"HeartbeatInterval", "StallTimeout", "TransferStall", "Etcd.DialTimeout", "Etcd.LeaseTTL"}},
 		{"negative restart wait", views(func(c *Config) { c.Durable = &DurableConfig{Dir: "log", RestartWait: -1} }), []string{"Durable.RestartWait"}},
 		{"two mistakes", views(func(c *Config) { c.Self, c.Mode = 0, Unordered }), []string{"Mode", "Self"}},
+		{"view fields in a fixed group", fixed(func(c *Config) {
+			c.InitialMembers, c.HeartbeatInterval, c.SuspectTimeout, c.StallTimeout, c.MaxDonors, c.TransferStall = 3, time.Second, 2*time.Second, time.Second, 2, time.Second
+		}), []string{"InitialMembers", "HeartbeatInterval", "SuspectTimeout", "StallTimeout", "MaxDonors", "TransferStall"}},
+		{"view defaults in a fixed group", fixed(func(c *Config) {
+			c.InitialMembers, c.HeartbeatInterval, c.MaxDonors = 1, DefaultHeartbeatInterval, DefaultMaxDonors
+		}), nil},
+		{"state in a fixed group", fixed(func(c *Config) { c.State = struct{ StateMachine }{} }), []string{"State"}},
+		{"state in a durable fixed group", fixed(func(c *Config) { c.State, c.Durable = struct{ StateMachine }{}, &DurableConfig{Dir: "log"} }), nil},
+		{"epoch in a view-managed group", views(func(c *Config) { c.Epoch = 5 }), []string{"Epoch"}},
+		{"listening with an endpoint", fixed(func(c *Config) {
+			c.Endpoint, c.ListenAddr, c.TLS = struct{ rdma.Endpoint }{}, "127.0.0.1:1", &tls.Config{}
+		}),
+			[]string{"ListenAddr", "TLS"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
