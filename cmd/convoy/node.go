@@ -97,6 +97,8 @@ type servingLine struct {
 	App     string `json:"app"`
 	HTTP    string `json:"http"`
 	PID     int    `json:"pid"`
+	// Metrics is the address of the operator endpoints, if served.
+	Metrics string `json:"metrics,omitempty"`
 }
 
 // runNode is "convoy node".
@@ -186,6 +188,19 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 		TLS:               memberTLS,
 		Logger:            log,
 	}
+	var metricsAddr string
+	if s.MetricsAddr != "" {
+		ops, err := startOps(s.MetricsAddr, log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := ops.close(); err != nil {
+				log.Warn("closing the operator endpoints", "err", err)
+			}
+		}()
+		cfg.MeterProvider, metricsAddr = ops.mp, ops.addr.String()
+	}
 	if s.ClockOffset != 0 || s.ClockDriftPPM != 0 {
 		cfg.Clock = skewclock.New(s.ClockOffset, s.ClockDriftPPM)
 		log.Info("clock set off", "offset", s.ClockOffset, "drift_ppm", s.ClockDriftPPM)
@@ -202,7 +217,7 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 	}()
 	handler := svc.Handler()
 	h.h.Store(&handler)
-	line, err := json.Marshal(servingLine{Serving: true, ID: s.ID, App: s.App, HTTP: url, PID: os.Getpid()})
+	line, err := json.Marshal(servingLine{Serving: true, ID: s.ID, App: s.App, HTTP: url, PID: os.Getpid(), Metrics: metricsAddr})
 	if err != nil {
 		return err
 	}

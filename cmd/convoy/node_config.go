@@ -41,6 +41,9 @@ type nodeSettings struct {
 	// reach it ("": made from the address listened on).
 	HTTP    string `json:"http"`
 	HTTPURL string `json:"http_url"`
+	// MetricsAddr is the listen address of the operator endpoints,
+	// /metrics and /debug/pprof/ ("": none).
+	MetricsAddr string `json:"metrics_addr"`
 	// Etcd lists the endpoints of the etcd that holds the views; Prefix
 	// namespaces the group's keys there.
 	Etcd   []string `json:"etcd"`
@@ -90,6 +93,7 @@ func defineNodeFlags(fs *flag.FlagSet) {
 	fs.String("addr", "", "transport `address` other members reach this one at (default: the address listened on)")
 	fs.String("http", "127.0.0.1:0", "HTTP API listen `address`, host:port (port 0: a free one)")
 	fs.String("http-url", "", "base `URL` clients reach the API at (default: http:// and the address listened on)")
+	fs.String("metrics-addr", "", "listen `address` of the operator endpoints, /metrics (Prometheus) and /debug/pprof/ (default: none)")
 	fs.String("etcd", "", "etcd `endpoints`, comma-separated URLs (required)")
 	fs.String("prefix", "/convoy/", "etcd key `prefix` of the group, ending in /")
 	fs.String("data", "", "`directory` of the durable log (required)")
