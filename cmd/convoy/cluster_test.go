@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convoy-gcs/convoy"
 	logclient "github.com/convoy-gcs/convoy/examples/log/client"
 	kvclient "github.com/convoy-gcs/convoy/examples/paxos/client"
 )
@@ -180,10 +181,13 @@ func TestCluster(t *testing.T) {
 		}
 		if s := m.Status; s == nil || !s.Serving || s.Epoch != r.Epoch || s.Tail == nil || *s.Tail != 3 || s.Applied < 3 {
 			t.Errorf("member %d's own status %+v (error %q): want serving in view %d with tail 3", m.ID, s, m.Error, r.Epoch)
+		} else if g := s.Group; g == nil || g.Self != convoy.NodeID(m.ID) || g.Phase != "active" || g.Lease != "held" || g.Durable < 3 {
+			t.Errorf("member %d's group status %+v: want active, holding its lease, durable up to 3", m.ID, g)
 		}
 	}
 	code, table, _ := runCommand(t, &cli{}, "status", "-etcd", strings.Join(ready.Etcd, ","))
-	if code != 0 || !strings.Contains(table, fmt.Sprintf("view %d, 3 members", r.Epoch)) || !strings.Contains(table, ready.Members[2].HTTP) {
+	if code != 0 || !strings.Contains(table, fmt.Sprintf("view %d, 3 members", r.Epoch)) || !strings.Contains(table, ready.Members[2].HTTP) ||
+		!strings.Contains(table, "PHASE") || strings.Count(table, " held") != 3 {
 		t.Errorf("status table (exit %d):\n%s", code, table)
 	}
 

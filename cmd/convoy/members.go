@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/convoy-gcs/convoy"
 	"github.com/convoy-gcs/convoy/internal/childproc"
 )
 
@@ -146,6 +147,8 @@ type memberStatus struct {
 	Applied uint64  `json:"applied"`
 	Trim    *uint64 `json:"trim,omitempty"`
 	Tail    *uint64 `json:"tail,omitempty"`
+	// Group is the library's account of the member (convoy.Group.Status).
+	Group *convoy.Status `json:"group,omitempty"`
 }
 
 // has reports whether the member's view holds id.

@@ -31,8 +31,10 @@ the delivery index it starts after, and its members in rank order with
 their incarnation and transport address) and, for each member, the base
 URL of its HTTP API (which "convoy node" records in etcd) and what the
 member itself reports on GET /status: whether it serves, the view it is
-in, and the last delivery index it applied (its frontier; for the shared
-log, its tail too). Processes that recorded a URL but are not in the view
+in, the last delivery index it applied (its frontier; for the shared
+log, its tail too) and, from the library (convoy.Group.Status), its
+phase, the durable index, how far its delivery barrier trails its clock,
+and whether it holds its etcd lease. Processes that recorded a URL but are not in the view
 (starting, joining, or rejoining after an exclusion) are listed after the
 members.
 
@@ -199,7 +201,7 @@ func (r statusReport) print(w io.Writer) error {
 		fmt.Fprintf(&b, "prefix %s: view %d, %d members, starts after delivery %d\n", r.Prefix, r.Epoch, r.inView(), r.Start)
 	}
 	tw := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tINC\tTRANSPORT\tHTTP\tPID\tSERVING\tEPOCH\tAPPLIED\tTAIL\t")
+	fmt.Fprintln(tw, "ID\tINC\tTRANSPORT\tHTTP\tPID\tSERVING\tEPOCH\tAPPLIED\tTAIL\tPHASE\tDURABLE\tLAG\tLEASE\t")
 	for _, m := range r.Members {
 		inc, addr := "-", "(not in the view)"
 		if m.InView {
@@ -216,11 +218,15 @@ func (r statusReport) print(w io.Writer) error {
 			if s.Tail != nil {
 				tail = strconv.FormatUint(*s.Tail, 10)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t\n", yesNo(s.Serving), s.Epoch, s.Applied, tail)
+			phase, durable, lag, lease := "-", "-", "-", "-"
+			if g := s.Group; g != nil {
+				phase, durable, lag, lease = g.Phase, strconv.FormatUint(g.Durable, 10), g.Lag.Round(time.Millisecond).String(), orDash(g.Lease)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", yesNo(s.Serving), s.Epoch, s.Applied, tail, phase, durable, lag, lease)
 		case m.Error == errStarting.Error():
-			fmt.Fprintf(tw, "starting\t-\t-\t-\t\n")
+			fmt.Fprintf(tw, "starting\t-\t-\t-\t-\t-\t-\t-\t\n")
 		default:
-			fmt.Fprintf(tw, "no: %s\t\t\t\t\n", m.Error)
+			fmt.Fprintf(tw, "no: %s\t\t\t\t\t\t\t\t\n", m.Error)
 		}
 	}
 	if err := tw.Flush(); err != nil {
