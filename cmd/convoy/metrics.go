@@ -8,12 +8,18 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // opsServer is a member's operator endpoints: the group's metrics in the
@@ -67,4 +73,31 @@ func (o *opsServer) close() error {
 		err = errors.Join(err, serr)
 	}
 	return errors.Join(err, o.mp.Shutdown(ctx))
+}
+
+// startTracing exports the group's spans (view changes, state transfers,
+// snapshots) to the OTLP/HTTP collector at endpoint: its base URL, such
+// as http://collector:4318, to which the standard path /v1/traces is
+// added, or the full URL of its traces endpoint. It returns the tracer
+// provider to give the group, whose Shutdown sends what is left.
+func startTracing(ctx context.Context, endpoint string, id uint64) (*sdktrace.TracerProvider, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("OTLP endpoint %q: want a URL such as http://collector:4318", endpoint)
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = "/v1/traces"
+	}
+	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u.String()))
+	if err != nil {
+		return nil, fmt.Errorf("OTLP exporter: %w", err)
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
+		attribute.String("service.name", "convoy"),
+		attribute.String("service.instance.id", strconv.FormatUint(id, 10)),
+	))
+	if err != nil {
+		return nil, fmt.Errorf("trace resource: %w", err)
+	}
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
 }

@@ -8,9 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/convoy-gcs/convoy/etcddev"
 )
@@ -105,4 +110,76 @@ func scrape(t *testing.T, url string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// Members run with -otlp-endpoint send their spans to the collector: a
+// view change when a second member joins, and the state transfer into it.
+func TestNodeTraces(t *testing.T) {
+	var mu sync.Mutex
+	names := make(map[string]int)
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil || r.URL.Path != "/v1/traces" {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		var req coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		for _, rs := range req.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				for _, sp := range ss.Spans {
+					names[sp.Name]++
+				}
+			}
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		b, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		w.Write(b)
+	}))
+	defer collector.Close()
+
+	ctx := context.Background()
+	etcd, err := etcddev.Start(ctx, etcddev.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	start := func(id uint64) (cancel func() error) {
+		nctx, stop := context.WithCancel(ctx)
+		s := nodeSettings{
+			ID: id, App: "kv", Listen: "127.0.0.1:0", HTTP: "127.0.0.1:0", OTLPEndpoint: collector.URL,
+			Etcd: etcd.Endpoints(), Prefix: "/convoy/", Data: t.TempDir(), Initial: 1,
+		}
+		pr, pw := io.Pipe()
+		served := make(chan error, 1)
+		go func() {
+			served <- serveNode(nctx, s, pw, slog.New(slog.DiscardHandler))
+			pw.Close()
+		}()
+		var line servingLine
+		if err := json.NewDecoder(pr).Decode(&line); err != nil {
+			stop()
+			t.Fatalf("member %d: serving line: %v (%v)", id, err, <-served)
+		}
+		go io.Copy(io.Discard, pr)
+		return func() error { stop(); return <-served }
+	}
+	stop1 := start(1)
+	stop2 := start(2) // joins: a view change, and a state transfer into it
+	if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+	if err := stop1(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if names["convoy.view.change"] == 0 || names["convoy.state.transfer"] == 0 {
+		t.Errorf("the collector received spans %v; want convoy.view.change and convoy.state.transfer", names)
+	}
 }

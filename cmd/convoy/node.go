@@ -201,6 +201,20 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 		}()
 		cfg.MeterProvider, metricsAddr = ops.mp, ops.addr.String()
 	}
+	if s.OTLPEndpoint != "" {
+		tp, err := startTracing(ctx, s.OTLPEndpoint, s.ID)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), nodeShutdownTimeout)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				log.Warn("sending the last traces", "err", err)
+			}
+		}()
+		cfg.TracerProvider = tp
+	}
 	if s.ClockOffset != 0 || s.ClockDriftPPM != 0 {
 		cfg.Clock = skewclock.New(s.ClockOffset, s.ClockDriftPPM)
 		log.Info("clock set off", "offset", s.ClockOffset, "drift_ppm", s.ClockDriftPPM)

@@ -44,6 +44,9 @@ type nodeSettings struct {
 	// MetricsAddr is the listen address of the operator endpoints,
 	// /metrics and /debug/pprof/ ("": none).
 	MetricsAddr string `json:"metrics_addr"`
+	// OTLPEndpoint is the URL of an OTLP/HTTP collector that receives the
+	// group's traces ("": none).
+	OTLPEndpoint string `json:"otlp_endpoint"`
 	// Etcd lists the endpoints of the etcd that holds the views; Prefix
 	// namespaces the group's keys there.
 	Etcd   []string `json:"etcd"`
@@ -94,6 +97,7 @@ func defineNodeFlags(fs *flag.FlagSet) {
 	fs.String("http", "127.0.0.1:0", "HTTP API listen `address`, host:port (port 0: a free one)")
 	fs.String("http-url", "", "base `URL` clients reach the API at (default: http:// and the address listened on)")
 	fs.String("metrics-addr", "", "listen `address` of the operator endpoints, /metrics (Prometheus) and /debug/pprof/ (default: none)")
+	fs.String("otlp-endpoint", "", "`URL` of an OTLP/HTTP collector to send traces to, e.g. http://localhost:4318 (default: none)")
 	fs.String("etcd", "", "etcd `endpoints`, comma-separated URLs (required)")
 	fs.String("prefix", "/convoy/", "etcd key `prefix` of the group, ending in /")
 	fs.String("data", "", "`directory` of the durable log (required)")
