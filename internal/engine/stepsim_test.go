@@ -861,7 +861,7 @@ func (s *stepSim) open(id NodeID, initial int) {
 		// (RDMC's receive buffers and a joiner's are allocated again at
 		// every view and transfer).
 		BlockBytes:        16 << 10,
-		test:              hooks{host: m, batchBytes: 8 << 10, transferChunkBytes: 16 << 10, plant: s.plant},
+		test:              hooks{host: m, etcd: stepEtcd{}, batchBytes: 8 << 10, transferChunkBytes: 16 << 10, plant: s.plant},
 		HeartbeatInterval: 40 * time.Millisecond, SuspectTimeout: 200 * time.Millisecond,
 		Logger: testLogger(),
 		Clock: func() int64 {
