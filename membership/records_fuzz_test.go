@@ -1,0 +1,84 @@
+package membership
+
+import (
+	"encoding/json"
+	"testing"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// FuzzDecodeRecords feeds the decoders of the store's etcd records —
+// what any process with access to the group's prefix can write — with
+// arbitrary keys and values in every directory of the layout. A decoder
+// may refuse a record; it must never panic, and what it accepts must say
+// what its key says.
+func FuzzDecodeRecords(f *testing.F) {
+	k := keys{"/convoy/"}
+	view, _ := json.Marshal(View{Epoch: 3, Members: []Member{{ID: 1, Incarnation: 5, Addr: "10.0.0.1:7000"}}, Sent: []uint64{0}})
+	member, _ := json.Marshal(Member{ID: 2, Incarnation: 7, Addr: "10.0.0.2:7000"})
+	report, _ := json.Marshal(Report{Epoch: 3, Member: Member{ID: 1, Incarnation: 5}})
+	recovery, _ := json.Marshal(Recovery{Epoch: 3, Member: Member{ID: 1, Incarnation: 9}, LogLast: 40})
+	f.Add(uint8(0), "", view)
+	f.Add(uint8(1), "2", member)
+	f.Add(uint8(2), "2", []byte(`{"id":2,"incarnation":7,"addr":"x","log":{"last":4,"epoch":1,"sender":1,"seq":2}}`))
+	f.Add(uint8(3), "1", report)
+	f.Add(uint8(4), "2/1", []byte("silent for 250ms"))
+	f.Add(uint8(5), "1", recovery)
+	f.Add(uint8(6), "0000000000000003/1", []byte("5"))
+	f.Add(uint8(1), "99999999999999999999", []byte("{}"))
+	f.Add(uint8(0), "", []byte(`{"epoch":3,"members":null,"cut":[{"id":1}],"suffixes":[{"id":9,"from":0}]}`))
+	f.Fuzz(func(t *testing.T, dir uint8, key string, value []byte) {
+		const epoch = 3
+		var prefix string
+		switch dir % 7 {
+		case 0:
+			prefix = k.view()
+		case 1:
+			prefix = k.members()
+		case 2:
+			prefix = k.joins()
+		case 3:
+			prefix = k.reportsAt(epoch)
+		case 4:
+			prefix = k.suspectsAt(epoch)
+		case 5:
+			prefix = k.recoveriesAt(epoch)
+		case 6:
+			prefix = k.caughtUps()
+		}
+		kv := []*mvccpb.KeyValue{{Key: []byte(prefix + key), Value: value}}
+		s := &Store{k: k}
+		switch dir % 7 {
+		case 0:
+			if v, err := decodeView(kv[0], 0); err == nil {
+				if _, err := s.decodeState(1, v, nil, nil, nil, nil, nil, nil); err != nil {
+					t.Fatalf("a view decoded, then its state did not: %v", err)
+				}
+			}
+		case 1:
+			if m, err := decodeMember(kv[0], k.members()); err == nil && idKey(m.ID) != key {
+				t.Fatalf("member %d decoded from key %q", m.ID, key)
+			}
+			s.decodeState(1, View{}, kv, nil, nil, nil, nil, nil)
+		case 2:
+			s.decodeState(1, View{}, nil, kv, nil, nil, nil, nil)
+		case 3:
+			if r, err := decodeReport(kv[0], k.reportsAt(epoch), epoch); err == nil && (r.Epoch != epoch || idKey(r.Member.ID) != key) {
+				t.Fatalf("report %+v decoded from key %q", r, key)
+			}
+			s.decodeState(1, View{Epoch: epoch}, nil, nil, nil, nil, kv, nil)
+		case 4:
+			s.decodeState(1, View{Epoch: epoch}, nil, nil, nil, kv, nil, nil)
+		case 5:
+			if rs, err := decodeRecoveries(kv, k.recoveriesAt(epoch), epoch); err == nil {
+				for id, r := range rs {
+					if r.Epoch != epoch || r.Member.ID != id {
+						t.Fatalf("claim %+v decoded as member %d's, from key %q", r, id, key)
+					}
+				}
+			}
+		case 6:
+			s.decodeState(1, View{Epoch: epoch, Members: []Member{{ID: 1, Incarnation: 5}}}, nil, nil, nil, nil, nil, kv)
+		}
+	})
+}
