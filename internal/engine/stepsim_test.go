@@ -461,6 +461,9 @@ type stepMember struct {
 	// which began after index joinStart (OnView).
 	inView    bool
 	joinStart uint64
+	// syncs are the Syncs made through the loop and not yet answered
+	// (startSync): each takes its answer if there is one.
+	syncs []func() bool
 }
 
 var _ host = (*stepMember)(nil)
@@ -604,7 +607,19 @@ func (t *stepTimer) Stop() bool {
 }
 
 func (m *stepMember) settle() {
-	if !m.r.settle() {
+	ok := m.r.settle()
+	if len(m.syncs) > 0 && !m.gone() {
+		k := 0
+		for _, done := range m.syncs {
+			if !done() {
+				m.syncs[k] = done
+				k++
+			}
+		}
+		clear(m.syncs[k:])
+		m.syncs = m.syncs[:k]
+	}
+	if !ok {
 		m.end()
 		return
 	}
@@ -1002,36 +1017,34 @@ func (s *stepSim) startSync(m *stepMember) {
 	top := s.topDelivered
 	reply := make(chan syncResult, 1)
 	m.post(m.g, event{kind: evSync, syncReply: reply})
-	var poll func()
-	poll = func() {
-		if m.gone() {
-			return
-		}
+	// The loop answers as it handles events or settles (stepMember.settle
+	// looks).
+	m.syncs = append(m.syncs, func() bool {
+		var res syncResult
 		select {
-		case res := <-reply:
-			if res.err != nil {
-				return // excluded, or no longer in a view: nothing promised
-			}
-			// Group.Sync's second step: is the view still current in
-			// etcd? If not, ask again for the view the group is in.
-			next, err := m.g.confirmView(context.Background(), res.epoch)
-			if err != nil {
-				return // etcd out of reach: Sync fails
-			}
-			if next != 0 {
-				m.post(m.g, event{kind: evSync, syncReply: reply, imm: next})
-				s.after(10*time.Millisecond, poll)
-				return
-			}
-			if have := max(m.joinStart, m.node.lastDelivered()); have < top || res.index < top {
-				s.fail("member %d's Sync returned %d, having delivered up to %d, below %d, which a member delivered before the call", m.id, res.index, have, top)
-			}
-			s.syncs++
+		case res = <-reply:
 		default:
-			s.after(10*time.Millisecond, poll)
+			return false
 		}
-	}
-	s.after(10*time.Millisecond, poll)
+		if res.err != nil {
+			return true // excluded, or no longer in a view: nothing promised
+		}
+		// Group.Sync's second step: is the view still current in etcd?
+		// If not, ask again for the view the group is in.
+		next, err := m.g.confirmView(context.Background(), res.epoch)
+		if err != nil {
+			return true // etcd out of reach: Sync fails
+		}
+		if next != 0 {
+			m.post(m.g, event{kind: evSync, syncReply: reply, imm: next})
+			return false
+		}
+		if have := max(m.joinStart, m.node.lastDelivered()); have < top || res.index < top {
+			s.fail("member %d's Sync returned %d, having delivered up to %d, below %d, which a member delivered before the call", m.id, res.index, have, top)
+		}
+		s.syncs++
+		return true
+	})
 }
 
 // Kinds of crash, for a durable member's log.
