@@ -15,39 +15,19 @@ import (
 	"github.com/convoy-gcs/convoy/rdma"
 )
 
-// Delivery is one message delivered in the group's agreed order.
+// Delivery is convoy.Delivery, one message delivered in the group's
+// agreed order (see its documentation; the two convert into each other).
 type Delivery struct {
-	// Epoch and Index place the message in the group's sequence; in
-	// Atomic and TotalOrder modes every member gives a message the same
-	// Index. In Unordered mode Index only counts this member's deliveries.
 	Epoch, Index uint64
-	// Sender is the member that sent the message, Seq its sequence number
-	// among that member's messages (from 1), Timestamp its stamp.
-	Sender    NodeID
-	Seq       uint64
-	Timestamp uint64
-	// Payload is the message. It belongs to the handler.
-	Payload []byte
-	// Replayed marks a delivery read back from this member's own durable
-	// log after a restart, in the same order and with the same indexes
-	// as before, on top of the state restored from the log's snapshot,
-	// if any. Open replays the entries known to be durable (on every
-	// member's disk); the entries after them, which the handler may or
-	// may not have seen before the restart, are handed once the group
-	// confirms them (the group restarts from the members' logs, which
-	// places them in its sequence, or the member rejoins where its log
-	// ends), or dropped if StateMachine.Restore replaces the state
-	// instead. So no replayed delivery is ever taken
-	// back.
-	Replayed bool
+	Sender       NodeID
+	Seq          uint64
+	Timestamp    uint64
+	Payload      []byte
+	Replayed     bool
 }
 
-// Handler receives deliveries, one at a time, in order. It runs on the
-// group's own goroutine: while it runs, delivery waits. It must not call
-// Close; it may call Send only without WaitDelivered or WaitStable (Send
-// then returns once the message is Accepted), and even so, with the
-// window full, Send waits until its context ends (or, with
-// Config.NoWait, returns ErrBackpressure).
+// Handler is convoy.Handler: it receives deliveries, one at a time, in
+// order, on the group's loop.
 type Handler func(Delivery)
 
 // Group is one member's handle on a group. Its methods are safe for

@@ -41,14 +41,10 @@ func WaitDelivered() SendOption { return func(o *sendOptions) { o.level = Delive
 // WaitStable makes Send return once every member holds the message.
 func WaitStable() SendOption { return func(o *sendOptions) { o.level = Stable } }
 
-// Receipt identifies a sent message and, once Send saw it delivered,
-// where it landed.
+// Receipt is convoy.Receipt: a sent message's sequence number and, once
+// Send saw it delivered, where it landed.
 type Receipt struct {
-	// Seq is the message's sequence number among this member's messages.
-	Seq uint64
-	// Epoch and Index place the message in the group's order, as its
-	// Delivery does: set when Send returns after WaitDelivered, zero
-	// otherwise (a message accepted or stable is not yet placed here).
+	Seq          uint64
 	Epoch, Index uint64
 }
 

@@ -10,25 +10,14 @@ import (
 	"github.com/convoy-gcs/convoy/ordering"
 )
 
-// View is one view of a group: its epoch and members in rank order.
-// Every member sees the same sequence of views, each in the same place
-// among the deliveries (see Config.OnView).
+// View is convoy.View, one view of a group: its epoch and members in
+// rank order (see its documentation).
 type View struct {
-	Epoch uint64
-	// Start is the index of the last message delivered before the view;
-	// its first message gets Start+1.
-	Start   uint64
-	Members []Member
-	// Joined and Left list the members that came and went with this view.
+	Epoch        uint64
+	Start        uint64
+	Members      []Member
 	Joined, Left []NodeID
-	// Excluded says that the group went on to view Epoch without this
-	// member (it was suspected, or left): it delivers nothing more in
-	// this incarnation. Unless it left, it rejoins as a new incarnation,
-	// and before the next view it takes part in, its state is replaced by
-	// transfer (StateMachine.Restore) or, in durable delivery when the
-	// leader's log holds the entry its own log ends with, completed with
-	// the messages it missed.
-	Excluded bool
+	Excluded     bool
 }
 
 // view is one view's machinery on this member: its traffic (the
