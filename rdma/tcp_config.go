@@ -67,6 +67,13 @@ type TCPConfig struct {
 	// On the client side an empty ServerName is set to the host of the
 	// peer's address.
 	TLS *tls.Config
+	// VerifyPeer, with TLS, checks that the peer's certificate entitles it
+	// to the id it claims in the handshake, on both sides of every
+	// connection; an error refuses the connection (a *ProtocolError to
+	// OnConnError). Default: the peer's certificate must name the id as a
+	// URI subject alternative name (MemberURI, CertifiesID), so that a
+	// certificate the CA signed for one member cannot pass for another.
+	VerifyPeer func(id NodeID, cs tls.ConnectionState) error
 	// Logger receives the endpoint's logs. Default: discard.
 	Logger *slog.Logger
 	// OnConnError, if set, is called once for every connection that breaks

@@ -106,7 +106,27 @@ func (e *TCPEndpoint) clientHandshake(ctx context.Context, nc net.Conn, peer Nod
 	if id != peer {
 		return nil, &ProtocolError{Peer: peer, Reason: fmt.Sprintf("dialed node %d at %s but node %d answered", peer, addr, id)}
 	}
+	if err := e.verifyPeer(nc, id); err != nil {
+		return nil, err
+	}
 	return nc, nil
+}
+
+// verifyPeer checks, over TLS, that the certificate of the peer on nc
+// entitles it to id (TCPConfig.VerifyPeer).
+func (e *TCPEndpoint) verifyPeer(nc net.Conn, id NodeID) error {
+	tc, ok := nc.(*tls.Conn)
+	if !ok {
+		return nil
+	}
+	verify := e.cfg.VerifyPeer
+	if verify == nil {
+		verify = verifyPeerID
+	}
+	if err := verify(id, tc.ConnectionState()); err != nil {
+		return &ProtocolError{Peer: id, Reason: fmt.Sprintf("node %d is not certified: %v", id, err)}
+	}
+	return nil
 }
 
 // handshakeInbound runs the accepting side of the handshake on nc and, if
@@ -156,6 +176,9 @@ func (e *TCPEndpoint) serverHandshake(ctx context.Context, nc net.Conn) (net.Con
 		return nil, id, &ProtocolError{Peer: id, Reason: fmt.Sprintf("peer claims this node's own id %d", id)}
 	case id > e.cfg.ID:
 		return nil, id, &ProtocolError{Peer: id, Reason: fmt.Sprintf("node %d dialed node %d, but only the node with the lower id dials", id, e.cfg.ID)}
+	}
+	if err := e.verifyPeer(nc, id); err != nil {
+		return nil, id, err
 	}
 	encodeHello(b[:], e.cfg.ID)
 	if _, err := nc.Write(b[:]); err != nil {

@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"math/big"
 	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -45,7 +46,9 @@ func newTestCA(t *testing.T, name string) *testCA {
 
 // issue returns a certificate for a node, valid for 127.0.0.1 as both
 // server and client.
-func (ca *testCA) issue(t *testing.T, name string) tls.Certificate {
+// issue returns a certificate for 127.0.0.1 that names the given nodes
+// (MemberURI).
+func (ca *testCA) issue(t *testing.T, name string, ids ...NodeID) tls.Certificate {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	must(t, err)
@@ -57,6 +60,9 @@ func (ca *testCA) issue(t *testing.T, name string) tls.Certificate {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	for _, id := range ids {
+		tmpl.URIs = append(tmpl.URIs, MemberURI(id))
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	must(t, err)
@@ -80,25 +86,29 @@ func TestTCPMutualTLS(t *testing.T) {
 	errs := make(connErrors, 10)
 	n := newTCPNet(t, TCPConfig{})
 	server := n.tcpEndpoint(10, func(c *TCPConfig) {
-		c.TLS = ca.tlsConfig(ca.issue(t, "node 10"))
+		c.TLS = ca.tlsConfig(ca.issue(t, "node 10", 10))
 		c.OnConnError = errs.hook
 	})
 
 	// A peer with a certificate from the right CA gets through.
-	good := n.tcpEndpoint(1, func(c *TCPConfig) { c.TLS = ca.tlsConfig(ca.issue(t, "node 1")) })
+	good := n.tcpEndpoint(1, func(c *TCPConfig) { c.TLS = ca.tlsConfig(ca.issue(t, "node 1", 1)) })
 	pa, pb := openPair(t, good, server, 1)
 	transfer(t, pa, pb, []int{0, 100, 1 << 20})
 	transfer(t, pb, pa, []int{5})
 
-	// Peers with a certificate from another CA, or with none, do not. They
-	// trust the server, so only the client certificate is at fault.
+	// Peers with a certificate from another CA, with none, or with one
+	// that does not name the id they claim, do not. They trust the server,
+	// so only the client certificate is at fault.
 	for _, bad := range []struct {
 		id   NodeID
 		cfg  *tls.Config
 		name string
 	}{
-		{2, presentAlways(ca.tlsConfig(), rogueCA.issue(t, "node 2")), "untrusted client certificate"},
+		{2, presentAlways(ca.tlsConfig(), rogueCA.issue(t, "node 2", 2)), "untrusted client certificate"},
 		{3, ca.tlsConfig(), "no client certificate"},
+		// A certificate the CA signed for node 6 cannot pass for node 5.
+		{5, ca.tlsConfig(ca.issue(t, "node 6", 6)), "certificate for another id"},
+		{7, ca.tlsConfig(ca.issue(t, "no id")), "certificate naming no id"},
 	} {
 		t.Run(bad.name, func(t *testing.T) {
 			ep := n.tcpEndpoint(bad.id, func(c *TCPConfig) { c.TLS = bad.cfg })
@@ -117,6 +127,17 @@ func TestTCPMutualTLS(t *testing.T) {
 	_, err := plain.Open(context.Background(), 10, 1, r)
 	must(t, err)
 	r.waitFailed(ErrUnreachable)
+
+	// A server whose certificate names another node is refused by the
+	// node that dials it.
+	n.tcpEndpoint(11, func(c *TCPConfig) { c.TLS = ca.tlsConfig(ca.issue(t, "node 12", 12)) })
+	dialer := n.tcpEndpoint(8, func(c *TCPConfig) { c.TLS = ca.tlsConfig(ca.issue(t, "node 8", 8)) })
+	r = newRecorder(t, "impostor")
+	_, err = dialer.Open(context.Background(), 11, 1, r)
+	must(t, err)
+	if err := r.waitFailed(ErrUnreachable); !strings.Contains(err.Error(), "not certified") {
+		t.Errorf("dialing a server certified for another node: %v", err)
+	}
 
 	// The good connection is unaffected.
 	transfer(t, pa, pb, []int{7})

@@ -24,6 +24,7 @@ import (
 
 	"github.com/convoy-gcs/convoy/etcddev"
 	kvclient "github.com/convoy-gcs/convoy/examples/paxos/client"
+	"github.com/convoy-gcs/convoy/rdma"
 )
 
 // testCA is a certificate authority made up for a test.
@@ -63,8 +64,9 @@ func newTestCA(t *testing.T, dir string) *testCA {
 }
 
 // issue writes a certificate for 127.0.0.1, good for both ends of a
-// connection, and its key; it returns their files.
-func (ca *testCA) issue(t *testing.T, dir, name string) (certFile, keyFile string) {
+// connection, that names the given members (rdma.MemberURI), and its key;
+// it returns their files.
+func (ca *testCA) issue(t *testing.T, dir, name string, ids ...uint64) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -78,6 +80,9 @@ func (ca *testCA) issue(t *testing.T, dir, name string) (certFile, keyFile strin
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	for _, id := range ids {
+		tmpl.URIs = append(tmpl.URIs, rdma.MemberURI(rdma.NodeID(id)))
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -152,7 +157,7 @@ func TestNodeMutualTLS(t *testing.T) {
 	nodes := make([]*node, 2)
 	for i := range nodes {
 		n := &node{url: "http://" + hostPort("127.0.0.1", ports[i]), exit: make(chan int, 1)}
-		n.certs, n.keys = ca.issue(t, dir, "member"+strconv.Itoa(i+1))
+		n.certs, n.keys = ca.issue(t, dir, "member"+strconv.Itoa(i+1), uint64(i+1))
 		nodes[i] = n
 		args := []string{"node",
 			"-id", strconv.Itoa(i + 1), "-app", "kv", "-initial", "2",
