@@ -183,7 +183,10 @@ type Config struct {
 	Endpoint   rdma.Endpoint
 	ListenAddr string
 	// TLS, if set, authenticates members to each other (mutual TLS) on
-	// the tcp transport.
+	// the tcp transport: each member's certificate must name its id as
+	// the URI subject alternative name convoy://member/<id>
+	// (rdma.MemberURI), and a peer that claims an id its certificate does
+	// not name is refused.
 	TLS *tls.Config
 	// BeaconInterval is the longest a member stays silent (see package
 	// ordering); FanOut enables frontier aggregation for large groups.

@@ -110,7 +110,7 @@ func defineNodeFlags(fs *flag.FlagSet) {
 	fs.String("etcd-cert", "", "PEM `file` of the client certificate presented to etcd")
 	fs.String("etcd-key", "", "PEM `file` of -etcd-cert's private key")
 	fs.String("tls-ca", "", "PEM `file` of the CA that signs members' certificates (mutual TLS between members)")
-	fs.String("tls-cert", "", "PEM `file` of this member's certificate")
+	fs.String("tls-cert", "", "PEM `file` of this member's certificate, which names its id as the URI convoy://member/<id>")
 	fs.String("tls-key", "", "PEM `file` of -tls-cert's private key")
 	fs.Duration("clock-offset", 0, "set this member's clock off by this `offset`, ahead or (negative) behind, for fault testing")
 	fs.Int("clock-drift-ppm", 0, "make this member's clock gain `ppm` microseconds a second (lose, if negative), for fault testing")
