@@ -279,17 +279,20 @@ func publicStatus(s engine.Status) Status {
 // Sync waits until this member has handed the application every message
 // that any member delivered before the call, and returns the index of the
 // last message handed then: a read of state the handler builds, made after
-// Sync returns, sees every such message (a linearizable read). It sends
-// no message: it waits until this member's delivery barrier passes its
-// receive frontier as of the call (about a beacon interval on an idle
-// group) and, in a view-managed group, reads the current view from etcd
-// to confirm that the group has not gone on without it (if it has, Sync
-// waits for this member to reach that view). Concurrent calls wait
-// together.
+// Sync returns, sees every such message (a linearizable read). A member
+// that joined a view-managed group counts the messages before its first
+// view as handed: its state came by transfer (Config.State), or it starts
+// from none. It sends no message: it waits until this member's delivery
+// barrier passes its receive frontier as of the call and what is below it
+// has been handed (an idle group takes about a beacon interval; durable
+// delivery waits for every member's disk too, and a view change for the
+// next view) and, in a view-managed group, it reads the current view from
+// etcd to confirm that the group has not gone on to another view (if it
+// has, Sync starts over there). Concurrent calls wait together.
 //
 // Sync needs Atomic mode (it returns an error wrapping
 // errors.ErrUnsupported otherwise). It returns ErrNotMember while this
 // member takes part in no view, an error wrapping ErrExcluded if a view
-// change excludes it meanwhile, ErrClosed, the group's error, etcd's, and
-// ctx's.
+// change excludes it meanwhile (ErrLeft after Leave), ErrClosed, the
+// group's error, etcd's, and ctx's.
 func (g *Group) Sync(ctx context.Context) (uint64, error) { return g.e.Sync(ctx) }

@@ -132,8 +132,10 @@ type event struct {
 	state   *membership.State
 	parts   [][]byte
 	reply   chan<- snapReply // evSnapshot
-	// syncReply answers evSync.
+	// syncReply answers evSync; syncGone is closed if the caller stops
+	// waiting.
 	syncReply chan<- syncResult
+	syncGone  <-chan struct{}
 }
 
 // Open joins this member to the group described by cfg.

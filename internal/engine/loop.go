@@ -220,7 +220,7 @@ func (r *runner) handle(ev event) bool {
 	case evState:
 		return r.onState(ev.state)
 	case evSync:
-		r.startSync(ev.imm, ev.syncReply)
+		r.startSync(ev.imm, ev.syncReply, ev.syncGone)
 	case evSnapshot:
 		r.takeSnapshot(ev.reply)
 	case evSuffix:

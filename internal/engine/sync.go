@@ -36,6 +36,9 @@ type syncWaiter struct {
 	passed   bool
 	target   uint64
 	reply    chan<- syncResult
+	// gone is closed once the caller stopped waiting (its context ended):
+	// the waiter is dropped.
+	gone <-chan struct{}
 }
 
 // Sync waits until this member has handed the application every message
@@ -69,7 +72,7 @@ func (g *Group) Sync(ctx context.Context) (uint64, error) {
 // minEpoch or later.
 func (g *Group) syncLoop(ctx context.Context, minEpoch uint64) (syncResult, error) {
 	reply := make(chan syncResult, 1)
-	ev := event{kind: evSync, syncReply: reply, imm: minEpoch}
+	ev := event{kind: evSync, syncReply: reply, syncGone: ctx.Done(), imm: minEpoch}
 	select {
 	case g.events <- ev:
 	case <-g.stop:
@@ -126,12 +129,12 @@ func (g *Group) ended() error {
 
 // startSync begins a Sync in the loop, for a view of epoch minEpoch or
 // later.
-func (r *runner) startSync(minEpoch uint64, reply chan<- syncResult) {
+func (r *runner) startSync(minEpoch uint64, reply chan<- syncResult, gone <-chan struct{}) {
 	if r.v == nil || r.vs != nil && !r.vs.Phase().InView() {
 		reply <- syncResult{err: ErrNotMember}
 		return
 	}
-	r.syncs = append(r.syncs, syncWaiter{minEpoch: minEpoch, reply: reply})
+	r.syncs = append(r.syncs, syncWaiter{minEpoch: minEpoch, reply: reply, gone: gone})
 }
 
 // checkSyncs moves the waiting Syncs on (see syncWaiter). The loop calls
@@ -145,6 +148,11 @@ func (r *runner) checkSyncs() {
 	barrier := uint64(r.v.core.Barrier())
 	k := 0
 	for _, w := range r.syncs {
+		select {
+		case <-w.gone:
+			continue // nobody waits for it any more
+		default:
+		}
 		if epoch >= w.minEpoch {
 			if !w.armed {
 				w.armed, w.ts = true, uint64(r.v.core.Frontier())

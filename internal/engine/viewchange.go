@@ -525,6 +525,12 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 		r.fetch(v)
 		return true
 	}
+	if joining {
+		// Caught up at once, with the state it starts with: that of the
+		// view's start, as a transfer would have left it.
+		r.applied = max(r.applied, rec.Start)
+		g.delivered.Store(r.applied)
+	}
 	r.onView(publicView(rec, nil))
 	if joining {
 		r.caughtUp()

@@ -1395,3 +1395,35 @@ func (s *gatedState) Snapshot(w io.Writer, part, of int) error {
 	}
 	return s.StateMachine.Snapshot(w, part, of)
 }
+
+// A member without a state machine that joins an idle group is caught up
+// at once: its Sync returns without waiting for another message.
+func TestSyncStatelessJoiner(t *testing.T) {
+	c := newVSCluster(t)
+	stateless := func(cfg *Config) { cfg.State = nil }
+	first, err := c.open(1, 1, stateless)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 5 {
+		if _, err := first.g.Send(ctx, fmt.Appendf(nil, "set k%d %d", i, i), WaitDelivered()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	joiner, err := c.open(2, 1, stateless)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitView(2, 2, first, joiner)
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	defer scancel()
+	idx, err := joiner.g.Sync(sctx)
+	if err != nil || idx < 5 {
+		t.Fatalf("the joiner's Sync in an idle group = %d, %v; want an index of 5 or more", idx, err)
+	}
+	if st := joiner.g.Status(); st.Delivered < 5 {
+		t.Errorf("the joiner's status reports delivered %d, below the view's start", st.Delivered)
+	}
+}
