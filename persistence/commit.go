@@ -45,10 +45,11 @@ func (l *Log) run() {
 
 // take decides what to do next: a batch of ops to commit now, or how long
 // to wait for more (0: until kicked), or to stop. The writer commits when
-// anything is pending and the previous commit just finished (busy),
-// someone waits for an fsync (PutView and the like), MaxBatchBytes are
-// pending, the oldest pending op has waited MaxDelay, or the log is
-// closing. A batch holds at most about MaxBatchBytes.
+// anything is pending, unless Options.MaxDelay asks an idle writer to
+// wait: then when the previous commit just finished (busy), someone waits
+// for an fsync (PutView and the like), MaxBatchBytes are pending, the
+// oldest pending op has waited MaxDelay, or the log is closing. A batch
+// holds at most about MaxBatchBytes.
 func (l *Log) take(busy bool) (ops []op, wait time.Duration, stop bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -65,7 +66,7 @@ func (l *Log) take(busy bool) (ops []op, wait time.Duration, stop bool) {
 	if len(l.mu.pending) == 0 {
 		return nil, 0, l.mu.closing
 	}
-	if !busy && !l.mu.closing && l.mu.urgent == 0 && l.mu.pendingBytes < l.opts.MaxBatchBytes {
+	if l.opts.MaxDelay > 0 && !busy && !l.mu.closing && l.mu.urgent == 0 && l.mu.pendingBytes < l.opts.MaxBatchBytes {
 		if w := l.opts.MaxDelay - time.Since(l.mu.oldest); w > 0 {
 			return nil, w, false
 		}

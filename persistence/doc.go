@@ -32,11 +32,11 @@
 // every write to Pebble. It takes everything pending (up to
 // Options.MaxBatchBytes), commits it as one batch with pebble.Sync, then
 // advances Synced and wakes waiters. While one fsync runs the next batch
-// accumulates, so under load every fsync covers many entries; an idle log
-// waits at most Options.MaxDelay for company before committing a lone
-// entry. Writes that must be durable before their call returns (PutView,
-// TrimBefore, SetSnapshot) travel through the same queue, in order with
-// the entries, and are committed without that delay.
+// accumulates, so under load every fsync covers many entries, and an idle
+// log commits a lone entry at once (Options.MaxDelay can make it wait for
+// company instead). Writes that must be durable before their call returns
+// (PutView, TrimBefore, SetSnapshot) travel through the same queue, in
+// order with the entries, and are committed without any delay.
 //
 // A failed commit or fsync makes the log failed for good (the fsyncgate
 // lesson: after a failed fsync the page cache cannot be trusted): Synced

@@ -52,10 +52,6 @@ const (
 	// stay well below Pebble's large-batch threshold (half of
 	// pebbleMemTableSize).
 	DefaultMaxBatchBytes = 4 << 20
-	// DefaultMaxDelay is how long an idle log waits for company before
-	// committing a lone entry: a fraction of one fsync on SSDs (~0.5–2 ms),
-	// so it costs little latency and saves fsyncs at moderate load.
-	DefaultMaxDelay = 200 * time.Microsecond
 	// maxQueuedBytes is the backpressure bound: Append blocks while this
 	// many bytes are queued or being committed.
 	maxQueuedBytes = 64 << 20
@@ -73,10 +69,15 @@ type Options struct {
 	// MaxBatchBytes makes the writer commit once this many bytes are
 	// pending (DefaultMaxBatchBytes if zero).
 	MaxBatchBytes int
-	// MaxDelay makes an idle writer commit once the oldest pending entry
-	// has waited this long (DefaultMaxDelay if zero). When a commit
-	// finishes and anything is pending, the next one starts at once: while
-	// one fsync runs, the next batch accumulates.
+	// MaxDelay, if positive, makes an idle writer wait for company: it
+	// commits once the oldest pending entry has waited this long (or
+	// MaxBatchBytes are pending). Zero, the default, commits at once. Either
+	// way, when a commit finishes and anything is pending, the next one
+	// starts at once: while one fsync runs, the next batch accumulates, so
+	// batches grow with the load without a timer. A delay is rarely worth
+	// it: an idle Go program's timers fire up to a millisecond late, which
+	// was measured to make a lone entry's sync take 1.3 ms instead of
+	// 0.15 ms.
 	MaxDelay time.Duration
 	// Logger receives the log's messages (quiet at info level); nil
 	// discards them.
@@ -176,8 +177,8 @@ func Open(ctx context.Context, o Options) (l *Log, err error) {
 	if o.MaxBatchBytes <= 0 {
 		o.MaxBatchBytes = DefaultMaxBatchBytes
 	}
-	if o.MaxDelay <= 0 {
-		o.MaxDelay = DefaultMaxDelay
+	if o.MaxDelay < 0 {
+		return nil, fmt.Errorf("persistence: Options.MaxDelay %v is negative", o.MaxDelay)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
