@@ -100,8 +100,10 @@ func serveHTTP(ctx context.Context, l net.Listener, h http.Handler, node io.Clos
 
 // serviceClients is conns clients of the store's Go client (package client of
 // examples/paxos), client i trying the members from member i on, all
-// sharing one HTTP transport. HTTP/1.1 carries one request at a time
-// over a connection, so the transport holds a connection per request in
+// sharing one HTTP transport. With streams (client.WithStreams) each
+// client holds one connection per member, carrying all its requests at
+// once; without, HTTP/1.1 carries one request at a time over a
+// connection, so the transport holds a connection per request in
 // flight, and keeps them all open between requests.
 type serviceClients struct {
 	clients   []*kvclient.Client
@@ -112,7 +114,15 @@ type serviceClients struct {
 // member between requests: above any client count the benchmark sweeps.
 const kvMaxIdleConns = 1 << 16
 
-func dialKVService(_ context.Context, addrs []string, conns int) (client, error) {
+func dialKVStreams(_ context.Context, addrs []string, conns int) (client, error) {
+	return dialKVService(addrs, conns, true), nil
+}
+
+func dialKVHTTP(_ context.Context, addrs []string, conns int) (client, error) {
+	return dialKVService(addrs, conns, false), nil
+}
+
+func dialKVService(addrs []string, conns int, streams bool) *serviceClients {
 	t := &http.Transport{MaxIdleConnsPerHost: kvMaxIdleConns}
 	hc := &http.Client{Transport: t}
 	k := &serviceClients{transport: t}
@@ -121,9 +131,13 @@ func dialKVService(_ context.Context, addrs []string, conns int) (client, error)
 		for j := range addrs {
 			urls = append(urls, "http://"+addrs[(i+j)%len(addrs)])
 		}
-		k.clients = append(k.clients, kvclient.New(urls, kvclient.WithHTTPClient(hc)))
+		opts := []kvclient.Option{kvclient.WithHTTPClient(hc)}
+		if streams {
+			opts = append(opts, kvclient.WithStreams())
+		}
+		k.clients = append(k.clients, kvclient.New(urls, opts...))
 	}
-	return k, nil
+	return k
 }
 
 // Put writes through the client of caller (any number: callers with the
@@ -134,6 +148,9 @@ func (k *serviceClients) Put(ctx context.Context, caller int, key, value []byte)
 }
 
 func (k *serviceClients) Close() error {
+	for _, c := range k.clients {
+		c.Close()
+	}
 	k.transport.CloseIdleConnections()
 	return nil
 }

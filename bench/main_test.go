@@ -86,15 +86,15 @@ func TestQuickRun(t *testing.T) {
 	if res.Machine.CPUs < 1 || res.Settings.Reps != 1 {
 		t.Errorf("machine %+v, settings %+v", res.Machine, res.Settings)
 	}
-	// The nosync systems run only workload a; the services (convoy-kv,
-	// etcd, kv-local) workload e; the physical limits are two rows of
+	// The nosync systems run only workload a; the services (convoy-kv and
+	// kv-local, with streams and with HTTP requests, and etcd) workload e; the physical limits are two rows of
 	// their own.
 	want := []string{
 		"a/convoy", "a/etcd", "a/raft", "a/dragonboat",
 		"a/convoy-nosync", "a/etcd-nosync", "a/raft-nosync", "a/dragonboat-nosync",
 		"c/convoy", "c/etcd", "c/raft", "c/dragonboat",
 		"d/convoy", "d/etcd", "d/raft", "d/dragonboat",
-		"e/convoy-kv", "e/etcd", "e/kv-local",
+		"e/convoy-kv", "e/convoy-kv-http", "e/etcd", "e/kv-local", "e/kv-local-http",
 		"f/pebble-3x", "f/fsync",
 	}
 	var got []string

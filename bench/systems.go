@@ -54,11 +54,13 @@ func dialEtcd(ctx context.Context, addrs []string, conns int) (client, error) {
 func allSystems() []system {
 	return []system{
 		{name: "convoy", kind: "convoy", engine: true, durable: true, reference: "convoy", dial: dialConvoy},
-		{name: "convoy-kv", kind: "kv", views: true, service: true, durable: true, reference: "convoy-kv", dial: dialKVService},
+		{name: "convoy-kv", kind: "kv", views: true, service: true, durable: true, reference: "convoy-kv", dial: dialKVStreams},
+		{name: "convoy-kv-http", kind: "kv", views: true, service: true, durable: true, reference: "convoy-kv", dial: dialKVHTTP},
 		{name: "etcd", kind: "etcd", engine: true, service: true, durable: true, reference: "convoy", dial: dialEtcd},
 		{name: "raft", kind: "raft", engine: true, durable: true, reference: "convoy", dial: dialConvoy},
 		{name: "dragonboat", kind: "dragonboat", binary: "dragonboat", engine: true, durable: true, reference: "convoy", dial: dialConvoy},
-		{name: "kv-local", kind: "kv-local", replicas: 1, service: true, durable: false, reference: "convoy-kv", dial: dialKVService},
+		{name: "kv-local", kind: "kv-local", replicas: 1, service: true, durable: false, reference: "convoy-kv", dial: dialKVStreams},
+		{name: "kv-local-http", kind: "kv-local", replicas: 1, service: true, durable: false, reference: "convoy-kv", dial: dialKVHTTP},
 		{name: "convoy-nosync", kind: "convoy", engine: true, durable: false, reference: "convoy-nosync", dial: dialConvoy},
 		{name: "etcd-nosync", kind: "etcd", engine: true, durable: false, reference: "convoy-nosync", dial: dialEtcd},
 		{name: "raft-nosync", kind: "raft", engine: true, durable: false, reference: "convoy-nosync", dial: dialConvoy},

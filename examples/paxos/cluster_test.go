@@ -156,6 +156,14 @@ func (c *cluster) client(urls []string) *client.Client {
 	return client.New(urls, client.WithHTTPClient(c.hc), client.WithAttemptTimeout(5*time.Second))
 }
 
+// streamClient is client with streams (client.WithStreams), closed when
+// the test ends.
+func (c *cluster) streamClient(urls []string) *client.Client {
+	cl := client.New(urls, client.WithHTTPClient(c.hc), client.WithAttemptTimeout(5*time.Second), client.WithStreams())
+	c.t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
 // waitSameState waits until the given members hold the same state — the
 // same data, applied index and kept results — and returns it.
 func (c *cluster) waitSameState(ids ...convoy.NodeID) string {

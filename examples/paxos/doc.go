@@ -1,5 +1,6 @@
 // Package paxos is a replicated key-value store on a Convoy group: every
-// member holds the whole store, any member serves clients over HTTP/JSON,
+// member holds the whole store, any member serves clients over HTTP/JSON
+// (or the binary streams of package wire),
 // and with durable delivery (Config.Durable) the group is a replicated
 // log equivalent to Paxos.
 //
@@ -36,6 +37,23 @@
 // Options.MaxValueBytes, and 503 when this member cannot serve now (it
 // takes part in no view, was excluded, is on the minority side, or is
 // closing): the client tries another member.
+//
+// # Streams
+//
+// The same operations also travel over streams, which cost a member and
+// its clients much less per request than HTTP/JSON: a client sends
+//
+//	GET /stream   Connection: Upgrade, Upgrade: convoy-kv/1   → 101
+//
+// and the connection then carries binary request and response frames
+// (package wire), many requests in flight at once, each answer tagged
+// with its request; the member reads and writes them in batches. The
+// answers are the HTTP API's, status codes included. The Go client uses
+// streams with client.WithStreams. A stream serves at most 1,024
+// requests at once (beyond that the member stops reading it, and TCP
+// holds the client back) and buffers at most 4 MiB of answers the client
+// has not read; a frame above the largest command gets 413, a malformed
+// one 400, and a frame too short to carry a tag ends the stream.
 //
 // NewLocal returns a node of the same service without a group: not
 // replicated, in memory only. It measures what replication costs.

@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	"github.com/convoy-gcs/convoy"
+	"github.com/convoy-gcs/convoy/examples/paxos/wire"
 )
 
 // IndexHeader carries, on KV responses, the delivery index the answer
@@ -29,6 +30,7 @@ func (n *Node) Handler() http.Handler { return n.handler }
 func (n *Node) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", n.handleStatus)
+	mux.HandleFunc("GET "+wire.StreamPath, n.handleStream)
 	mux.HandleFunc("PUT /kv/{key}", n.handlePut)
 	mux.HandleFunc("GET /kv/{key}", n.handleGet)
 	mux.HandleFunc("DELETE /kv/{key}", n.handleDelete)
@@ -37,6 +39,7 @@ func (n *Node) routes() http.Handler {
 		writeError(w, http.StatusBadRequest, "empty key")
 	})
 	mux.HandleFunc("/status", notAllowed("GET, HEAD"))
+	mux.HandleFunc(wire.StreamPath, notAllowed("GET"))
 	mux.HandleFunc("/kv/{key}", notAllowed("GET, HEAD, PUT, DELETE"))
 	mux.HandleFunc("/kv/{key}/cas", notAllowed("POST"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -254,13 +257,18 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int) ([]byte, bool) 
 
 // writeFailure answers a request that failed with err.
 func (n *Node) writeFailure(w http.ResponseWriter, r *http.Request, err error) {
-	code := statusOf(err)
-	if code == http.StatusInternalServerError {
-		n.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	n.logFailure(r.Method, r.URL.Path, err)
+	writeError(w, statusOf(err), err.Error())
+}
+
+// logFailure logs a request that failed with err: as an error if it
+// answers 500, else at debug level.
+func (n *Node) logFailure(method, target string, err error) {
+	if code := statusOf(err); code == http.StatusInternalServerError {
+		n.log.Error("request failed", "method", method, "target", target, "err", err)
 	} else {
-		n.log.Debug("request failed", "method", r.Method, "path", r.URL.Path, "status", code, "err", err)
+		n.log.Debug("request failed", "method", method, "target", target, "status", code, "err", err)
 	}
-	writeError(w, code, err.Error())
 }
 
 // statusOf maps an error to the status of its answer: 503 whenever this

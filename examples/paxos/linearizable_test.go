@@ -61,7 +61,11 @@ func (w workload) run(t *testing.T, c *cluster, ids []convoy.NodeID, midway func
 		for k := range ids {
 			urls = append(urls, c.urls(ids[(i+k)%len(ids)])...)
 		}
+		// Half the clients use HTTP requests, half streams.
 		cl := c.client(urls)
+		if i%2 == 1 {
+			cl = c.streamClient(urls)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

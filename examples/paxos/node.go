@@ -85,6 +85,13 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// streams are the upgraded connections being served (stream.go).
+	streams struct {
+		sync.Mutex
+		m      map[*stream]struct{}
+		closed bool
+	}
+
 	closeOnce sync.Once
 	closeErr  error
 	handler   http.Handler
@@ -160,6 +167,7 @@ func (n *Node) Close() error {
 		n.reads.close(errClosing)
 		n.wait.close(errClosing)
 		n.cancel()
+		n.closeStreams()
 		if n.g != nil {
 			n.closeErr = n.g.Close()
 		}

@@ -148,7 +148,13 @@ func newHTTPClient(dial netns.DialFunc) *http.Client {
 }
 
 func (w *kvWorkload) runClient(stop context.Context, id int, urls []string, hc *http.Client) {
-	cl := client.New(urls, client.WithHTTPClient(hc), client.WithAttemptTimeout(attemptTimeout))
+	opts := []client.Option{client.WithHTTPClient(hc), client.WithAttemptTimeout(attemptTimeout)}
+	if id%2 == 1 {
+		// Half the clients send their requests over streams.
+		opts = append(opts, client.WithStreams())
+	}
+	cl := client.New(urls, opts...)
+	defer cl.Close()
 	r := rand.New(rand.NewPCG(uint64(w.seed), uint64(id)+1))
 	// seen is the last value this client read or wrote per key, which a
 	// cas expects; the first cas of a key expects it absent.

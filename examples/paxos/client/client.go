@@ -35,6 +35,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/convoy-gcs/convoy/examples/paxos/wire"
 )
 
 // Errors returned by the Client's methods.
@@ -52,6 +54,8 @@ var (
 	// ErrInvalidValue is returned by CAS for a value that is not valid
 	// UTF-8 (CAS values travel as JSON strings).
 	ErrInvalidValue = errors.New("client: CAS value is not valid UTF-8")
+	// ErrClosed is returned by the methods of a closed Client.
+	ErrClosed = errors.New("client: closed")
 )
 
 // MaxKeyBytes bounds a key (the server's limit).
@@ -93,6 +97,14 @@ func WithBackoff(min, max time.Duration) Option {
 	return func(c *Client) { c.minBackoff, c.maxBackoff = min, max }
 }
 
+// WithStreams makes the Client send its requests over streams (package
+// wire): one connection per member, upgraded from HTTP, carrying many
+// requests at once in a binary encoding, which costs the client and the
+// member much less per request than HTTP/JSON. A member that does not
+// serve streams gets HTTP requests instead. Close the Client to close
+// its streams.
+func WithStreams() Option { return func(c *Client) { c.streams = true } }
+
 // WithAttemptTimeout bounds one try at one member, so that a member that
 // accepts requests but cannot complete them (cut off from the group)
 // does not hold a call until its context ends (default 5s; 0: no bound).
@@ -101,8 +113,9 @@ func WithAttemptTimeout(d time.Duration) Option { return func(c *Client) { c.att
 // Client talks to the members of one store. It is safe for concurrent
 // use.
 type Client struct {
-	urls                   []string
+	members                []*member
 	hc                     *http.Client
+	streams                bool
 	minBackoff, maxBackoff time.Duration
 	attempt                time.Duration
 	// id and seq make request ids: id is random, seq counts writes.
@@ -123,7 +136,7 @@ func New(urls []string, opts ...Option) *Client {
 		attempt: 5 * time.Second, id: hex.EncodeToString(id[:]),
 	}
 	for _, u := range urls {
-		c.urls = append(c.urls, strings.TrimRight(u, "/"))
+		c.members = append(c.members, &member{url: strings.TrimRight(u, "/")})
 	}
 	for _, o := range opts {
 		o(c)
@@ -136,11 +149,8 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) (uint64, err
 	if err := checkKey(key); err != nil {
 		return 0, err
 	}
-	var out struct {
-		Index uint64 `json:"index"`
-	}
-	_, err := c.do(ctx, request{method: http.MethodPut, path: kvPath(key), body: value, id: c.nextID()}, &out)
-	return out.Index, err
+	r, err := c.do(ctx, request{op: wire.OpPut, key: key, value: value, id: c.nextID()})
+	return r.index, err
 }
 
 // Get returns key's value and the index the read reflects. The read is
@@ -160,11 +170,11 @@ func (c *Client) get(ctx context.Context, key string, stale bool) ([]byte, uint6
 	if err := checkKey(key); err != nil {
 		return nil, 0, err
 	}
-	path := kvPath(key)
+	op := wire.OpGet
 	if stale {
-		path += "?stale=true"
+		op = wire.OpGetStale
 	}
-	r, err := c.do(ctx, request{method: http.MethodGet, path: path, raw: true}, nil)
+	r, err := c.do(ctx, request{op: op, key: key})
 	return r.body, r.index, err
 }
 
@@ -174,7 +184,7 @@ func (c *Client) Delete(ctx context.Context, key string) (uint64, error) {
 	if err := checkKey(key); err != nil {
 		return 0, err
 	}
-	r, err := c.do(ctx, request{method: http.MethodDelete, path: kvPath(key), id: c.nextID()}, nil)
+	r, err := c.do(ctx, request{op: wire.OpDelete, key: key, id: c.nextID()})
 	return r.index, err
 }
 
@@ -185,38 +195,32 @@ func (c *Client) CAS(ctx context.Context, key string, old *[]byte, new []byte) (
 	if err := checkKey(key); err != nil {
 		return false, 0, err
 	}
-	var req struct {
-		Old *string `json:"old"`
-		New string  `json:"new"`
-	}
-	if old != nil {
-		if !utf8.Valid(*old) {
-			return false, 0, ErrInvalidValue
-		}
-		s := string(*old)
-		req.Old = &s
-	}
-	if !utf8.Valid(new) {
+	if (old != nil && !utf8.Valid(*old)) || !utf8.Valid(new) {
 		return false, 0, ErrInvalidValue
 	}
-	req.New = string(new)
-	body, err := json.Marshal(req)
-	if err != nil {
-		return false, 0, fmt.Errorf("client: %w", err)
+	r, err := c.do(ctx, request{op: wire.OpCAS, key: key, value: new, old: old, id: c.nextID()})
+	return r.ok, r.index, err
+}
+
+// Close closes the Client's streams (WithStreams); later calls fail with
+// ErrClosed. A Client without streams holds nothing to close.
+func (c *Client) Close() error {
+	for _, m := range c.members {
+		m.close()
 	}
-	var out struct {
-		OK    bool   `json:"ok"`
-		Index uint64 `json:"index"`
-	}
-	_, err = c.do(ctx, request{method: http.MethodPost, path: kvPath(key) + "/cas", body: body, id: c.nextID(), json: true}, &out)
-	return out.OK, out.Index, err
+	return nil
 }
 
 // Status returns the status of the member at url (one of the members'
 // base URLs, or any other), without retries.
 func (c *Client) Status(ctx context.Context, url string) (Status, error) {
+	if c.attempt > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.attempt)
+		defer cancel()
+	}
 	var s Status
-	_, err := c.once(ctx, strings.TrimRight(url, "/"), request{method: http.MethodGet, path: "/status"}, &s)
+	_, err := c.httpOnce(ctx, strings.TrimRight(url, "/"), httpRequest{method: http.MethodGet, path: "/status"}, &s)
 	if retry := (*retryable)(nil); errors.As(err, &retry) {
 		err = retry.err
 	}
@@ -234,8 +238,6 @@ func checkKey(key string) error {
 	return nil
 }
 
-func kvPath(key string) string { return "/kv/" + url.PathEscape(key) }
-
 // nextID returns a fresh request id.
 func (c *Client) nextID() string {
 	return c.id + "-" + strconv.FormatUint(c.seq.Add(1), 10)
@@ -243,19 +245,21 @@ func (c *Client) nextID() string {
 
 // request is one API call.
 type request struct {
-	method, path string
-	body         []byte
+	op    wire.Op
+	key   string
+	value []byte
+	// old is a CAS's expected value (nil: the key's absence).
+	old *[]byte
 	// id is the write's request id ("" for reads).
 	id string
-	// json says the body is JSON; raw that a 200 answer's body is the
-	// value (not JSON).
-	json, raw bool
 }
 
-// response is what a member answered.
+// response is what a member answered: the index, a read's value, and
+// whether a CAS took effect.
 type response struct {
 	index uint64
 	body  []byte
+	ok    bool
 }
 
 // retryable marks a try whose failure another member (or a later try)
@@ -268,8 +272,8 @@ func (r *retryable) Unwrap() error { return r.err }
 // do sends req to the members, from the current one on, until one gives
 // an answer no retry changes or ctx ends. A 2xx answer's JSON body is
 // decoded into out.
-func (c *Client) do(ctx context.Context, req request, out any) (response, error) {
-	if len(c.urls) == 0 {
+func (c *Client) do(ctx context.Context, req request) (response, error) {
+	if len(c.members) == 0 {
 		return response{}, fmt.Errorf("%w: no member URLs", ErrUnavailable)
 	}
 	backoff := c.minBackoff
@@ -278,7 +282,7 @@ func (c *Client) do(ctx context.Context, req request, out any) (response, error)
 	var last error
 	for {
 		i := c.cur.Load()
-		r, err := c.once(ctx, c.urls[i%uint64(len(c.urls))], req, out)
+		r, err := c.once(ctx, c.members[i%uint64(len(c.members))], req)
 		var retry *retryable
 		if !errors.As(err, &retry) {
 			return r, err
@@ -304,20 +308,111 @@ func (c *Client) do(ctx context.Context, req request, out any) (response, error)
 	}
 }
 
-// once sends req to the member at base. Failures that another try may
-// not share are wrapped in *retryable.
-func (c *Client) once(ctx context.Context, base string, req request, out any) (response, error) {
-	actx := ctx
+// once sends req to member m, over its stream with WithStreams. Failures
+// that another try may not share are wrapped in *retryable.
+func (c *Client) once(ctx context.Context, m *member, req request) (response, error) {
 	if c.attempt > 0 {
 		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeout(ctx, c.attempt)
+		ctx, cancel = context.WithTimeout(ctx, c.attempt)
 		defer cancel()
 	}
+	if c.streams {
+		r, err := c.streamOnce(ctx, m, req)
+		if !errors.Is(err, errNoStream) {
+			return r, err
+		}
+	}
+	hr := httpRequest{path: "/kv/" + url.PathEscape(req.key), id: req.id}
+	var out struct {
+		OK    bool   `json:"ok"`
+		Index uint64 `json:"index"`
+	}
+	switch req.op {
+	case wire.OpGet, wire.OpGetStale:
+		hr.method, hr.raw = http.MethodGet, true
+		if req.op == wire.OpGetStale {
+			hr.path += "?stale=true"
+		}
+	case wire.OpPut:
+		hr.method, hr.body = http.MethodPut, req.value
+	case wire.OpDelete:
+		hr.method = http.MethodDelete
+	case wire.OpCAS:
+		var body struct {
+			Old *string `json:"old"`
+			New string  `json:"new"`
+		}
+		if req.old != nil {
+			s := string(*req.old)
+			body.Old = &s
+		}
+		body.New = string(req.value)
+		b, err := json.Marshal(body)
+		if err != nil {
+			return response{}, fmt.Errorf("client: %w", err)
+		}
+		hr.method, hr.path, hr.body, hr.json = http.MethodPost, hr.path+"/cas", b, true
+	}
+	var o any
+	if !hr.raw {
+		o = &out
+	}
+	r, err := c.httpOnce(ctx, m.url, hr, o)
+	if !hr.raw && err == nil {
+		r.index, r.ok = out.Index, out.OK
+	}
+	return r, err
+}
+
+// streamOnce sends req over m's stream. It returns errNoStream if m
+// serves no streams.
+func (c *Client) streamOnce(ctx context.Context, m *member, req request) (response, error) {
+	s, err := c.stream(ctx, m)
+	if err != nil {
+		return response{}, err
+	}
+	wr := wire.Request{Op: req.op, Key: req.key, ID: req.id, Value: req.value}
+	if req.old != nil {
+		wr.HasOld, wr.Old = true, *req.old
+	}
+	a, err := s.call(ctx, &wr)
+	if err != nil {
+		return response{}, err
+	}
+	r := response{index: a.Index, ok: a.OK}
+	switch code := int(a.Status); {
+	case code == http.StatusOK:
+		r.body = a.Body
+		return r, nil
+	case code == http.StatusNotFound:
+		return r, ErrNotFound
+	case code == http.StatusServiceUnavailable:
+		return r, &retryable{&Error{StatusCode: code, Message: string(a.Body)}}
+	default:
+		return r, &Error{StatusCode: code, Message: string(a.Body)}
+	}
+}
+
+// httpRequest is one request of the HTTP API.
+type httpRequest struct {
+	method, path string
+	body         []byte
+	// id is the write's request id ("" for reads).
+	id string
+	// json says the body is JSON; raw that a 200 answer's body is the
+	// value (not JSON).
+	json, raw bool
+}
+
+// httpOnce sends req to the member at base over HTTP; a 2xx answer's
+// JSON body is decoded into out. Failures that another try may not share
+// are wrapped in *retryable.
+func (c *Client) httpOnce(ctx context.Context, base string, req httpRequest, out any) (response, error) {
 	var body io.Reader
 	if req.body != nil {
 		body = bytes.NewReader(req.body)
 	}
-	hreq, err := http.NewRequestWithContext(actx, req.method, base+req.path, body)
+	hreq, err := http.NewRequestWithContext(ctx, req.method, base+req.path, body)
 	if err != nil {
 		return response{}, fmt.Errorf("client: %w", err)
 	}

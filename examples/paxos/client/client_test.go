@@ -259,7 +259,7 @@ func TestAnswers(t *testing.T) {
 	}, {
 		name: "status",
 		h:    answer(200, `{"id":2,"epoch":5,"members":[1,2],"serving":true,"applied":9}`, ""),
-		call: func(ctx context.Context, c *Client) (any, error) { return c.Status(ctx, c.urls[0]) },
+		call: func(ctx context.Context, c *Client) (any, error) { return c.Status(ctx, c.members[0].url) },
 		want: Status{ID: 2, Epoch: 5, Members: []uint64{1, 2}, Serving: true, Applied: 9},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,304 @@
+package paxos
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/convoy-gcs/convoy/examples/paxos/wire"
+)
+
+// Bounds of one stream (package wire): together they bound what a
+// stream holds, about streamMaxInFlight requests and their answers plus
+// streamMaxBuffered bytes of answers waiting to be written.
+const (
+	// streamMaxInFlight bounds the requests of one stream being served at
+	// once: beyond it the stream reads no more until one is answered, and
+	// TCP holds the client back.
+	streamMaxInFlight = 1024
+	// streamMaxBuffered bounds the answers waiting to be written: beyond
+	// it the requests that finish wait for the writer.
+	streamMaxBuffered = 4 << 20
+	// streamWriteTimeout bounds one write to the client: a client that
+	// stops reading loses its stream.
+	streamWriteTimeout = 30 * time.Second
+)
+
+// handleStream upgrades the connection to a stream of binary requests
+// (package wire) and serves it until either side closes it.
+func (n *Node) handleStream(w http.ResponseWriter, r *http.Request) {
+	if !headerHasToken(r.Header, "Connection", "upgrade") || !headerHasToken(r.Header, "Upgrade", wire.Protocol) {
+		w.Header().Set("Upgrade", wire.Protocol)
+		w.Header().Set("Connection", "Upgrade")
+		writeError(w, http.StatusUpgradeRequired, "this endpoint upgrades to "+wire.Protocol)
+		return
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "cannot take over the connection: "+err.Error())
+		return
+	}
+	s := &stream{n: n, conn: conn, wake: make(chan struct{}, 1), sem: make(chan struct{}, streamMaxInFlight)}
+	s.space.L = &s.mu
+	if !n.addStream(s) {
+		conn.Close()
+		return
+	}
+	defer n.removeStream(s)
+	// The server's deadlines were for the HTTP request.
+	_ = conn.SetDeadline(time.Time{})
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + wire.Protocol + "\r\n\r\n")
+	if err := brw.Flush(); err != nil {
+		conn.Close()
+		return
+	}
+	s.serve(brw.Reader)
+}
+
+// headerHasToken reports whether the comma-separated header name holds
+// token (case-insensitively).
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// addStream registers s, to be closed by Close; it returns false once the
+// node is closing.
+func (n *Node) addStream(s *stream) bool {
+	n.streams.Lock()
+	defer n.streams.Unlock()
+	if n.streams.closed {
+		return false
+	}
+	if n.streams.m == nil {
+		n.streams.m = make(map[*stream]struct{})
+	}
+	n.streams.m[s] = struct{}{}
+	n.wg.Add(1)
+	return true
+}
+
+func (n *Node) removeStream(s *stream) {
+	n.streams.Lock()
+	delete(n.streams.m, s)
+	n.streams.Unlock()
+	n.wg.Done()
+}
+
+// closeStreams closes every stream and refuses new ones.
+func (n *Node) closeStreams() {
+	n.streams.Lock()
+	defer n.streams.Unlock()
+	n.streams.closed = true
+	for s := range n.streams.m {
+		s.conn.Close()
+	}
+}
+
+// stream is one upgraded connection: a reader that decodes requests and
+// starts a goroutine for each (at most streamMaxInFlight at once), and a
+// writer that sends the answers in batches, as they come.
+type stream struct {
+	n    *Node
+	conn net.Conn
+	// sem holds a token per request being served.
+	sem chan struct{}
+	// wake tells the writer answers are waiting.
+	wake chan struct{}
+
+	mu sync.Mutex
+	// space is signalled when the writer takes buf.
+	space sync.Cond
+	// buf holds encoded answers waiting for the writer; spare is the
+	// writer's previous buffer, for reuse.
+	buf, spare []byte
+	// ended is set once the stream ends: answers are dropped.
+	ended bool
+}
+
+// serve reads requests until the connection fails or closes, then waits
+// for the requests in flight and the writer.
+func (s *stream) serve(br *bufio.Reader) {
+	ctx, cancel := context.WithCancel(s.n.ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.write(ctx)
+	}()
+	limit := maxCommandBytes(s.n.opts.MaxValueBytes) + 64
+	for {
+		frame, size, err := wire.ReadFrame(br, limit, nil)
+		if errors.Is(err, wire.ErrFrameTooLarge) && size >= 8 {
+			// Answer it and skip it, to stay in step.
+			var tag [8]byte
+			if _, err = io.ReadFull(br, tag[:]); err == nil {
+				_, err = br.Discard(size - 8)
+			}
+			if err != nil {
+				break
+			}
+			t, _ := wire.Tag(tag[:])
+			s.respond(wire.Response{Tag: t, Status: http.StatusRequestEntityTooLarge, Body: fmt.Appendf(nil, "request of %d bytes, limit %d", size, limit)})
+			continue
+		}
+		if err != nil {
+			break
+		}
+		req, err := wire.DecodeRequest(frame)
+		if err != nil {
+			t, ok := wire.Tag(frame)
+			if !ok {
+				break // nothing to answer: the client is not speaking the protocol
+			}
+			s.respond(wire.Response{Tag: t, Status: http.StatusBadRequest, Body: []byte(err.Error())})
+			continue
+		}
+		select {
+		case s.sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp := s.n.serveRequest(ctx, req)
+			<-s.sem
+			s.respond(resp)
+		}()
+	}
+	s.conn.Close()
+	cancel()
+	s.mu.Lock()
+	s.ended = true
+	s.space.Broadcast()
+	s.mu.Unlock()
+	wg.Wait()
+}
+
+// respond queues an answer for the writer, waiting while too many bytes
+// wait already.
+func (s *stream) respond(r wire.Response) {
+	s.mu.Lock()
+	for len(s.buf) >= streamMaxBuffered && !s.ended {
+		s.space.Wait()
+	}
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	s.buf = wire.AppendResponse(s.buf, &r)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// write sends the queued answers, everything queued at once, until ctx
+// ends or a write fails (which closes the connection, ending serve).
+func (s *stream) write(ctx context.Context) {
+	for {
+		select {
+		case <-s.wake:
+		case <-ctx.Done():
+			return
+		}
+		s.mu.Lock()
+		out := s.buf
+		s.buf, s.spare = s.spare[:0], nil
+		s.space.Broadcast()
+		s.mu.Unlock()
+		if len(out) == 0 {
+			continue
+		}
+		_ = s.conn.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+		if _, err := s.conn.Write(out); err != nil {
+			s.conn.Close()
+			return
+		}
+		if cap(out) <= streamMaxBuffered {
+			s.mu.Lock()
+			s.spare = out[:0]
+			s.mu.Unlock()
+		}
+	}
+}
+
+// serveRequest carries out one request of a stream, with the same
+// answers as the HTTP API's.
+func (n *Node) serveRequest(ctx context.Context, req wire.Request) wire.Response {
+	resp := wire.Response{Tag: req.Tag}
+	fail := func(code int, msg string) wire.Response {
+		resp.Status, resp.Body = uint16(code), []byte(msg)
+		return resp
+	}
+	failErr := func(err error) wire.Response {
+		n.logFailure(req.Op.String(), req.Key, err)
+		return fail(statusOf(err), err.Error())
+	}
+	if req.Key == "" {
+		return fail(http.StatusBadRequest, "empty key")
+	}
+	switch req.Op {
+	case wire.OpGet, wire.OpGetStale:
+		var err error
+		if req.Op == wire.OpGetStale {
+			err = n.canServe()
+		} else {
+			_, err = n.reads.wait(ctx)
+		}
+		if err != nil {
+			return failErr(err)
+		}
+		value, found, index := n.state.get(req.Key)
+		resp.Index = index
+		if !found {
+			return fail(http.StatusNotFound, "not found")
+		}
+		resp.Status, resp.Body = http.StatusOK, value
+		return resp
+	}
+	id := req.ID
+	if id == "" {
+		id = "server-" + rand.Text()
+	}
+	c := command{id: id, key: req.Key}
+	switch req.Op {
+	case wire.OpPut:
+		c.op, c.value = opPut, req.Value
+	case wire.OpDelete:
+		c.op = opDelete
+	case wire.OpCAS:
+		c.op, c.value, c.hasOld, c.old = opCAS, req.Value, req.HasOld, req.Old
+	}
+	if len(c.value) > n.opts.MaxValueBytes || len(c.old) > n.opts.MaxValueBytes {
+		return fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("a value is above %d bytes", n.opts.MaxValueBytes))
+	}
+	res, err := n.submit(ctx, c)
+	if err != nil {
+		return failErr(err)
+	}
+	resp.Index = res.index
+	if c.op == opDelete && !res.ok {
+		return fail(http.StatusNotFound, "not found")
+	}
+	resp.Status, resp.OK = http.StatusOK, c.op == opCAS && res.ok
+	return resp
+}
