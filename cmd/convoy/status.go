@@ -40,6 +40,9 @@ members. Suspicions recorded in etcd against members of the view (during
 a view change) follow the table, with the suspecting member and its
 reason.
 
+"convoy node" serves the same report, read by the member, at GET /group
+on its HTTP API, and a page showing it at GET /.
+
 With -json it prints one JSON object instead of a table.
 `
 
