@@ -41,7 +41,8 @@ killed"}); without it, its exit is printed ({"exited":true,...}) and the
 others go on. SIGINT or SIGTERM stops the members with SIGTERM (each
 closes its group), then etcd, and prints {"stopped":true}.
 
-See the members with "convoy status -etcd http://127.0.0.1:7100".
+See the members with "convoy status -etcd http://127.0.0.1:7100", or in
+a browser at any member's API (http://127.0.0.1:7101/ by default).
 `
 
 // Bounds of "convoy cluster".

@@ -54,9 +54,13 @@ a group under clock skew: skew between members costs latency, never
 correctness.
 
 The node answers 503 on -http until it takes part in a view, then serves
-the application's API. It records its API's base URL in etcd under
-{prefix}http/{id}, on a lease, for "convoy status"; prints one JSON line
-on stdout once it serves:
+the application's API. From the start it also serves, at GET /group, the
+report "convoy status -json" prints, read from etcd and the members by
+this node, and at GET / a page that shows it (the view, every member,
+its frontiers and lag, suspicions, members that do not answer) and
+refreshes itself every second. It records its API's base URL in etcd
+under {prefix}http/{id}, on a lease, for "convoy status"; prints one
+JSON line on stdout once it serves:
 
   {"serving":true,"id":1,"app":"kv","http":"http://10.0.0.1:7101","pid":4242}
 
@@ -136,9 +140,25 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 	if url == "" {
 		url = baseURL(ln.Addr())
 	}
+	// The client does not wait for etcd: the API starts serving at once.
+	etcd, err := clientv3.New(clientv3.Config{
+		Endpoints:   s.Etcd,
+		TLS:         etcdTLS,
+		DialTimeout: etcdDialTimeout,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	defer etcd.Close()
+	// The group's page and its report (GET / and /group) read etcd and
+	// the other members, so they serve while this member starts too.
 	var h switchHandler
+	peers := &http.Client{Transport: &http.Transport{}}
+	defer peers.CloseIdleConnections()
 	srv := &http.Server{
-		Handler:           &h,
+		Handler:           &groupPage{etcd: etcd, hc: peers, prefix: s.Prefix, log: log, app: &h},
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
@@ -152,16 +172,6 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 		}
 	}()
 
-	etcd, err := clientv3.New(clientv3.Config{
-		Endpoints:   s.Etcd,
-		TLS:         etcdTLS,
-		DialTimeout: etcdDialTimeout,
-		Logger:      zap.NewNop(),
-	})
-	if err != nil {
-		return fmt.Errorf("etcd client: %w", err)
-	}
-	defer etcd.Close()
 	ttl := s.LeaseTTL
 	if ttl == 0 {
 		ttl = defaultRegisterTTL

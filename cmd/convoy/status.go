@@ -36,7 +36,12 @@ log, its tail too) and, from the library (convoy.Group.Status), its
 phase, the durable index, how far its delivery barrier trails its clock,
 and whether it holds its etcd lease. Processes that recorded a URL but are not in the view
 (starting, joining, or rejoining after an exclusion) are listed after the
-members.
+members. Suspicions recorded in etcd against members of the view (during
+a view change) follow the table, with the suspecting member and its
+reason.
+
+"convoy node" serves the same report, read by the member, at GET /group
+on its HTTP API, and a page showing it at GET /.
 
 With -json it prints one JSON object instead of a table.
 `
@@ -64,6 +69,10 @@ type statusMember struct {
 	App  string `json:"app,omitempty"`
 	HTTP string `json:"http,omitempty"`
 	PID  int    `json:"pid,omitempty"`
+	// SuspectedBy holds the suspicions of the member recorded in etcd
+	// for the current view: by the id of each member that suspects it,
+	// the reason it gave.
+	SuspectedBy map[uint64]string `json:"suspected_by,omitempty"`
 	// Status is the member's own GET /status, if it answered; Error why
 	// not.
 	Status *memberStatus `json:"status,omitempty"`
@@ -142,7 +151,9 @@ func readStatus(ctx context.Context, cli *clientv3.Client, hc *http.Client, pref
 
 	r := statusReport{Prefix: prefix, Epoch: st.Current.Epoch, Start: st.Current.Start, Members: []statusMember{}}
 	for _, m := range st.Current.Members {
-		r.Members = append(r.Members, statusMember{ID: m.ID, InView: true, Incarnation: m.Incarnation, Addr: m.Addr})
+		r.Members = append(r.Members, statusMember{
+			ID: m.ID, InView: true, Incarnation: m.Incarnation, Addr: m.Addr, SuspectedBy: st.Suspects[m.ID],
+		})
 	}
 	for _, id := range slices.Sorted(maps.Keys(records)) {
 		if st.Current.Rank(id) < 0 {
@@ -231,6 +242,16 @@ func (r statusReport) print(w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, m := range r.Members {
+		if len(m.SuspectedBy) == 0 {
+			continue
+		}
+		var by []string
+		for _, id := range slices.Sorted(maps.Keys(m.SuspectedBy)) {
+			by = append(by, fmt.Sprintf("%d (%s)", id, m.SuspectedBy[id]))
+		}
+		fmt.Fprintf(&b, "member %d is suspected by %s\n", m.ID, strings.Join(by, ", "))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
