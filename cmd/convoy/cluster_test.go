@@ -291,8 +291,18 @@ func TestClusterRestart(t *testing.T) {
 	defer cancel()
 	hc := &http.Client{Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
+	// The clients use streams, which the members' HTTP servers upgrade
+	// connections to.
+	var clients []*kvclient.Client
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
 	via := func(i int) *kvclient.Client {
-		return kvclient.New([]string{ready.Members[i-1].HTTP}, kvclient.WithHTTPClient(hc))
+		c := kvclient.New([]string{ready.Members[i-1].HTTP}, kvclient.WithHTTPClient(hc), kvclient.WithStreams())
+		clients = append(clients, c)
+		return c
 	}
 	if _, err := via(1).Put(ctx, "before", []byte("1")); err != nil {
 		t.Fatal(err)
