@@ -3,9 +3,11 @@
 // the systems alternating within each repetition, medians reported. The
 // replication engines (the raw Convoy library, etcd, hashicorp/raft,
 // dragonboat) go through workloads a to d; the key-value services as
-// users run them (Convoy's example store over HTTP, etcd through
-// clientv3, and the example's server without replication) through
-// workload e. See the repository's README, "Performance".
+// users run them (Convoy's example store through its Go client, over
+// streams or HTTP requests, etcd through clientv3, and the example's
+// server without replication) through workloads e (saturation) and g
+// (one client, against the floor of one synced write and one loopback
+// round trip). See the repository's README, "Performance".
 //
 //	cd bench && go run . -out results/
 //
@@ -80,7 +82,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
 	fs.StringVar(&c.out, "out", "results", "directory to write results.json to (empty: none)")
 	systems := fs.String("systems", systemNames(allSystems()), "systems to measure, comma-separated")
-	workloads := fs.String("workloads", "a,b,c,d,e,f", "workloads to run, comma-separated letters (see the README)")
+	workloads := fs.String("workloads", "a,b,c,d,e,f,g", "workloads to run, comma-separated letters (see the README)")
 	fs.IntVar(&c.reps, "reps", 3, "repetitions; the tables report medians")
 	fs.DurationVar(&c.timing.duration, "duration", 5*time.Second, "how long each point is measured")
 	fs.DurationVar(&c.timing.warmup, "warmup", time.Second, "how long each point runs before it is measured")
@@ -192,6 +194,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				samples[i].Rep = rep
 			}
 			res.Samples = append(res.Samples, samples...)
+		}
+		for _, w := range c.workloads {
+			if !w.floor {
+				continue
+			}
+			s, err := runFloor(ctx, root, w.name, c.timing)
+			if err != nil {
+				return fmt.Errorf("repetition %d: the floor of workload %s: %w", rep, w.name, err)
+			}
+			s.Rep = rep
+			logSample(log, s)
+			res.Samples = append(res.Samples, s)
 		}
 		for _, w := range c.workloads {
 			if !w.physical {

@@ -46,7 +46,7 @@ func TestQuickRun(t *testing.T) {
 	err := run(ctx, []string{
 		"-quick", "-duration", "500ms", "-warmup", "100ms",
 		"-systems", systemNames(allSystems()),
-		"-workloads", "a,c,d,e,f,m", "-big-clients", "1",
+		"-workloads", "a,c,d,e,f,g,m", "-big-clients", "1",
 		"-dir", dataDir, "-out", out,
 	}, &stdout, &stderr)
 	if err != nil {
@@ -59,6 +59,7 @@ func TestQuickRun(t *testing.T) {
 		"(d) 1 MiB durable writes at saturation",
 		"(e) the service as users run it",
 		"(f) physical limits",
+		"(g) the service at light load",
 		"(m) multicast of one message to a group",
 	} {
 		if !strings.Contains(stdout.String(), header) {
@@ -71,8 +72,8 @@ func TestQuickRun(t *testing.T) {
 			headers++
 		}
 	}
-	if headers != 5 {
-		t.Errorf("%d column headers, want 5, output:\n%s", headers, stdout.String())
+	if headers != 6 {
+		t.Errorf("%d column headers, want 6, output:\n%s", headers, stdout.String())
 	}
 
 	b, err := os.ReadFile(filepath.Join(out, "results.json"))
@@ -96,6 +97,7 @@ func TestQuickRun(t *testing.T) {
 		"d/convoy", "d/etcd", "d/raft", "d/dragonboat",
 		"e/convoy-kv", "e/convoy-kv-http", "e/etcd", "e/kv-local", "e/kv-local-http",
 		"f/pebble-3x", "f/fsync",
+		"g/convoy-kv", "g/convoy-kv-http", "g/etcd", "g/kv-local", "g/kv-local-http", "g/floor",
 	}
 	var got []string
 	for _, s := range res.Summary {
@@ -107,6 +109,11 @@ func TestQuickRun(t *testing.T) {
 		}
 		switch {
 		case s.Workload == "f":
+		case s.Workload == "g":
+			// Every service against the floor.
+			if (s.Ratio == nil) != (s.System == "floor") {
+				t.Errorf("g/%s: ratio %v", s.System, s.Ratio)
+			}
 		case s.System == "convoy" || s.System == "convoy-nosync" || s.System == "convoy-kv":
 			if s.Ratio != nil {
 				t.Errorf("%s/%s: a ratio to itself", s.Workload, s.System)

@@ -21,7 +21,7 @@ var (
 	// throughputPlots sweep the client count: throughput against it.
 	throughputPlots = []string{"a", "b", "e"}
 	// latencyPlots run at a fixed load: their latency distribution.
-	latencyPlots = []string{"c"}
+	latencyPlots = []string{"c", "g"}
 )
 
 // plotWidth and plotHeight are the size of every plot.

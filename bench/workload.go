@@ -37,6 +37,11 @@ type workload struct {
 	physical bool
 	// multicast runs convoy bench multicast instead of measuring a system.
 	multicast bool
+	// floor adds a row "floor" to the workload's table, measured on the
+	// machine in each repetition: one synced write's latency plus one
+	// loopback round trip's (runFloor), which the rows' p50 is compared
+	// with.
+	floor bool
 	// ratioOf is what the tables compare with Convoy's: "ops/s" (higher
 	// is better) or "p50" (lower is better).
 	ratioOf string
@@ -52,6 +57,7 @@ func workloadSet(clients []int, bigClients int) []workload {
 		{name: "d", title: "1 MiB durable writes at saturation", size: 1 << 20, keys: 64, clients: []int{bigClients}, durableOnly: true, ratioOf: "ops/s"},
 		{name: "e", title: "the service as users run it: 64-byte writes through its client at saturation", size: 64, keys: 10000, clients: clients, service: true, reference: "convoy-kv", ratioOf: "ops/s"},
 		{name: "f", title: "physical limits: three Pebble instances appending synced 1 KiB batches on one disk; one synced 1 KiB write", physical: true},
+		{name: "g", title: "the service at light load: one client's 64-byte writes, one at a time, against the floor (one synced 1 KiB write plus one loopback round trip)", size: 64, keys: 10000, clients: []int{1}, service: true, reference: floorSystem, floor: true, ratioOf: "p50"},
 		{name: multicastWorkload, title: "multicast of one message to a group, against unicast to one receiver (convoy bench multicast)", multicast: true},
 	}
 }
