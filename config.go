@@ -236,7 +236,8 @@ type Config struct {
 	// too. Tests inject skewed clocks here.
 	Clock func() int64
 	// Logger, MeterProvider and TracerProvider receive logs, metrics and
-	// spans (view changes and state transfers); nil discards them.
+	// spans (view changes and state transfers); nil discards them. The
+	// README's Metrics section lists the metrics.
 	Logger         *slog.Logger
 	MeterProvider  metric.MeterProvider
 	TracerProvider trace.TracerProvider
