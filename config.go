@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -68,18 +69,36 @@ const (
 // member needs: see Config.State.
 type StateMachine = membership.StateMachine
 
-// EtcdConfig says where a view-managed group keeps its views.
+// EtcdConfig says where a view-managed group keeps its views, and how
+// it reaches that etcd: either the group dials it itself (Endpoints,
+// with TLS, DialTimeout, Username and Password as etcd's client takes
+// them), or it uses a client the application made (Client).
 type EtcdConfig struct {
-	// Endpoints of an etcd cluster, required: in production a fixed etcd
-	// quorum, not embedded in members that come and go; for development
-	// and tests, package etcddev starts a single-node etcd in the process.
+	// Endpoints of an etcd cluster, required unless Client is set: in
+	// production a fixed etcd quorum, not embedded in members that come
+	// and go; for development and tests, package etcddev starts a
+	// single-node etcd in the process.
 	Endpoints []string
 	// Prefix namespaces the group's keys (default "/convoy/").
 	Prefix string
-	// TLS secures the connection to etcd.
+	// TLS secures the connection to etcd; a client certificate in it
+	// authenticates the member to an etcd that takes certificates as
+	// credentials (etcd's --client-cert-auth).
 	TLS *tls.Config
-	// DialTimeout bounds connecting (default 5s).
+	// DialTimeout bounds connecting, logging in included (default 5s).
 	DialTimeout time.Duration
+	// Username and Password log in to an etcd with authentication
+	// enabled; they go together. The user needs read and write access to
+	// the keys under Prefix, and may grant and revoke leases.
+	Username, Password string
+	// Client, if set, is the etcd client the group uses instead of
+	// dialing one, for an application that talks to the same etcd
+	// itself: Endpoints, TLS, DialTimeout, Username and Password must
+	// then be left empty (the client has its own). The application owns
+	// the client: the group never closes it (Close and Leave leave it
+	// open), and the application must not close it before it has closed
+	// the group.
+	Client *clientv3.Client
 	// LeaseTTL is how long a member's registration outlives it (default
 	// 5s): a coarse liveness hint besides the failure detector.
 	LeaseTTL time.Duration
@@ -217,7 +236,8 @@ type Config struct {
 	// too. Tests inject skewed clocks here.
 	Clock func() int64
 	// Logger, MeterProvider and TracerProvider receive logs, metrics and
-	// spans (view changes and state transfers); nil discards them.
+	// spans (view changes and state transfers); nil discards them. The
+	// README's Metrics section lists the metrics.
 	Logger         *slog.Logger
 	MeterProvider  metric.MeterProvider
 	TracerProvider trace.TracerProvider

@@ -1,12 +1,14 @@
 package convoy
 
 import (
+	"crypto/tls"
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -90,7 +92,8 @@ func fillNonZero(t *testing.T, name string, v reflect.Value) {
 		v.Set(reflect.ValueOf([]Member{{ID: 1, Addr: "127.0.0.1:1"}}))
 		return
 	case "Etcd":
-		v.Set(reflect.ValueOf(&EtcdConfig{Endpoints: []string{"e"}, Prefix: "/p/", DialTimeout: time.Second, LeaseTTL: 2 * time.Second}))
+		v.Set(reflect.ValueOf(&EtcdConfig{Endpoints: []string{"e"}, Prefix: "/p/", TLS: &tls.Config{ServerName: "etcd"}, DialTimeout: time.Second,
+			Username: "u", Password: "p", Client: new(clientv3.Client), LeaseTTL: 2 * time.Second}))
 		return
 	case "Durable":
 		v.Set(reflect.ValueOf(&DurableConfig{Dir: "d", MaxLag: 5, RestartWait: time.Second}))
@@ -132,6 +135,9 @@ func TestValidateThroughRoot(t *testing.T) {
 		{"etcd and members", Config{Self: 1, Members: []Member{{ID: 1}}, Etcd: &EtcdConfig{}}, "Config.Members"},
 		{"durable without dir", Config{Self: 1, Members: []Member{{ID: 1}}, Durable: &DurableConfig{}}, "Config.Durable.Dir"},
 		{"negative lease", Config{Self: 1, Etcd: &EtcdConfig{LeaseTTL: -time.Second}}, "Config.Etcd.LeaseTTL"},
+		{"etcd client", Config{Self: 1, Etcd: &EtcdConfig{Client: new(clientv3.Client)}}, ""},
+		{"etcd client and endpoints", Config{Self: 1, Etcd: &EtcdConfig{Client: new(clientv3.Client), Endpoints: []string{"e"}}}, "Config.Etcd.Endpoints"},
+		{"etcd user without password", Config{Self: 1, Etcd: &EtcdConfig{Endpoints: []string{"e"}, Username: "u"}}, "Config.Etcd.Password"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -80,6 +80,9 @@ type Server struct {
 	mu      sync.Mutex
 	clients []*clientv3.Client
 	closed  bool
+	// rootPassword is root's password once EnableAuth has turned
+	// authentication on ("" before).
+	rootPassword string
 }
 
 // Start starts a single-node etcd and waits until it serves clients, ctx
@@ -246,7 +249,7 @@ func (s *Server) Endpoints() []string {
 // Client returns a new client connected to s, checked with one request
 // bounded by ctx. s tracks it and closes it in Close, before stopping etcd
 // (a server with open clients takes seconds to stop); the caller may also
-// close it earlier.
+// close it earlier. After EnableAuth, the client logs in as root.
 func (s *Server) Client(ctx context.Context) (*clientv3.Client, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -257,6 +260,8 @@ func (s *Server) Client(ctx context.Context) (*clientv3.Client, error) {
 		Endpoints:   s.endpoints,
 		DialTimeout: 5 * time.Second,
 		Logger:      s.zlog,
+		Username:    s.rootUser(),
+		Password:    s.rootPassword,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcddev: client: %w", err)
@@ -267,6 +272,49 @@ func (s *Server) Client(ctx context.Context) (*clientv3.Client, error) {
 	}
 	s.clients = append(s.clients, cli)
 	return cli, nil
+}
+
+// RootUser is the user EnableAuth creates, with etcd's root role: it may
+// do anything, and grant others access.
+const RootUser = "root"
+
+// rootUser returns the user Client logs in as: RootUser once
+// authentication is on, nobody before. REQUIRES: s.mu.
+func (s *Server) rootUser() string {
+	if s.rootPassword == "" {
+		return ""
+	}
+	return RootUser
+}
+
+// EnableAuth turns etcd's authentication on, as an operator secures a
+// cluster: it adds the user RootUser with password (not empty), grants
+// it the root role, and enables authentication, within ctx. From then
+// on a client must log in (clientv3.Config's Username and Password, or a
+// token); Client's log in as RootUser. It works once per data directory:
+// authentication stays on across restarts, and enabling it again fails.
+func (s *Server) EnableAuth(ctx context.Context, password string) error {
+	if password == "" {
+		return errors.New("etcddev: enable auth: empty root password")
+	}
+	cli, err := s.Client(ctx)
+	if err != nil {
+		return fmt.Errorf("etcddev: enable auth: %w", err)
+	}
+	defer cli.Close()
+	if _, err := cli.UserAdd(ctx, RootUser, password); err != nil {
+		return fmt.Errorf("etcddev: enable auth: add user %s: %w", RootUser, err)
+	}
+	if _, err := cli.UserGrantRole(ctx, RootUser, "root"); err != nil {
+		return fmt.Errorf("etcddev: enable auth: grant %s the root role: %w", RootUser, err)
+	}
+	if _, err := cli.AuthEnable(ctx); err != nil {
+		return fmt.Errorf("etcddev: enable auth: %w", err)
+	}
+	s.mu.Lock()
+	s.rootPassword = password
+	s.mu.Unlock()
+	return nil
 }
 
 // Close closes every client made by Client, stops etcd, and removes the

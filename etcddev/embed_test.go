@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 )
@@ -195,6 +196,44 @@ func TestStartClose(t *testing.T) {
 	}
 	if _, err := s.Client(context.Background()); err == nil {
 		t.Error("Client after Close succeeded")
+	}
+}
+
+// Once EnableAuth has turned authentication on, a client must log in:
+// one that does not is refused, one with a wrong password cannot
+// connect, and Client's log in as root.
+func TestEnableAuth(t *testing.T) {
+	s := start(t, Config{})
+	defer s.Close()
+	anonymous := client(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.EnableAuth(ctx, "secret"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := anonymous.Put(ctx, "k", "v"); !errors.Is(err, rpctypes.ErrUserEmpty) {
+		t.Errorf("put without logging in: %v, want %v", err, rpctypes.ErrUserEmpty)
+	}
+	put(t, client(t, s), "k", "v")
+	login := func(password string) (*clientv3.Client, error) {
+		return clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 5 * time.Second, Username: RootUser, Password: password})
+	}
+	c, err := login("secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, c, "k"); got != "v" {
+		t.Errorf("get = %q, want v", got)
+	}
+	c.Close()
+	if c, err := login("wrong"); !errors.Is(err, rpctypes.ErrAuthFailed) {
+		if err == nil {
+			c.Close()
+		}
+		t.Errorf("login with a wrong password: %v, want %v", err, rpctypes.ErrAuthFailed)
+	}
+	if err := s.EnableAuth(ctx, "again"); err == nil {
+		t.Error("EnableAuth twice succeeded")
 	}
 }
 

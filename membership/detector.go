@@ -104,7 +104,12 @@ type Verdict struct {
 
 // DetectorReady is what the runtime must carry out.
 type DetectorReady struct {
-	Messages  []Message
+	Messages []Message
+	// Raised lists the neighbours newly suspected: other paths are asked
+	// about each, which then comes back Confirmed or Refuted (unless the
+	// view ends first). A suspicion with no other path to ask is raised
+	// and confirmed at once.
+	Raised    []int
 	Confirmed []Verdict
 	// Refuted lists suspicions a second path contradicted: the link to
 	// that neighbour is bad, the neighbour is not.
@@ -267,6 +272,7 @@ func (d *Detector) stalled(w *watch) bool {
 // suspect starts multi-path confirmation: other neighbours of the suspect
 // are asked whether they still hear from it.
 func (d *Detector) suspect(s int, w *watch, reason string) {
+	d.ready.Raised = append(d.ready.Raised, s)
 	probers := d.probers(s)
 	if len(probers) == 0 {
 		d.confirm(s, reason+" (no other path to ask)")

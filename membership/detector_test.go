@@ -54,6 +54,9 @@ func (n *detectorNet) step() {
 func (n *detectorNet) collect(i int) {
 	rd := n.ds[i].Ready()
 	n.inflight = append(n.inflight, rd.Messages...)
+	for _, r := range rd.Raised {
+		fmt.Fprintf(n.out, "t=%d m%d suspects m%d\n", n.now, i, r)
+	}
 	for _, v := range rd.Confirmed {
 		fmt.Fprintf(n.out, "t=%d m%d confirms m%d failed: %s\n", n.now, i, v.Rank, v.Reason)
 		n.verdicts[i] = append(n.verdicts[i], v)

@@ -340,6 +340,11 @@ type DonorConfig struct {
 	Rand *rand.Rand
 	// Logger receives the donor's logs. Default: discard.
 	Logger *slog.Logger
+	// OnSent, if set, is called with the size of each chunk of part data
+	// the donor posts to a joiner (chunks sent again over a new
+	// connection count again), for metrics. It is called with the
+	// donor's locks held: it must return quickly and not call the donor.
+	OnSent func(bytes int)
 }
 
 func (c DonorConfig) withDefaults() (DonorConfig, error) {
@@ -826,6 +831,9 @@ func (dc *donorConn) pumpLocked() {
 		if last {
 			dc.mu.cur = nil
 		}
+		if on := dc.d.cfg.OnSent; on != nil {
+			on(n)
+		}
 	}
 }
 
@@ -892,6 +900,11 @@ type FetchConfig struct {
 	Rand *rand.Rand
 	// Logger receives the joiner's logs. Default: discard.
 	Logger *slog.Logger
+	// OnReceived, if set, is called with the size of each chunk of part
+	// data the joiner receives (from every donor asked, a part received
+	// twice included), for metrics. It is called with the transfer's lock
+	// held: it must return quickly and not call the transfer.
+	OnReceived func(bytes int)
 }
 
 func (c FetchConfig) withDefaults() (FetchConfig, error) {
@@ -1531,6 +1544,9 @@ func (l *fetchLink) RecvComplete(wr uint64, n int, imm uint64) {
 	}
 	fc.mu.got += n
 	fc.mu.received += int64(n)
+	if on := f.cfg.OnReceived; on != nil {
+		on(n)
+	}
 	fc.progressLocked()
 	if fc.mu.got == len(fc.mu.buf) {
 		p, data := fc.mu.cur, fc.mu.buf

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -273,6 +274,42 @@ func TestTransferSizes(t *testing.T) {
 				checkServed(t, ep, want)
 			})
 		}
+	}
+}
+
+// OnSent and OnReceived count the part data a transfer moves: every
+// byte of the state once, on each side.
+func TestTransferCountsBytes(t *testing.T) {
+	checkTransferLeaks(t)
+	const k = 3
+	s := randomParts(5, 1<<20+3, 0, 7)
+	n := newMemNet(t, 5)
+	var sent, received atomic.Int64
+	n.endpoint(testJoiner)
+	for i, id := range donorIDs(k) {
+		parts, err := SnapshotParts(s, DonorParts(i, k), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := NewDonor(context.Background(), DonorConfig{
+			Endpoint: n.endpoint(id), Stream: testStream, Joiners: []rdma.NodeID{testJoiner}, Parts: parts, Of: k,
+			ChunkBytes: testChunkBytes, OnSent: func(bytes int) { sent.Add(int64(bytes)) },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+	}
+	cfg := fetchConfig(n.endpoint(testJoiner), k)
+	cfg.OnReceived = func(bytes int) { received.Add(int64(bytes)) }
+	got, err := Fetch(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore(t, s, got)
+	want := int64(len(s.whole()))
+	if sent.Load() != want || received.Load() != want {
+		t.Errorf("donors sent %d bytes, the joiner received %d; the state holds %d", sent.Load(), received.Load(), want)
 	}
 }
 

@@ -52,9 +52,10 @@ type Ready struct {
 	Stable     uint64
 }
 
-// Stats counts what the core did and rejected.
+// Stats counts what the core did and rejected. Discarded counts the
+// other members' messages that Finish dropped beyond the view's cut.
 type Stats struct {
-	Delivered, Beacons, Rejected uint64
+	Delivered, Beacons, Rejected, Discarded uint64
 }
 
 type entry struct {
@@ -551,8 +552,20 @@ func (c *Core) deliver() {
 	c.ready.Stable = c.stable
 }
 
+// CommitBarrier returns the barrier below which every member holds every
+// message (1Pipe's commit barrier), as of the last record or tick: the
+// delivery barrier of Atomic mode, and the one below which messages are
+// stable in every mode that orders.
+func (c *Core) CommitBarrier() Timestamp {
+	r := c.prom.Frontier()
+	if c.tree != nil {
+		return min(r, c.tree.Barrier())
+	}
+	return min(r, c.commit.Barrier())
+}
+
 // commitBarrier returns the barrier below which every member holds every
-// message.
+// message, once this member's own receive frontier is announced.
 func (c *Core) commitBarrier() Timestamp {
 	r := c.prom.Frontier()
 	if c.tree != nil {

@@ -78,6 +78,9 @@ func (c *Core) Finish(cut []uint64) ([]Delivery, [][]byte, error) {
 		r := int(k.rank)
 		if k.seq > cut[r] {
 			beyond = append(beyond, k)
+			if r != c.cfg.Self {
+				c.stats.Discarded++
+			}
 			continue
 		}
 		c.emit(entry{ts: k.ts, rank: r, seq: k.seq, payload: c.payloads[r].take(k.seq)})

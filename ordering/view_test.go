@@ -16,8 +16,10 @@ import (
 // the same sequence of deliveries, nothing delivered before the wedge is
 // outside the cut, every own message beyond the cut comes back for
 // re-sending in order, and every message a survivor sent is either
-// delivered or re-sent (none lost, none twice). A planted fault (the cut
-// as a maximum) must be caught.
+// delivered or re-sent (none lost, none twice), and the others' messages
+// beyond the cut are counted as discarded. Throughout, no member's commit
+// barrier passes another's receive frontier. A planted fault (the cut as
+// a maximum) must be caught.
 func TestViewEndProperties(t *testing.T) {
 	seeds := 300
 	if testing.Short() {
@@ -88,6 +90,15 @@ func runViewEnd(seed uint64, fanOut int, cutOf func([][]uint64) []uint64) error 
 		default:
 			c.tick(r.IntN(n), now)
 		}
+		// Every member holds every message below any member's commit
+		// barrier.
+		for i, core := range c.cores {
+			for j, other := range c.cores {
+				if b, f := core.CommitBarrier(), other.Frontier(); b > f {
+					return fmt.Errorf("step %d: m%d's commit barrier %d is beyond m%d's receive frontier %d", step, i, b, j, f)
+				}
+			}
+		}
 	}
 	// Up to a minority crash; whatever is in flight from them is lost.
 	crashed := make(map[int]bool)
@@ -106,10 +117,23 @@ func runViewEnd(seed uint64, fanOut int, cutOf func([][]uint64) []uint64) error 
 	}
 	cut := cutOf(reports)
 	ended := make([][]Delivery, 0, len(survivors))
-	for _, i := range survivors {
+	for k, i := range survivors {
 		rest, resend, err := c.cores[i].Finish(cut)
 		if err != nil {
 			return fmt.Errorf("m%d: %w", i, err)
+		}
+		// The others' messages it held beyond the cut are discarded: at
+		// least those of the prefixes it reported, at most all sent
+		// beyond the cut (some may have arrived out of order).
+		var least, most uint64
+		for s, held := range reports[k] {
+			if s != i {
+				least += held - cut[s]
+				most += uint64(len(sent[s])) - cut[s]
+			}
+		}
+		if got := c.cores[i].Stats().Discarded; got < least || got > most {
+			return fmt.Errorf("m%d discarded %d messages, want %d to %d", i, got, least, most)
 		}
 		all := append(slices.Clone(c.delivered[i]), rest...)
 		for k, d := range all {

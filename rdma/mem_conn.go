@@ -190,7 +190,7 @@ func (f *MemFabric) deliverLocked(d *memDir) {
 				f.pushLocked(fr.src, qpEvent{kind: evSend, wr: fr.wr})
 				return
 			}
-			perr := &ProtocolError{Peer: from, Stream: fr.stream, Reason: "data frame for a stream that was never opened"}
+			perr := protocolError(from, fr.stream, rejectStream, "data frame for a stream that was never opened")
 			f.protocolBreakLocked(c, to, perr)
 			return
 		}
@@ -198,7 +198,7 @@ func (f *MemFabric) deliverLocked(d *memDir) {
 		switch {
 		case !ok:
 		case reason != "":
-			perr := &ProtocolError{Peer: from, Stream: fr.stream, Reason: reason}
+			perr := protocolError(from, fr.stream, rejectReceiveBuffer, reason)
 			f.log.Warn("rdma: bad transfer from peer", "node", c.nodes[to], "err", perr)
 			f.failQPLocked(q, perr)
 		default:
@@ -212,8 +212,7 @@ func (f *MemFabric) deliverLocked(d *memDir) {
 			f.pushLocked(q, qpEvent{kind: evSignal, imm: fr.imm})
 		case dst.recent.has(fr.stream):
 		case !dst.pending.add(fr.stream, fr.imm):
-			perr := &ProtocolError{Peer: from, Stream: fr.stream,
-				Reason: fmt.Sprintf("more than %d signals for streams that are not open", maxPendingSignals)}
+			perr := protocolError(from, fr.stream, rejectStream, fmt.Sprintf("more than %d signals for streams that are not open", maxPendingSignals))
 			f.protocolBreakLocked(c, to, perr)
 		}
 	case frameClose:

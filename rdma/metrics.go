@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -18,7 +19,10 @@ type tcpMetrics struct {
 	bytesRecv   metric.Int64Counter
 	connsOpened metric.Int64Counter
 	connsBroken metric.Int64Counter
-	protoErrors metric.Int64Counter
+	rejected    metric.Int64Counter
+	// rejectedBy holds rejected's attribute, by reason: made once, as a
+	// measurement allocates the slice of options it is not given as one.
+	rejectedBy [numRejectReasons][]metric.AddOption
 }
 
 func newTCPMetrics(mp metric.MeterProvider) (*tcpMetrics, error) {
@@ -31,19 +35,75 @@ func newTCPMetrics(mp metric.MeterProvider) (*tcpMetrics, error) {
 		}
 		*dst, err = m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 	}
-	counter(&tm.framesSent, "rdma.frames.sent", "{frame}", "Frames written to connections.")
-	counter(&tm.bytesSent, "rdma.bytes.sent", "By", "Bytes written to connections, headers included.")
-	counter(&tm.framesRecv, "rdma.frames.received", "{frame}", "Frames read from connections.")
-	counter(&tm.bytesRecv, "rdma.bytes.received", "By", "Bytes read from connections, headers included.")
-	counter(&tm.connsOpened, "rdma.connections.opened", "{connection}", "Connections established.")
-	counter(&tm.connsBroken, "rdma.connections.broken", "{connection}", "Connections that broke or were refused (not counting those closed by Close).")
-	counter(&tm.protoErrors, "rdma.protocol.errors", "{error}", "Bad input from peers.")
+	counter(&tm.framesSent, "convoy.rdma.frames.sent", "{frame}", "Frames written to connections.")
+	counter(&tm.bytesSent, "convoy.rdma.bytes.sent", "By", "Bytes written to connections, headers included.")
+	counter(&tm.framesRecv, "convoy.rdma.frames.received", "{frame}", "Frames read from connections.")
+	counter(&tm.bytesRecv, "convoy.rdma.bytes.received", "By", "Bytes read from connections, headers included.")
+	counter(&tm.connsOpened, "convoy.rdma.connections.opened", "{connection}", "Connections established.")
+	counter(&tm.connsBroken, "convoy.rdma.connections.broken", "{connection}", "Connections that broke or were refused (not counting those closed by Close).")
+	counter(&tm.rejected, "convoy.rdma.rejected.frames", "{frame}",
+		"Bad input from peers, by reason: each refused connection, or transfer failed for it, counts once.")
 	if err != nil {
 		return nil, fmt.Errorf("rdma: creating metrics: %w", err)
+	}
+	for r := range tm.rejectedBy {
+		tm.rejectedBy[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", rejectReason(r).String())))}
 	}
 	return &tm, nil
 }
 
 func (m *tcpMetrics) add(c metric.Int64Counter, n int64) {
 	c.Add(context.Background(), n)
+}
+
+// reject counts bad input from a peer.
+func (m *tcpMetrics) reject(r rejectReason) {
+	m.rejected.Add(context.Background(), 1, m.rejectedBy[r]...)
+}
+
+// rejectReason is why input from a peer was refused: the reason
+// attribute of the rejected frames metric, a short list so that the
+// metric keeps few series.
+type rejectReason uint8
+
+const (
+	// rejectOther: bad input of no kind below.
+	rejectOther rejectReason = iota
+	// rejectHandshake: a hello that breaks the wire format (magic,
+	// version, reserved bytes), or a dial in the wrong direction.
+	rejectHandshake
+	// rejectIdentity: a peer that claims an id not its own: this node's,
+	// another than the one dialed, or one its certificate does not name.
+	rejectIdentity
+	// rejectCertificate: a TLS certificate this node does not trust.
+	rejectCertificate
+	// rejectMalformed: a frame header that breaks the wire format.
+	rejectMalformed
+	// rejectOversize: a data frame beyond the endpoint's MaxFrameBytes.
+	rejectOversize
+	// rejectStream: frames for a stream that was never opened.
+	rejectStream
+	// rejectReceiveBuffer: a transfer with no posted receive buffer, or
+	// into one too small.
+	rejectReceiveBuffer
+	numRejectReasons
+)
+
+// rejectReasonNames are the values of the reason attribute.
+var rejectReasonNames = [numRejectReasons]string{
+	rejectOther:         "other",
+	rejectHandshake:     "handshake",
+	rejectIdentity:      "identity",
+	rejectCertificate:   "certificate",
+	rejectMalformed:     "malformed",
+	rejectOversize:      "oversize",
+	rejectStream:        "stream",
+	rejectReceiveBuffer: "receive_buffer",
+}
+
+func (r rejectReason) String() string {
+	if r >= numRejectReasons {
+		return rejectReasonNames[rejectOther]
+	}
+	return rejectReasonNames[r]
 }

@@ -98,6 +98,14 @@ type ProtocolError struct {
 	Peer   NodeID
 	Stream StreamID
 	Reason string
+	// kind classifies Reason for the endpoint's metrics.
+	kind rejectReason
+}
+
+// protocolError returns the error of bad input of kind kind from peer on
+// stream, described by reason.
+func protocolError(peer NodeID, stream StreamID, kind rejectReason, reason string) *ProtocolError {
+	return &ProtocolError{Peer: peer, Stream: stream, Reason: reason, kind: kind}
 }
 
 func (e *ProtocolError) Error() string {

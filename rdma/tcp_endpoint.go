@@ -195,10 +195,15 @@ func (e *TCPEndpoint) forget(c *tcpConn) {
 func (e *TCPEndpoint) reportConnError(peer NodeID, err error) {
 	e.metrics.add(e.metrics.connsBroken, 1)
 	var perr *ProtocolError
-	if errors.As(err, &perr) {
-		e.metrics.add(e.metrics.protoErrors, 1)
+	var cerr *tls.CertificateVerificationError
+	switch {
+	case errors.As(err, &perr):
+		e.metrics.reject(perr.kind)
 		e.log.Warn("rdma: closed connection after bad input", "peer", peer, "err", err)
-	} else {
+	case errors.As(err, &cerr):
+		e.metrics.reject(rejectCertificate)
+		e.log.Warn("rdma: refused a peer's certificate", "peer", peer, "err", err)
+	default:
 		e.log.Info("rdma: connection lost", "peer", peer, "err", err)
 	}
 	if e.cfg.OnConnError != nil {

@@ -101,10 +101,10 @@ func (e *TCPEndpoint) clientHandshake(ctx context.Context, nc net.Conn, peer Nod
 	}
 	id, err := decodeHello(b[:])
 	if err != nil {
-		return nil, &ProtocolError{Peer: peer, Reason: err.Error()}
+		return nil, protocolError(peer, 0, rejectHandshake, err.Error())
 	}
 	if id != peer {
-		return nil, &ProtocolError{Peer: peer, Reason: fmt.Sprintf("dialed node %d at %s but node %d answered", peer, addr, id)}
+		return nil, protocolError(peer, 0, rejectIdentity, fmt.Sprintf("dialed node %d at %s but node %d answered", peer, addr, id))
 	}
 	if err := e.verifyPeer(nc, id); err != nil {
 		return nil, err
@@ -124,7 +124,7 @@ func (e *TCPEndpoint) verifyPeer(nc net.Conn, id NodeID) error {
 		verify = verifyPeerID
 	}
 	if err := verify(id, tc.ConnectionState()); err != nil {
-		return &ProtocolError{Peer: id, Reason: fmt.Sprintf("node %d is not certified: %v", id, err)}
+		return protocolError(id, 0, rejectIdentity, fmt.Sprintf("node %d is not certified: %v", id, err))
 	}
 	return nil
 }
@@ -169,13 +169,13 @@ func (e *TCPEndpoint) serverHandshake(ctx context.Context, nc net.Conn) (net.Con
 	}
 	id, err := decodeHello(b[:])
 	if err != nil {
-		return nil, 0, &ProtocolError{Reason: err.Error()}
+		return nil, 0, protocolError(0, 0, rejectHandshake, err.Error())
 	}
 	switch {
 	case id == e.cfg.ID:
-		return nil, id, &ProtocolError{Peer: id, Reason: fmt.Sprintf("peer claims this node's own id %d", id)}
+		return nil, id, protocolError(id, 0, rejectIdentity, fmt.Sprintf("peer claims this node's own id %d", id))
 	case id > e.cfg.ID:
-		return nil, id, &ProtocolError{Peer: id, Reason: fmt.Sprintf("node %d dialed node %d, but only the node with the lower id dials", id, e.cfg.ID)}
+		return nil, id, protocolError(id, 0, rejectHandshake, fmt.Sprintf("node %d dialed node %d, but only the node with the lower id dials", id, e.cfg.ID))
 	}
 	if err := e.verifyPeer(nc, id); err != nil {
 		return nil, id, err

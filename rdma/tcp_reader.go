@@ -45,7 +45,12 @@ func (r *connReader) loop() error {
 		}
 		h, err := decodeFrameHeader(r.hdr[:], r.maxPayload)
 		if err != nil {
-			return &ProtocolError{Peer: c.peer, Stream: h.stream, Reason: err.Error()}
+			// Only its length can be wrong in a data frame's header.
+			kind := rejectMalformed
+			if h.typ == frameData {
+				kind = rejectOversize
+			}
+			return protocolError(c.peer, h.stream, kind, err.Error())
 		}
 		m.add(m.framesRecv, 1)
 		m.add(m.bytesRecv, int64(frameHeaderLen)+int64(h.length))
@@ -84,8 +89,7 @@ func (r *connReader) data(h frameHeader) error {
 	known := q != nil || c.mu.recent.has(h.stream)
 	c.mu.Unlock()
 	if !known {
-		return &ProtocolError{Peer: c.peer, Stream: h.stream,
-			Reason: fmt.Sprintf("%d-byte data frame for stream %d, which was never opened", n, h.stream)}
+		return protocolError(c.peer, h.stream, rejectStream, fmt.Sprintf("%d-byte data frame for stream %d, which was never opened", n, h.stream))
 	}
 	if q == nil {
 		return r.discard(n)
@@ -95,8 +99,8 @@ func (r *connReader) data(h frameHeader) error {
 		return r.discard(n) // closed or failed meanwhile
 	}
 	if reason != "" {
-		perr := &ProtocolError{Peer: c.peer, Stream: h.stream, Reason: reason}
-		c.ep.metrics.add(c.ep.metrics.protoErrors, 1)
+		perr := protocolError(c.peer, h.stream, rejectReceiveBuffer, reason)
+		c.ep.metrics.reject(perr.kind)
 		c.log.Warn("rdma: bad transfer from peer; failing its queue pair", "err", perr)
 		c.failStream(q, perr)
 		return r.discard(n)
@@ -152,8 +156,7 @@ func (r *connReader) signal(h frameHeader) error {
 	if q == nil {
 		var err error
 		if !c.mu.recent.has(h.stream) && !c.mu.pending.add(h.stream, h.imm) {
-			err = &ProtocolError{Peer: c.peer, Stream: h.stream,
-				Reason: fmt.Sprintf("more than %d signals for streams that were never opened", maxPendingSignals)}
+			err = protocolError(c.peer, h.stream, rejectStream, fmt.Sprintf("more than %d signals for streams that were never opened", maxPendingSignals))
 		}
 		c.mu.Unlock()
 		return err

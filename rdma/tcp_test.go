@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -73,27 +74,78 @@ func expectClosed(t *testing.T, nc net.Conn) {
 	}
 }
 
+// rejectedReader collects an endpoint's metrics.
+type rejectedReader struct{ *sdkmetric.ManualReader }
+
+// newRejectedReader returns a meter provider, shut down when t ends, and
+// its reader.
+func newRejectedReader(t *testing.T) (*sdkmetric.MeterProvider, rejectedReader) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	return mp, rejectedReader{reader}
+}
+
+// counts returns the rejected frames counted so far, by reason.
+func (r rejectedReader) counts(t *testing.T) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	must(t, r.Collect(context.Background(), &rm))
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if m.Name != "convoy.rdma.rejected.frames" || !ok {
+				continue
+			}
+			for _, dp := range sum.DataPoints {
+				reason, _ := dp.Attributes.Value("reason")
+				out[reason.AsString()] += dp.Value
+			}
+		}
+	}
+	return out
+}
+
+// waitCounts waits until the rejected frames counted are want.
+func (r rejectedReader) waitCounts(t *testing.T, want map[string]int64) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		got := r.counts(t)
+		if reflect.DeepEqual(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rejected frames by reason: %v, want %v", got, want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func TestTCPBadInput(t *testing.T) {
 	withReserved := header(frameSignal, 0, 1, 0)
 	withReserved[2] = 1
 	cases := []struct {
-		name  string
-		input []byte
-		want  string // in the reported error
+		name   string
+		input  []byte
+		want   string // in the reported error
+		reason string // counted in the metric
 	}{
-		{"oversize", header(frameData, 4096, 1, 0), "exceeds the limit"},
-		{"unknown type", header(9, 0, 1, 0), "unknown frame type 9"},
-		{"reserved bits", withReserved, "non-zero reserved"},
-		{"signal with payload", header(frameSignal, 4, 1, 0), "signal frame with a 4-byte payload"},
-		{"close with payload", header(frameClose, 4, 1, 0), "close frame with a 4-byte payload"},
-		{"unknown stream", append(header(frameData, 3, 77, 0), 1, 2, 3), "stream 77, which was never opened"},
-		{"garbage", []byte("GET / HTTP/1.1\r\nHost: example\r\n\r\n"), "frame"},
+		{"oversize", header(frameData, 4096, 1, 0), "exceeds the limit", "oversize"},
+		{"unknown type", header(9, 0, 1, 0), "unknown frame type 9", "malformed"},
+		{"reserved bits", withReserved, "non-zero reserved", "malformed"},
+		{"signal with payload", header(frameSignal, 4, 1, 0), "signal frame with a 4-byte payload", "malformed"},
+		{"close with payload", header(frameClose, 4, 1, 0), "close frame with a 4-byte payload", "malformed"},
+		{"unknown stream", append(header(frameData, 3, 77, 0), 1, 2, 3), "stream 77, which was never opened", "stream"},
+		{"garbage", []byte("GET / HTTP/1.1\r\nHost: example\r\n\r\n"), "frame", "malformed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			errs := make(connErrors, 10)
 			n := newTCPNet(t, TCPConfig{MaxFrameBytes: 1024 + frameHeaderLen, OnConnError: errs.hook})
-			ep := n.tcpEndpoint(10, func(*TCPConfig) {})
+			mp, rejected := newRejectedReader(t)
+			ep := n.tcpEndpoint(10, func(c *TCPConfig) { c.MeterProvider = mp })
 			r := newRecorder(t, "victim")
 			_, err := ep.Open(context.Background(), 5, 1, r)
 			must(t, err)
@@ -108,6 +160,9 @@ func TestTCPBadInput(t *testing.T) {
 				t.Fatalf("reported %v, want a *ProtocolError from node 5 mentioning %q", err, tc.want)
 			}
 			t.Logf("reported: %v", err)
+			if got, want := rejected.counts(t), map[string]int64{tc.reason: 1}; !reflect.DeepEqual(got, want) {
+				t.Errorf("rejected frames by reason: %v, want %v", got, want)
+			}
 			err = r.waitFailed(ErrConnectionLost)
 			if !errors.Is(err, ErrProtocol) {
 				t.Errorf("queue pair failed with %v, want ErrProtocol too", err)
@@ -119,6 +174,24 @@ func TestTCPBadInput(t *testing.T) {
 			transfer(t, pa, pb, []int{100, 0})
 			transfer(t, pb, pa, []int{1000})
 		})
+	}
+}
+
+// A transfer into no posted buffer, or one too small, fails its queue
+// pair alone and counts as a rejected frame.
+func TestTCPRejectedTransfer(t *testing.T) {
+	n := newTCPNet(t, TCPConfig{})
+	mp, rejected := newRejectedReader(t)
+	a, b := n.endpoint(1), n.tcpEndpoint(2, func(c *TCPConfig) { c.MeterProvider = mp })
+	bad, badB := openPair(t, a, b, 1)
+	small, smallB := openPair(t, a, b, 2)
+	must(t, bad.qp.PostSend([]byte("no buffer"), 0, 1))
+	badB.r.waitFailed(ErrProtocol)
+	must(t, smallB.qp.PostRecv(make([]byte, 4), 1))
+	must(t, small.qp.PostSend([]byte("too big"), 0, 1))
+	smallB.r.waitFailed(ErrProtocol)
+	if got, want := rejected.counts(t), map[string]int64{"receive_buffer": 2}; !reflect.DeepEqual(got, want) {
+		t.Errorf("rejected frames by reason: %v, want %v", got, want)
 	}
 }
 
@@ -141,20 +214,22 @@ func TestTCPTooManyPendingSignals(t *testing.T) {
 
 func TestTCPHandshakeRejected(t *testing.T) {
 	cases := []struct {
-		name  string
-		hello func() []byte
-		want  string
+		name   string
+		hello  func() []byte
+		want   string
+		reason string
 	}{
-		{"garbage", func() []byte { return []byte("SSH-2.0-OpenSSH_9.6\r\n") }, "magic"},
-		{"higher id", func() []byte { b := make([]byte, helloLen); encodeHello(b, 11); return b }, "lower id dials"},
-		{"own id", func() []byte { b := make([]byte, helloLen); encodeHello(b, 10); return b }, "own id"},
-		{"version", func() []byte { b := make([]byte, helloLen); encodeHello(b, 1); b[5] = 9; return b }, "version"},
+		{"garbage", func() []byte { return []byte("SSH-2.0-OpenSSH_9.6\r\n") }, "magic", "handshake"},
+		{"higher id", func() []byte { b := make([]byte, helloLen); encodeHello(b, 11); return b }, "lower id dials", "handshake"},
+		{"own id", func() []byte { b := make([]byte, helloLen); encodeHello(b, 10); return b }, "own id", "identity"},
+		{"version", func() []byte { b := make([]byte, helloLen); encodeHello(b, 1); b[5] = 9; return b }, "version", "handshake"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			errs := make(connErrors, 10)
 			n := newTCPNet(t, TCPConfig{OnConnError: errs.hook})
-			ep := n.tcpEndpoint(10, func(*TCPConfig) {})
+			mp, rejected := newRejectedReader(t)
+			ep := n.tcpEndpoint(10, func(c *TCPConfig) { c.MeterProvider = mp })
 			nc, err := net.Dial("tcp", ep.Addr().String())
 			must(t, err)
 			defer nc.Close()
@@ -166,6 +241,9 @@ func TestTCPHandshakeRejected(t *testing.T) {
 				t.Fatalf("reported %v, want a protocol error mentioning %q", err, tc.want)
 			}
 			t.Logf("reported: %v", err)
+			if got, want := rejected.counts(t), map[string]int64{tc.reason: 1}; !reflect.DeepEqual(got, want) {
+				t.Errorf("rejected frames by reason: %v, want %v", got, want)
+			}
 			good := n.endpoint(1)
 			pa, pb := openPair(t, good, ep, 1)
 			transfer(t, pa, pb, []int{10})
@@ -252,15 +330,15 @@ func TestTCPMetrics(t *testing.T) {
 			}
 		}
 	}
-	if got["rdma.connections.opened"] != 1 {
-		t.Errorf("connections opened = %d, want 1 (all streams share one)", got["rdma.connections.opened"])
+	if got["convoy.rdma.connections.opened"] != 1 {
+		t.Errorf("connections opened = %d, want 1 (all streams share one)", got["convoy.rdma.connections.opened"])
 	}
 	// 4 streams × (ready signal received, 2 data frames sent).
-	if got["rdma.frames.sent"] != 8 || got["rdma.frames.received"] != 4 {
-		t.Errorf("frames sent/received = %d/%d, want 8/4", got["rdma.frames.sent"], got["rdma.frames.received"])
+	if got["convoy.rdma.frames.sent"] != 8 || got["convoy.rdma.frames.received"] != 4 {
+		t.Errorf("frames sent/received = %d/%d, want 8/4", got["convoy.rdma.frames.sent"], got["convoy.rdma.frames.received"])
 	}
-	if want := int64(4 * (2*frameHeaderLen + 300)); got["rdma.bytes.sent"] != want {
-		t.Errorf("bytes sent = %d, want %d", got["rdma.bytes.sent"], want)
+	if want := int64(4 * (2*frameHeaderLen + 300)); got["convoy.rdma.bytes.sent"] != want {
+		t.Errorf("bytes sent = %d, want %d", got["convoy.rdma.bytes.sent"], want)
 	}
 }
 

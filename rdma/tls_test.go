@@ -84,7 +84,8 @@ func TestTCPMutualTLS(t *testing.T) {
 	ca := newTestCA(t, "convoy test CA")
 	rogueCA := newTestCA(t, "rogue CA")
 	errs := make(connErrors, 10)
-	n := newTCPNet(t, TCPConfig{})
+	mp, rejected := newRejectedReader(t)
+	n := newTCPNet(t, TCPConfig{MeterProvider: mp})
 	server := n.tcpEndpoint(10, func(c *TCPConfig) {
 		c.TLS = ca.tlsConfig(ca.issue(t, "node 10", 10))
 		c.OnConnError = errs.hook
@@ -138,6 +139,11 @@ func TestTCPMutualTLS(t *testing.T) {
 	if err := r.waitFailed(ErrUnreachable); !strings.Contains(err.Error(), "not certified") {
 		t.Errorf("dialing a server certified for another node: %v", err)
 	}
+
+	// The server refused the certificate of another CA and two that name
+	// other ids (a client without a certificate is not counted: TLS
+	// refuses it before there is any to judge), the dialer the server's.
+	rejected.waitCounts(t, map[string]int64{"certificate": 1, "identity": 3})
 
 	// The good connection is unaffected.
 	transfer(t, pa, pb, []int{7})

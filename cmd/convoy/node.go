@@ -48,6 +48,12 @@ comma-separated string or an array. For example:
   {"id": 1, "app": "kv", "etcd": ["http://10.0.0.9:2379"], "data": "/var/lib/convoy",
    "listen": "10.0.0.1:7000", "http": "10.0.0.1:7101", "initial": 3}
 
+A secured etcd: -etcd-ca, -etcd-cert and -etcd-key set up TLS (the
+client certificate also logs in, to an etcd run with
+--client-cert-auth); with authentication enabled, -etcd-username logs in
+with the password in CONVOY_ETCD_PASSWORD or on the first line of
+-etcd-password-file (a -etcd-password flag shows in the process list).
+
 -clock-offset and -clock-drift-ppm set the member's clock (which stamps
 its messages and times its failure detector) off the machine's, to test
 a group under clock skew: skew between members costs latency, never
@@ -125,6 +131,10 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 	if err != nil {
 		return err
 	}
+	etcdUser, etcdPassword, err := s.etcdLogin()
+	if err != nil {
+		return err
+	}
 	memberTLS, err := s.memberTLS()
 	if err != nil {
 		return err
@@ -144,6 +154,8 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 	etcd, err := clientv3.New(clientv3.Config{
 		Endpoints:   s.Etcd,
 		TLS:         etcdTLS,
+		Username:    etcdUser,
+		Password:    etcdPassword,
 		DialTimeout: etcdDialTimeout,
 		Logger:      zap.NewNop(),
 	})
@@ -186,6 +198,8 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 			Endpoints: s.Etcd,
 			Prefix:    s.Prefix,
 			TLS:       etcdTLS,
+			Username:  etcdUser,
+			Password:  etcdPassword,
 			LeaseTTL:  s.LeaseTTL,
 		},
 		ListenAddr:        s.Listen,

@@ -66,6 +66,13 @@ type nodeSettings struct {
 	EtcdCA   string `json:"etcd_ca"`
 	EtcdCert string `json:"etcd_cert"`
 	EtcdKey  string `json:"etcd_key"`
+	// EtcdUsername logs in to an etcd with authentication enabled, with
+	// EtcdPassword or the password in the file EtcdPasswordFile names (its
+	// first line): a password given as a flag shows in the process list,
+	// one in CONVOY_ETCD_PASSWORD or in a file does not.
+	EtcdUsername     string `json:"etcd_username"`
+	EtcdPassword     string `json:"etcd_password"`
+	EtcdPasswordFile string `json:"etcd_password_file"`
 	// TLSCA, TLSCert and TLSKey are PEM files for mutual TLS between
 	// members: every member presents its certificate and accepts peers
 	// whose certificates the CA signed.
@@ -109,6 +116,9 @@ func defineNodeFlags(fs *flag.FlagSet) {
 	fs.String("etcd-ca", "", "PEM `file` of the CA that signed etcd's certificate")
 	fs.String("etcd-cert", "", "PEM `file` of the client certificate presented to etcd")
 	fs.String("etcd-key", "", "PEM `file` of -etcd-cert's private key")
+	fs.String("etcd-username", "", "`user` to log in to etcd as, when etcd has authentication enabled")
+	fs.String("etcd-password", "", "`password` of -etcd-username (visible in the process list: prefer the variable or -etcd-password-file)")
+	fs.String("etcd-password-file", "", "`file` whose first line is the password of -etcd-username")
 	fs.String("tls-ca", "", "PEM `file` of the CA that signs members' certificates (mutual TLS between members)")
 	fs.String("tls-cert", "", "PEM `file` of this member's certificate, which names its id as the URI convoy://member/<id>")
 	fs.String("tls-key", "", "PEM `file` of -tls-cert's private key")
@@ -312,13 +322,26 @@ func (s nodeSettings) check() error {
 		return usagef("node: -clock-offset %v is beyond ±%v", s.ClockOffset, skewclock.MaxOffset)
 	case s.ClockDriftPPM < -skewclock.MaxDriftPPM || s.ClockDriftPPM > skewclock.MaxDriftPPM:
 		return usagef("node: -clock-drift-ppm %d is beyond ±%d", s.ClockDriftPPM, skewclock.MaxDriftPPM)
-	case (s.EtcdCert == "") != (s.EtcdKey == ""):
-		return usagef("node: -etcd-cert and -etcd-key go together")
 	case (s.TLSCA != "" || s.TLSCert != "" || s.TLSKey != "") && (s.TLSCA == "" || s.TLSCert == "" || s.TLSKey == ""):
 		return usagef("node: mutual TLS between members needs -tls-ca, -tls-cert and -tls-key")
 	}
 	if _, err := parseLogLevel(s.LogLevel); err != nil {
 		return usagef("node: -log-level: %v", err)
+	}
+	return s.checkEtcdAccess("node")
+}
+
+// checkEtcdAccess checks the settings that secure the connection to etcd
+// (its TLS files and the login), which "convoy node" and "convoy status"
+// share; cmd names the command in the usage errors.
+func (s nodeSettings) checkEtcdAccess(cmd string) error {
+	switch {
+	case (s.EtcdCert == "") != (s.EtcdKey == ""):
+		return usagef("%s: -etcd-cert and -etcd-key go together", cmd)
+	case s.EtcdPassword != "" && s.EtcdPasswordFile != "":
+		return usagef("%s: -etcd-password and -etcd-password-file: give one", cmd)
+	case (s.EtcdUsername == "") != (s.EtcdPassword == "" && s.EtcdPasswordFile == ""):
+		return usagef("%s: -etcd-username and its password (-etcd-password or -etcd-password-file) go together", cmd)
 	}
 	return nil
 }
@@ -359,6 +382,32 @@ func (s nodeSettings) etcdTLS() (*tls.Config, error) {
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	return cfg, nil
+}
+
+// etcdLogin returns the user and password to log in to etcd with, both
+// empty without a login: the password from EtcdPasswordFile if set.
+func (s nodeSettings) etcdLogin() (user, password string, err error) {
+	password = s.EtcdPassword
+	if s.EtcdPasswordFile != "" {
+		if password, err = readPasswordFile(s.EtcdPasswordFile); err != nil {
+			return "", "", fmt.Errorf("etcd password: %w", err)
+		}
+	}
+	return s.EtcdUsername, password, nil
+}
+
+// readPasswordFile returns the first line of the file at path, without
+// its line ending; it must not be empty.
+func readPasswordFile(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	if line = strings.TrimSuffix(line, "\r"); line == "" {
+		return "", fmt.Errorf("%s: the first line is empty", path)
+	}
+	return line, nil
 }
 
 // memberTLS returns the mutual TLS configuration between members, or nil

@@ -195,6 +195,14 @@ func TestNodeSettingsSources(t *testing.T) {
 			},
 		},
 		{
+			name: "an etcd login, the password from the environment",
+			args: []string{"-config", file, "-etcd-username", "convoy"},
+			env:  map[string]string{"CONVOY_ETCD_PASSWORD": "secret"},
+			check: func(s *nodeSettings) {
+				s.EtcdUsername, s.EtcdPassword = "convoy", "secret"
+			},
+		},
+		{
 			name:  "an empty variable is unset; others are not settings",
 			args:  []string{"-config", file},
 			env:   map[string]string{"CONVOY_HTTP": "", "CONVOY_ETCD": "", "CONVOY_TEST_LOG": "debug", "CONVOY_app": "log"},
@@ -288,6 +296,10 @@ func TestNodeSettingsErrors(t *testing.T) {
 		{args: slices.Concat(ok, []string{"-prefix", "/p"}), want: "must end in /"},
 		{args: slices.Concat(ok, []string{"-tls-ca", "ca.pem"}), want: "-tls-ca, -tls-cert and -tls-key"},
 		{args: slices.Concat(ok, []string{"-etcd-cert", "c.pem"}), want: "-etcd-cert and -etcd-key go together"},
+		{args: slices.Concat(ok, []string{"-etcd-username", "u"}), want: "-etcd-username and its password"},
+		{args: slices.Concat(ok, []string{"-etcd-password-file", "pw"}), want: "-etcd-username and its password"},
+		{args: ok, env: map[string]string{"CONVOY_ETCD_PASSWORD": "pw"}, want: "-etcd-username and its password"},
+		{args: slices.Concat(ok, []string{"-etcd-username", "u", "-etcd-password", "pw", "-etcd-password-file", "pw"}), want: "-etcd-password and -etcd-password-file: give one"},
 		{args: slices.Concat(ok, []string{"-log-level", "loud"}), want: "-log-level"},
 		{args: slices.Concat(ok, []string{"-clock-offset", "25h"}), want: "-clock-offset 25h0m0s is beyond"},
 		{args: slices.Concat(ok, []string{"-clock-drift-ppm", "-600000"}), want: "-clock-drift-ppm -600000 is beyond"},

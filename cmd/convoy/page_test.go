@@ -90,34 +90,15 @@ type testNode struct {
 	stop func() error
 }
 
-// startTestNode runs member id of a key-value store on etcd, in this
+// startKVNode runs member id of a key-value store on etcd, in this
 // process, and returns once it serves: it takes part in a view. It is
 // stopped when the test ends.
-func startTestNode(t *testing.T, etcd []string, id uint64) testNode {
+func startKVNode(t *testing.T, etcd []string, id uint64) testNode {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	s := nodeSettings{
+	line, stop := startTestNode(t, nodeSettings{
 		ID: id, App: appKV, Listen: "127.0.0.1:0", HTTP: "127.0.0.1:0",
 		Etcd: etcd, Prefix: "/convoy/", Data: t.TempDir(), Initial: 1,
-	}
-	pr, pw := io.Pipe()
-	served := make(chan error, 1)
-	go func() {
-		served <- serveNode(ctx, s, pw, slog.New(slog.DiscardHandler))
-		pw.Close()
-	}()
-	var once sync.Once
-	var err error
-	stop := func() error {
-		once.Do(func() { cancel(); err = <-served })
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	var line servingLine
-	if err := json.NewDecoder(pr).Decode(&line); err != nil {
-		t.Fatalf("member %d: serving line: %v (%v)", id, err, stop())
-	}
-	go io.Copy(io.Discard, pr)
+	})
 	return testNode{id: id, url: line.HTTP, stop: stop}
 }
 
@@ -162,8 +143,8 @@ func getGroup(t *testing.T, url string) statusReport {
 // application's routes and errors as before.
 func TestNodeGroupPage(t *testing.T) {
 	etcd := startTestEtcd(t)
-	n1 := startTestNode(t, etcd.Endpoints(), 1)
-	n2 := startTestNode(t, etcd.Endpoints(), 2) // joins
+	n1 := startKVNode(t, etcd.Endpoints(), 1)
+	n2 := startKVNode(t, etcd.Endpoints(), 2) // joins
 
 	r := getGroup(t, n2.url)
 	if r.Prefix != "/convoy/" || r.Epoch < 2 || r.inView() != 2 || len(r.Members) != 2 {
@@ -428,8 +409,8 @@ func TestGroupPageBrowser(t *testing.T) {
 func TestNodeGroupPageBrowser(t *testing.T) {
 	browser := findBrowser(t)
 	etcd := startTestEtcd(t)
-	n1 := startTestNode(t, etcd.Endpoints(), 1)
-	startTestNode(t, etcd.Endpoints(), 2)
+	n1 := startKVNode(t, etcd.Endpoints(), 1)
+	startKVNode(t, etcd.Endpoints(), 2)
 
 	before := waitPage(t, browser, n1.url+"/", time.Minute, func(p renderedPage) bool {
 		return p.epoch > 0 && slices.Equal(p.inView, []uint64{1, 2}) && len(p.outside) == 0
@@ -437,7 +418,7 @@ func TestNodeGroupPageBrowser(t *testing.T) {
 	if want := getGroup(t, n1.url).Epoch; before.epoch != want {
 		t.Errorf("the page shows view %d, GET /group %d", before.epoch, want)
 	}
-	startTestNode(t, etcd.Endpoints(), 3) // joins
+	startKVNode(t, etcd.Endpoints(), 3) // joins
 	after := waitPage(t, browser, n1.url+"/", time.Minute, func(p renderedPage) bool {
 		return p.epoch > before.epoch && slices.Equal(p.inView, []uint64{1, 2, 3})
 	})

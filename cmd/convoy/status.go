@@ -43,7 +43,10 @@ reason.
 "convoy node" serves the same report, read by the member, at GET /group
 on its HTTP API, and a page showing it at GET /.
 
-With -json it prints one JSON object instead of a table.
+With -json it prints one JSON object instead of a table. It reaches a
+secured etcd as "convoy node" does: -etcd-ca, -etcd-cert and -etcd-key
+for TLS, -etcd-username with -etcd-password-file (or -etcd-password) to
+log in.
 `
 
 // statusReport is what "convoy status" prints.
@@ -85,10 +88,13 @@ func runStatus(ctx context.Context, args []string, c *cli) error {
 	prefix := fs.String("prefix", "/convoy/", "etcd key prefix of the group")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up on etcd after this long")
-	var tlsFiles nodeSettings
-	fs.StringVar(&tlsFiles.EtcdCA, "etcd-ca", "", "PEM file of the CA that signed etcd's certificate")
-	fs.StringVar(&tlsFiles.EtcdCert, "etcd-cert", "", "PEM file of a client certificate for etcd")
-	fs.StringVar(&tlsFiles.EtcdKey, "etcd-key", "", "PEM file of -etcd-cert's private key")
+	var access nodeSettings // how to reach etcd, as "convoy node" does
+	fs.StringVar(&access.EtcdCA, "etcd-ca", "", "PEM file of the CA that signed etcd's certificate")
+	fs.StringVar(&access.EtcdCert, "etcd-cert", "", "PEM file of a client certificate for etcd")
+	fs.StringVar(&access.EtcdKey, "etcd-key", "", "PEM file of -etcd-cert's private key")
+	fs.StringVar(&access.EtcdUsername, "etcd-username", "", "user to log in to etcd as, when etcd has authentication enabled")
+	fs.StringVar(&access.EtcdPassword, "etcd-password", "", "password of -etcd-username (visible in the process list: prefer -etcd-password-file)")
+	fs.StringVar(&access.EtcdPasswordFile, "etcd-password-file", "", "file whose first line is the password of -etcd-username")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -97,10 +103,15 @@ func runStatus(ctx context.Context, args []string, c *cli) error {
 		return usagef("status: -etcd is required")
 	case !strings.HasSuffix(*prefix, "/"):
 		return usagef("status: -prefix must end in /")
-	case (tlsFiles.EtcdCert == "") != (tlsFiles.EtcdKey == ""):
-		return usagef("status: -etcd-cert and -etcd-key go together")
 	}
-	etcdTLS, err := tlsFiles.etcdTLS()
+	if err := access.checkEtcdAccess("status"); err != nil {
+		return err
+	}
+	etcdTLS, err := access.etcdTLS()
+	if err != nil {
+		return err
+	}
+	user, password, err := access.etcdLogin()
 	if err != nil {
 		return err
 	}
@@ -109,6 +120,8 @@ func runStatus(ctx context.Context, args []string, c *cli) error {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   splitList(*endpoints),
 		TLS:         etcdTLS,
+		Username:    user,
+		Password:    password,
 		DialTimeout: etcdDialTimeout,
 		Logger:      zap.NewNop(),
 	})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
@@ -73,11 +74,13 @@ type StateMachine = membership.StateMachine
 
 // EtcdConfig is convoy.EtcdConfig: see its documentation.
 type EtcdConfig struct {
-	Endpoints   []string
-	Prefix      string
-	TLS         *tls.Config
-	DialTimeout time.Duration
-	LeaseTTL    time.Duration
+	Endpoints          []string
+	Prefix             string
+	TLS                *tls.Config
+	DialTimeout        time.Duration
+	Username, Password string
+	Client             *clientv3.Client
+	LeaseTTL           time.Duration
 }
 
 // DurableConfig is convoy.DurableConfig: see its documentation.
@@ -221,8 +224,8 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	c.checkMembers(bad)
 	c.checkApplies(bad)
-	if c.Etcd != nil && len(c.Etcd.Endpoints) == 0 && c.test.etcd == nil {
-		bad("Etcd.Endpoints", "none: a view-managed group needs an etcd cluster (package etcddev starts one in this process, for development and tests)")
+	if c.Etcd != nil {
+		c.Etcd.check(c.test.etcd != nil, bad)
 	}
 	if c.Durable != nil {
 		if c.Mode != Atomic {
@@ -252,7 +255,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Etcd != nil {
 		e := *c.Etcd
 		def(&e.Prefix, "/convoy/")
-		def(&e.DialTimeout, 5*time.Second)
+		if e.Client == nil {
+			def(&e.DialTimeout, defaultEtcdDialTimeout)
+		}
 		def(&e.LeaseTTL, 5*time.Second)
 		c.Etcd = &e
 	}
@@ -316,13 +321,47 @@ func (c Config) withDefaults() (Config, error) {
 		nonNegative("SuspectTimeout", c.SuspectTimeout)
 		nonNegative("StallTimeout", c.StallTimeout)
 		nonNegative("TransferStall", c.TransferStall)
-		nonNegative("Etcd.DialTimeout", c.Etcd.DialTimeout)
+		if c.Etcd.Client == nil {
+			nonNegative("Etcd.DialTimeout", c.Etcd.DialTimeout)
+		}
 		nonNegative("Etcd.LeaseTTL", c.Etcd.LeaseTTL)
 	}
 	if c.Durable != nil {
 		nonNegative("Durable.RestartWait", c.Durable.RestartWait)
 	}
 	return c, errors.Join(errs...)
+}
+
+// defaultEtcdDialTimeout is EtcdConfig.DialTimeout's default.
+const defaultEtcdDialTimeout = 5 * time.Second
+
+// check reports the mistakes in how e reaches etcd to bad: no etcd named
+// (unless simulated, a test's), a login half given, or settings of a
+// connection beside a client the application made, which has its own.
+func (e *EtcdConfig) check(simulated bool, bad func(field, format string, args ...any)) {
+	if e.Client != nil {
+		const why = "the group uses Etcd.Client, which has its own"
+		set := func(field string, is bool) {
+			if is {
+				bad(field, "set, but %s", why)
+			}
+		}
+		set("Etcd.Endpoints", len(e.Endpoints) > 0)
+		set("Etcd.TLS", e.TLS != nil)
+		set("Etcd.DialTimeout", e.DialTimeout != 0)
+		set("Etcd.Username", e.Username != "")
+		set("Etcd.Password", e.Password != "")
+		return
+	}
+	if len(e.Endpoints) == 0 && !simulated {
+		bad("Etcd.Endpoints", "none: a view-managed group needs an etcd cluster, or Etcd.Client (package etcddev starts one in this process, for development and tests)")
+	}
+	switch {
+	case e.Username != "" && e.Password == "":
+		bad("Etcd.Password", "empty, but Etcd.Username is set: etcd's client logs in only with both")
+	case e.Username == "" && e.Password != "":
+		bad("Etcd.Username", "empty, but Etcd.Password is set: etcd's client logs in only with both")
+	}
 }
 
 // def sets *p to v if it is zero.

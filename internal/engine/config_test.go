@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
@@ -95,6 +96,21 @@ func TestConfigDefaults(t *testing.T) {
 				t.Errorf("set to %v: became %v", want, got)
 			}
 		})
+	}
+}
+
+// A config that names an etcd client takes no dial timeout, not even
+// the default: completed, it stays valid.
+func TestConfigDefaultsEtcdClient(t *testing.T) {
+	c, err := Config{Self: 1, Etcd: &EtcdConfig{Client: new(clientv3.Client)}}.WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Etcd.DialTimeout != 0 {
+		t.Errorf("DialTimeout %v beside a client", c.Etcd.DialTimeout)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("the completed config: %v", err)
 	}
 }
 
@@ -194,6 +210,13 @@ func TestConfigValidate(t *testing.T) {
 			c.HeartbeatInterval, c.StallTimeout, c.TransferStall = -1, -1, -1
 			c.Etcd.DialTimeout, c.Etcd.LeaseTTL = -1, -1
 		}), []string{"HeartbeatInterval", "StallTimeout", "TransferStall", "Etcd.DialTimeout", "Etcd.LeaseTTL"}},
+		{"etcd login", views(func(c *Config) { c.Etcd.Username, c.Etcd.Password = "convoy", "secret" }), nil},
+		{"etcd user without password", views(func(c *Config) { c.Etcd.Username = "convoy" }), []string{"Etcd.Password"}},
+		{"etcd password without user", views(func(c *Config) { c.Etcd.Password = "secret" }), []string{"Etcd.Username"}},
+		{"etcd client", views(func(c *Config) { c.Etcd.Endpoints, c.Etcd.Client = nil, new(clientv3.Client) }), nil},
+		{"etcd client and its settings", views(func(c *Config) {
+			c.Etcd.Client, c.Etcd.TLS, c.Etcd.DialTimeout, c.Etcd.Username, c.Etcd.Password = new(clientv3.Client), &tls.Config{}, -1, "convoy", "secret"
+		}), []string{"Etcd.Endpoints", "Etcd.TLS", "Etcd.DialTimeout", "Etcd.Username", "Etcd.Password"}},
 		{"negative restart wait", views(func(c *Config) { c.Durable = &DurableConfig{Dir: "log", RestartWait: -1} }), []string{"Durable.RestartWait"}},
 		{"two mistakes", views(func(c *Config) { c.Self, c.Mode = 0, Unordered }), []string{"Mode", "Self"}},
 		{"view fields in a fixed group", fixed(func(c *Config) {

@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
+	"slices"
+	"time"
 
 	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/rdma"
@@ -33,6 +32,8 @@ func (v *view) openDetector(now int64) error {
 		return err
 	}
 	v.det = det
+	v.nbrs = membership.Neighbours(n, v.self)
+	v.nbrLag = make([]int64, len(v.nbrs))
 	return nil
 }
 
@@ -142,16 +143,28 @@ func (r *runner) signal(now int64, from int, imm uint64) {
 		err = v.det.Step(now, m)
 	}
 	if err == nil && m.Kind == membership.MsgHeartbeat {
-		lag := int64(0)
-		if local > m.Frontier {
-			lag = int64(local-m.Frontier) << 10
-		}
-		r.g.m.neighbourLag.Record(r.g.ctx, lag, metric.WithAttributes(attribute.Int64("peer", int64(v.ids[from]))))
+		v.heardFrontier(from, local, m.Frontier)
 	}
 	if err != nil {
 		r.g.m.rejected.Add(r.g.ctx, 1)
 		r.g.log.Warn("rejected detector signal", "from", v.ids[from], "epoch", v.rec.Epoch, "err", err)
 	}
+}
+
+// heardFrontier records the receive frontier a heartbeat from rank from
+// carried (in membership.FrontierUnits, as local is this member's), and
+// records how far the neighbour furthest behind trails. Heartbeats from
+// members that are not neighbours (a wedged view's) are not counted.
+func (v *view) heardFrontier(from int, local, theirs uint64) {
+	i := slices.Index(v.nbrs, from)
+	if i < 0 {
+		return
+	}
+	v.nbrLag[i] = 0
+	if local > theirs {
+		v.nbrLag[i] = int64(local-theirs) << 10 // FrontierUnits are 1024 ns
+	}
+	v.g.m.neighbourLag.Record(v.g.ctx, time.Duration(slices.Max(v.nbrLag)).Seconds())
 }
 
 // detectorReady carries out the detector's output: signals to peers, and
@@ -164,13 +177,17 @@ func (r *runner) detectorReady() {
 			g.log.Debug("detector signal not sent", "to", v.ids[m.To], "err", err)
 		}
 	}
+	for _, rank := range rd.Raised {
+		g.log.Debug("suspecting a neighbour: asking other paths", "peer", v.ids[rank], "epoch", v.rec.Epoch)
+		g.m.suspicions.Add(g.ctx, 1, g.m.raised.add...)
+	}
 	for _, rank := range rd.Refuted {
 		g.log.Debug("suspicion refuted by another path", "peer", v.ids[rank], "epoch", v.rec.Epoch)
-		g.m.suspicions.Add(g.ctx, 1, g.m.refutedAttr)
+		g.m.suspicions.Add(g.ctx, 1, g.m.refuted.add...)
 	}
 	for _, vd := range rd.Confirmed {
 		g.log.Warn("member failed", "peer", v.ids[vd.Rank], "epoch", v.rec.Epoch, "reason", vd.Reason)
-		g.m.suspicions.Add(g.ctx, 1, g.m.confirmedAttr)
+		g.m.suspicions.Add(g.ctx, 1, g.m.confirmed.add...)
 		r.suspect(v.ids[vd.Rank], vd.Reason)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/convoy-gcs/convoy/internal/kvtest"
 	"github.com/convoy-gcs/convoy/membership"
@@ -180,13 +181,22 @@ func TestViewsDurableRestart(t *testing.T) {
 	for id := NodeID(1); id <= 3; id++ {
 		dirs[id] = t.TempDir()
 	}
-	nodes := c.openAll(3, durable)
+	// The metrics of the two that stay, and of the one that restarts.
+	stay, back := sdkmetric.NewManualReader(), sdkmetric.NewManualReader()
+	stayMeters := sdkmetric.NewMeterProvider(sdkmetric.WithReader(stay))
+	nodes := c.openAll(3, durable, func(cfg *Config) {
+		if cfg.Self != 3 {
+			cfg.MeterProvider = stayMeters
+		}
+	})
 	stop := make(chan struct{})
 	wg := c.load(stop, nodes[:2]...)
 	c.waitCount(nodes[0], 200)
 	c.crash(3)
 	c.waitView(2, 2, nodes[:2]...)
-	again, err := c.open(3, 1, durable)
+	again, err := c.open(3, 1, durable, func(cfg *Config) {
+		cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(back))
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,6 +223,16 @@ func TestViewsDurableRestart(t *testing.T) {
 	if replayed == 0 || uint64(replayed) >= v.Start {
 		t.Errorf("the restarted member replayed %d messages of the %d before its view", replayed, v.Start)
 	}
+	// The messages it missed came as a suffix, which the metrics count on
+	// both sides; its log's lag behind the group's disks shows too.
+	checkMetrics(t, metricValues(t, back), map[string]float64{
+		"convoy.transfer.bytes{kind=suffix,role=joiner}":    1,
+		"convoy.transfer.duration{kind=suffix,role=joiner}": 1,
+		"convoy.durable.lag":                                0,
+	}, "convoy.transfer.bytes")
+	checkMetrics(t, metricValues(t, stay), map[string]float64{
+		"convoy.transfer.bytes{kind=suffix,role=donor}": 1,
+	}, "convoy.transfer.bytes")
 	if err := l.WaitSynced(context.Background(), again.lastIndex()); err != nil {
 		t.Fatal(err)
 	}
@@ -872,7 +892,7 @@ func checkAcked(t *testing.T, state *kvtest.Map, acked []string) {
 // detector signal from a peer is rejected, instead of reaching a
 // detector that does not exist.
 func TestFixedGroupDetectorEvents(t *testing.T) {
-	m, err := newMetrics(metricnoop.NewMeterProvider())
+	m, err := newMetrics(metricnoop.NewMeterProvider(), Atomic)
 	if err != nil {
 		t.Fatal(err)
 	}

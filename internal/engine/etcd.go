@@ -146,33 +146,48 @@ type etcdBackend interface {
 	watch(ctx context.Context, s *membership.Store) <-chan membership.Change
 	// abandon, for tests, makes close leave the leases to expire, as
 	// when the process is killed: it is called before the store closes.
+	// (With the application's client, which stays open, the leases are
+	// revoked all the same.)
 	abandon()
 	// close releases the backend once its last store is closed.
 	close()
 }
 
 // clientEtcd is a real etcd cluster, the one Config.Etcd names, reached
-// with an etcd client.
+// with an etcd client: one dialed for the group, which the group closes,
+// or the application's (EtcdConfig.Client), which it never closes.
 type clientEtcd struct {
 	client *clientv3.Client
-	cfg    membership.StoreConfig
+	// owned: the group dialed the client, and closes it.
+	owned bool
+	cfg   membership.StoreConfig
 }
 
-// dialEtcd connects to the etcd g's configuration names.
+// dialEtcd connects to the etcd g's configuration names, or takes the
+// application's client.
 func dialEtcd(g *Group) (*clientEtcd, error) {
 	c := g.cfg
-	client, err := clientv3.New(clientv3.Config{
-		Endpoints: c.Etcd.Endpoints, DialTimeout: c.Etcd.DialTimeout, TLS: c.Etcd.TLS, Logger: zap.NewNop(), Context: g.ctx,
-		// Pings find a connection the network cut off while a request,
-		// a watch or a lease's keepalive stream is open on it, so that
-		// the client moves to another endpoint; etcd refuses pings more
-		// often than every 5s (its --grpc-keepalive-min-time).
-		DialKeepAliveTime: etcdKeepAliveTime, DialKeepAliveTimeout: etcdKeepAliveTimeout,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("convoy: connect to etcd %v: %w", c.Etcd.Endpoints, err)
+	e := &clientEtcd{client: c.Etcd.Client}
+	if e.client == nil {
+		client, err := clientv3.New(clientv3.Config{
+			Endpoints: c.Etcd.Endpoints, DialTimeout: c.Etcd.DialTimeout, TLS: c.Etcd.TLS,
+			Username: c.Etcd.Username, Password: c.Etcd.Password,
+			Logger: zap.NewNop(), Context: g.ctx,
+			// Pings find a connection the network cut off while a request,
+			// a watch or a lease's keepalive stream is open on it, so that
+			// the client moves to another endpoint; etcd refuses pings more
+			// often than every 5s (its --grpc-keepalive-min-time).
+			DialKeepAliveTime: etcdKeepAliveTime, DialKeepAliveTimeout: etcdKeepAliveTimeout,
+		})
+		if err != nil {
+			// A login etcd refused fails here: the client logs in as it
+			// connects.
+			return nil, fmt.Errorf("convoy: connect to etcd %v: %w", c.Etcd.Endpoints, err)
+		}
+		e.client, e.owned = client, true
 	}
-	return &clientEtcd{client: client, cfg: membership.StoreConfig{Client: client, Prefix: c.Etcd.Prefix, LeaseTTL: c.Etcd.LeaseTTL, Logger: c.Logger}}, nil
+	e.cfg = membership.StoreConfig{Client: e.client, Prefix: c.Etcd.Prefix, LeaseTTL: c.Etcd.LeaseTTL, Logger: c.Logger}
+	return e, nil
 }
 
 // The etcd client's keepalive pings: one after etcdKeepAliveTime without
@@ -192,11 +207,18 @@ func (e *clientEtcd) watch(ctx context.Context, s *membership.Store) <-chan memb
 }
 
 func (e *clientEtcd) abandon() {
-	// Without its client, the store cannot revoke its lease.
-	e.client.Close()
+	// Without its client, the store cannot revoke its lease. The
+	// application's client stays open: its leases are revoked.
+	if e.owned {
+		e.client.Close()
+	}
 }
 
-func (e *clientEtcd) close() { e.client.Close() }
+func (e *clientEtcd) close() {
+	if e.owned {
+		e.client.Close()
+	}
+}
 
 // newIncarnation returns a number that grows from one incarnation of a
 // member to the next, after after (the incarnation it replaces, or 0):
@@ -472,7 +494,7 @@ func (m *member) withdraw(g *Group) {
 	m.mu.withdrawn = true
 	store := m.mu.store
 	m.mu.Unlock()
-	// The client ends with g.ctx: revoke first.
+	// A client the group dialed ends with g.ctx: revoke first.
 	if err := store.Close(); err != nil {
 		g.log.Warn("withdrawing from etcd", "err", err)
 	}

@@ -214,7 +214,7 @@ func newGroup(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 	g.mu.nextSeq = 1
 	g.mu.waiters = make(map[uint64][]waiter)
 	g.tr = c.TracerProvider.Tracer("github.com/convoy-gcs/convoy")
-	if g.m, err = newMetrics(c.MeterProvider); err != nil {
+	if g.m, err = newMetrics(c.MeterProvider, c.Mode); err != nil {
 		return nil, err
 	}
 	if err := g.openLog(ctx); err != nil {

@@ -40,13 +40,17 @@ func memMembers(t *testing.T, n int) ([]rdma.Endpoint, []Member, func()) {
 
 // Send waits for window space, or with NoWait reports ErrBackpressure; a
 // waiting Send honours its context. Memory stays bounded however fast the
-// application sends.
+// application sends. The metrics count the Sends accepted, the one
+// refused and the one that waited.
 func TestSendBackpressure(t *testing.T) {
 	eps, members, done := memMembers(t, 2)
 	defer done()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
 	// Member 2 never opens the group: in atomic mode nothing is delivered,
 	// so member 1's window never drains.
-	g, err := Open(context.Background(), Config{Self: 1, Members: members, Endpoint: eps[0], WindowMessages: 3, NoWait: true}, nil)
+	g, err := Open(context.Background(), Config{Self: 1, Members: members, Endpoint: eps[0], WindowMessages: 3, NoWait: true, MeterProvider: mp}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,11 +72,17 @@ func TestSendBackpressure(t *testing.T) {
 	if _, err := g.Send(context.Background(), make([]byte, DefaultMaxMessageBytes+1)); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("oversized Send = %v, want ErrTooLarge", err)
 	}
+	checkMetrics(t, metricValues(t, reader), map[string]float64{
+		"convoy.sent.messages{mode=atomic}":         3,
+		"convoy.sent.bytes{mode=atomic}":            3,
+		"convoy.send.backpressure{outcome=refused}": 1,
+		"convoy.send.backpressure{outcome=waited}":  1,
+	}, "convoy.sent.messages", "convoy.sent.bytes", "convoy.send.backpressure")
 }
 
 // WaitDelivered and WaitStable return once the message got that far;
 // Send after Close fails with ErrClosed. The otel metrics count what was
-// delivered and how long it took.
+// sent and delivered, how long it took, and how far the barriers trail.
 func TestSendWaitLevelsAndMetrics(t *testing.T) {
 	eps, members, done := memMembers(t, 3)
 	defer done()
@@ -111,34 +121,26 @@ func TestSendWaitLevelsAndMetrics(t *testing.T) {
 	for _, r := range recs {
 		r.wait(t, 2) // stable: every member holds it and delivers it
 	}
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]bool{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, dp := range d.DataPoints {
-					if m.Name == "convoy.delivered.messages" && dp.Value == 2 {
-						got[m.Name] = true
-					}
-				}
-			case metricdata.Histogram[float64]:
-				for _, dp := range d.DataPoints {
-					if dp.Count == 2 {
-						got[m.Name] = true
-					}
-				}
-			case metricdata.Gauge[int64]:
-				got[m.Name] = len(d.DataPoints) > 0
-			}
+	got := metricValues(t, reader)
+	checkMetrics(t, got, map[string]float64{
+		"convoy.sent.messages{mode=atomic}":      2,
+		"convoy.sent.bytes{mode=atomic}":         6,
+		"convoy.delivered.messages{mode=atomic}": 2,
+		"convoy.delivered.bytes{mode=atomic}":    6,
+		"convoy.delivery.latency{mode=atomic}":   2,
+		"convoy.barrier.lag{barrier=delivery}":   0,
+		"convoy.barrier.lag{barrier=commit}":     0,
+	}, "convoy.sent.messages", "convoy.delivered.messages", "convoy.delivery.latency", "convoy.barrier.lag")
+	for _, s := range []string{"convoy.sent.messages{mode=atomic}", "convoy.delivered.messages{mode=atomic}", "convoy.delivery.latency{mode=atomic}"} {
+		if got[s] != 2 {
+			t.Errorf("%s = %v, want 2", s, got[s])
 		}
 	}
-	for _, name := range []string{"convoy.delivered.messages", "convoy.delivery.latency", "convoy.barrier.lag"} {
-		if !got[name] {
-			t.Errorf("metric %s missing or wrong", name)
+	// The barriers trail the clock by a beacon interval or so, not by
+	// the clock's whole reading.
+	for _, s := range []string{"convoy.barrier.lag{barrier=delivery}", "convoy.barrier.lag{barrier=commit}"} {
+		if got[s] > 10 {
+			t.Errorf("%s = %vs", s, got[s])
 		}
 	}
 	for _, g := range groups {

@@ -187,8 +187,14 @@ func (r *runner) handle(ev event) bool {
 			r.send(now, ev.payload)
 		}
 	case evRecord:
-		if ev.v != r.v {
-			return true // a record of an ended view
+		if ev.v != r.v || r.v.core.Wedged() {
+			// A record of an ended view, or of one this member stopped
+			// in: its final report is written, and what it did not hold
+			// then is beyond the cut.
+			if ev.rec.Kind == ordering.KindData {
+				g.m.fenced.Add(g.ctx, 1, g.m.late.add...)
+			}
+			return true
 		}
 		if err := r.v.core.Step(now, ev.from, ev.rec); err != nil {
 			g.m.rejected.Add(context.Background(), 1)
@@ -298,7 +304,6 @@ func (r *runner) ready() bool {
 	}
 	g, v := r.g, r.v
 	rd := v.core.Ready()
-	ctx := g.ctx
 	if err := r.multicast(rd); err != nil {
 		if !g.dynamic() {
 			r.fail(err)
@@ -309,8 +314,7 @@ func (r *runner) ready() bool {
 		r.wedge("multicast send failed: " + err.Error())
 	}
 	r.deliver(rd.Deliveries)
-	now := g.cfg.Clock()
-	g.m.barrierLag.Record(ctx, now-int64(min(v.core.Barrier(), ordering.Timestamp(now))))
+	r.recordLags()
 	if rd.Stable > 0 {
 		g.ownStable(v.rec.Sent[v.self] + rd.Stable)
 	}
@@ -318,6 +322,23 @@ func (r *runner) ready() bool {
 		r.detectorReady()
 	}
 	return true
+}
+
+// recordLags records how far the view's barriers trail: the delivery and
+// commit barriers this member's clock (Unordered mode has none), the
+// durable barrier its log. A barrier below the view's opening (none yet
+// in the view) trails by the time since.
+func (r *runner) recordLags() {
+	g, v, ctx := r.g, r.v, r.g.ctx
+	if g.cfg.Mode != Unordered {
+		now := g.cfg.Clock()
+		opened := ordering.Timestamp(v.opened)
+		g.m.barrierLag.Record(ctx, lag(now, max(v.core.Frontier(), opened)), g.m.delivery.rec...)
+		g.m.barrierLag.Record(ctx, lag(now, max(v.core.CommitBarrier(), opened)), g.m.commit.rec...)
+	}
+	if v.dur != nil {
+		g.m.durableLag.Record(ctx, int64(g.disk.Last()-min(v.dur.Barrier(), g.disk.Last())))
+	}
 }
 
 // multicast sends the records and control records of rd.
@@ -329,7 +350,7 @@ func (r *runner) multicast(rd ordering.Ready) error {
 			return err
 		}
 		if rd.Records[i].Kind == ordering.KindBeacon {
-			g.m.control.Add(ctx, int64(len(v.ids)-1), g.m.beaconAttr)
+			g.m.control.Add(ctx, int64(len(v.ids)-1), g.m.beacon.add...)
 		}
 	}
 	var lastDown ordering.Timestamp
@@ -343,13 +364,13 @@ func (r *runner) multicast(rd ordering.Ready) error {
 			if err := v.net.down(ctx, ordering.AppendRecord(nil, &e.Record)); err != nil {
 				return err
 			}
-			g.m.control.Add(ctx, int64(v.net.children()), g.m.downAttr)
+			g.m.control.Add(ctx, int64(v.net.children()), g.m.down.add...)
 			continue
 		}
 		if err := v.net.up(ctx, ordering.AppendRecord(nil, &e.Record)); err != nil {
 			return err
 		}
-		g.m.control.Add(ctx, 1, g.m.upAttr)
+		g.m.control.Add(ctx, 1, g.m.up.add...)
 	}
 	return nil
 }
@@ -403,7 +424,7 @@ func (r *runner) handNow(d Delivery, own bool) {
 	// Own messages count as delivered once the handler has seen them.
 	if own {
 		if i := d.Seq - r.sentBase; i < uint64(len(r.sendTimes)) {
-			g.m.latency.Record(g.ctx, time.Duration(g.cfg.Clock()-r.sendTimes[i]).Seconds())
+			g.m.latency.Record(g.ctx, time.Duration(g.cfg.Clock()-r.sendTimes[i]).Seconds(), g.m.mode.rec...)
 		}
 		r.trimSendTimes(d.Seq)
 		g.ownDelivered(&d)

@@ -3,31 +3,76 @@ package engine
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/convoy-gcs/convoy/ordering"
 )
 
-// metrics are the group's otel instruments.
+// metrics are the group's otel instruments, made once per Group from
+// Config.MeterProvider (the README's Metrics section lists them). Their
+// attributes take a few values each (a mode, a reason, a state), never a
+// member's id; the options that carry them are made here once.
 type metrics struct {
-	deliveredMsgs  metric.Int64Counter
-	deliveredBytes metric.Int64Counter
-	rejected       metric.Int64Counter
-	control        metric.Int64Counter
-	// controlKinds are the attribute options of control, by kind.
-	beaconAttr, upAttr, downAttr metric.AddOption
-	latency                      metric.Float64Histogram
-	barrierLag                   metric.Int64Gauge
-	// Membership: suspicions by outcome, view changes, the epoch.
+	// Traffic, with the group's mode as attribute.
+	sentMsgs, sentBytes           metric.Int64Counter
+	deliveredMsgs, deliveredBytes metric.Int64Counter
+	latency                       metric.Float64Histogram
+	mode                          attrs
+	// backpressure counts Sends that found the window full: waited or
+	// refused (NoWait).
+	backpressure     metric.Int64Counter
+	waited, refused  attrs
+	rejected         metric.Int64Counter
+	control          metric.Int64Counter
+	beacon, up, down attrs // control's kinds
+	// Lags: the delivery and commit barriers behind the clock, and the
+	// durable barrier behind the log.
+	barrierLag       metric.Float64Gauge
+	delivery, commit attrs
+	durableLag       metric.Int64Gauge
+	// fenced counts messages dropped because their view ended: beyond its
+	// cut, or arriving after this member wedged or left it.
+	fenced    metric.Int64Counter
+	cut, late attrs
+	// Membership: suspicions by state, view changes, the epoch.
 	suspicions                 metric.Int64Counter
-	confirmedAttr, refutedAttr metric.AddOption
+	raised, confirmed, refuted attrs
 	views                      metric.Int64Counter
 	epoch                      metric.Int64Gauge
 	minority                   metric.Int64Counter
-	neighbourLag               metric.Int64Gauge
+	neighbourLag               metric.Float64Gauge
+	// State transfer, by role and kind.
+	transferBytes    metric.Int64Counter
+	transferDuration metric.Float64Histogram
+	transfer         [2][2]attrs // [role][kind]
 }
 
-func newMetrics(mp metric.MeterProvider) (*metrics, error) {
+// attrs are the options that carry one set of attributes, made once: a
+// measurement allocates the slice of options it is not given as one.
+type attrs struct {
+	add []metric.AddOption
+	rec []metric.RecordOption
+}
+
+func newAttrs(kv ...attribute.KeyValue) attrs {
+	o := metric.WithAttributeSet(attribute.NewSet(kv...))
+	return attrs{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}}
+}
+
+// The roles and kinds of a state transfer (metrics.transfer).
+const (
+	roleDonor, roleJoiner    = 0, 1
+	kindSnapshot, kindSuffix = 0, 1
+)
+
+// transferBuckets are the bucket bounds, in seconds, of the state
+// transfers' durations: from a millisecond to ten minutes.
+var transferBuckets = []float64{1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5, 5, 10, 25, 50, 100, 250, 600}
+
+func newMetrics(mp metric.MeterProvider, mode Mode) (*metrics, error) {
 	m := mp.Meter("github.com/convoy-gcs/convoy")
 	var err error
 	var ms metrics
@@ -36,47 +81,96 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 			err = fmt.Errorf("convoy: metrics: %w", e)
 		}
 	}
-	var e error
-	ms.deliveredMsgs, e = m.Int64Counter("convoy.delivered.messages", metric.WithUnit("{message}"), metric.WithDescription("Messages delivered to the application."))
-	check(e)
-	ms.deliveredBytes, e = m.Int64Counter("convoy.delivered.bytes", metric.WithUnit("By"), metric.WithDescription("Payload bytes delivered to the application."))
-	check(e)
-	ms.rejected, e = m.Int64Counter("convoy.rejected.records", metric.WithUnit("{record}"), metric.WithDescription("Records from other members rejected as protocol violations."))
-	check(e)
-	ms.control, e = m.Int64Counter("convoy.control.messages", metric.WithUnit("{message}"),
-		metric.WithDescription("Control messages sent, counted per receiving member: beacons (to every other member) and frontier aggregation records (up to the parent, down to the children)."))
-	check(e)
-	kind := func(k string) metric.AddOption {
-		return metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", k)))
+	counter := func(dst *metric.Int64Counter, name, unit, desc string) {
+		c, e := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		*dst = c
+		check(e)
 	}
-	ms.beaconAttr, ms.upAttr, ms.downAttr = kind("beacon"), kind("up"), kind("down")
+	attr := func(key, value string) attrs { return newAttrs(attribute.String(key, value)) }
+	var e error
+
+	counter(&ms.sentMsgs, "convoy.sent.messages", "{message}", "Messages this member's Send accepted.")
+	counter(&ms.sentBytes, "convoy.sent.bytes", "By", "Payload bytes of the messages this member's Send accepted.")
+	counter(&ms.deliveredMsgs, "convoy.delivered.messages", "{message}", "Messages delivered to the application (not those replayed from the durable log).")
+	counter(&ms.deliveredBytes, "convoy.delivered.bytes", "By", "Payload bytes of the messages delivered to the application.")
 	ms.latency, e = m.Float64Histogram("convoy.delivery.latency", metric.WithUnit("s"), metric.WithDescription("Time from Send to local delivery of own messages."),
 		metric.WithExplicitBucketBoundaries(10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1))
 	check(e)
-	ms.barrierLag, e = m.Int64Gauge("convoy.barrier.lag", metric.WithUnit("ns"), metric.WithDescription("How far the delivery barrier trails this member's clock."))
+	ms.mode = attr("mode", mode.String())
+	counter(&ms.backpressure, "convoy.send.backpressure", "{send}",
+		"Sends that found this member's window of undelivered messages full, by outcome: waited for space, or refused (NoWait, ErrBackpressure).")
+	ms.waited, ms.refused = attr("outcome", "waited"), attr("outcome", "refused")
+	counter(&ms.rejected, "convoy.rejected.records", "{record}", "Records from other members rejected as protocol violations.")
+	counter(&ms.control, "convoy.control.messages", "{message}",
+		"Control messages sent, counted per receiving member: beacons (to every other member) and frontier aggregation records (up to the parent, down to the children).")
+	ms.beacon, ms.up, ms.down = attr("kind", "beacon"), attr("kind", "up"), attr("kind", "down")
+
+	ms.barrierLag, e = m.Float64Gauge("convoy.barrier.lag", metric.WithUnit("s"),
+		metric.WithDescription("How far a barrier trails this member's clock: the delivery barrier (every member's promise: below it, this member holds every message) and the commit barrier (below it, every member does); just after a view opens, the time since."))
 	check(e)
-	ms.suspicions, e = m.Int64Counter("convoy.membership.suspicions", metric.WithUnit("{suspicion}"),
-		metric.WithDescription("Suspicions of a neighbour by outcome: confirmed through other paths (the member is reported failed) or refuted (a bad link)."))
+	ms.delivery, ms.commit = attr("barrier", "delivery"), attr("barrier", "commit")
+	ms.durableLag, e = m.Int64Gauge("convoy.durable.lag", metric.WithUnit("{entry}"),
+		metric.WithDescription("Entries this member's durable log holds that are not yet on every member's disk."))
 	check(e)
-	outcome := func(k string) metric.AddOption {
-		return metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", k)))
-	}
-	ms.confirmedAttr, ms.refutedAttr = outcome("confirmed"), outcome("refuted")
-	ms.views, e = m.Int64Counter("convoy.membership.views", metric.WithUnit("{view}"), metric.WithDescription("Views installed by this member."))
-	check(e)
+	counter(&ms.fenced, "convoy.fenced.messages", "{message}",
+		"Other members' messages dropped because their view ended, by reason: held beyond the view's cut, or arriving after this member stopped in the view (the live senders send theirs again in the next view; an excluded member's are lost).")
+	ms.cut, ms.late = attr("reason", "cut"), attr("reason", "late")
+
+	counter(&ms.suspicions, "convoy.membership.suspicions", "{suspicion}",
+		"Suspicions of a neighbour by state: raised (silent, stalled or disconnected), then confirmed through other paths (the member is reported failed) or refuted (a bad link).")
+	ms.raised, ms.confirmed, ms.refuted = attr("state", "raised"), attr("state", "confirmed"), attr("state", "refuted")
+	counter(&ms.views, "convoy.membership.views", "{view}", "Views installed by this member.")
 	ms.epoch, e = m.Int64Gauge("convoy.membership.epoch", metric.WithUnit("{epoch}"), metric.WithDescription("The epoch of the view this member takes part in (0: none)."))
 	check(e)
-	ms.neighbourLag, e = m.Int64Gauge("convoy.membership.neighbour.lag", metric.WithUnit("ns"),
-		metric.WithDescription("How far a neighbour's receive frontier trails this member's, from its last heartbeat: a persistently high value marks a straggler (excluded only once it stalls past StallTimeout)."))
+	ms.neighbourLag, e = m.Float64Gauge("convoy.membership.neighbour.lag", metric.WithUnit("s"),
+		metric.WithDescription("How far the neighbour furthest behind trails this member's receive frontier, from their last heartbeats: a persistently high value marks a straggler (excluded only once it stalls past StallTimeout)."))
 	check(e)
-	ms.minority, e = m.Int64Counter("convoy.membership.minority", metric.WithUnit("{event}"),
-		metric.WithDescription("Times this member found the proposed next view without a majority of the current one: it stops delivering and waits."))
+	counter(&ms.minority, "convoy.membership.minority", "{event}",
+		"Times this member found the proposed next view without a majority of the current one: it stops delivering and waits.")
+
+	counter(&ms.transferBytes, "convoy.transfer.bytes", "By",
+		"State transferred to joiners, by role (donor: sent; joiner: received) and kind (snapshot: the application's state; suffix: the messages a restarted member's log misses).")
+	ms.transferDuration, e = m.Float64Histogram("convoy.transfer.duration", metric.WithUnit("s"),
+		metric.WithDescription("State transfers, by role and kind: a joiner's from its start to its end (done or failed); a donor's from its start until its joiners hold their state."),
+		metric.WithExplicitBucketBoundaries(transferBuckets...))
 	check(e)
+	for role, r := range [2]string{"donor", "joiner"} {
+		for kind, k := range [2]string{"snapshot", "suffix"} {
+			ms.transfer[role][kind] = newAttrs(attribute.String("role", r), attribute.String("kind", k))
+		}
+	}
 	return &ms, err
+}
+
+func (m *metrics) sent(n int) {
+	ctx := context.Background()
+	m.sentMsgs.Add(ctx, 1, m.mode.add...)
+	m.sentBytes.Add(ctx, int64(n), m.mode.add...)
 }
 
 func (m *metrics) delivered(n int) {
 	ctx := context.Background()
-	m.deliveredMsgs.Add(ctx, 1)
-	m.deliveredBytes.Add(ctx, int64(n))
+	m.deliveredMsgs.Add(ctx, 1, m.mode.add...)
+	m.deliveredBytes.Add(ctx, int64(n), m.mode.add...)
+}
+
+// transferred returns the function that counts the bytes a transfer of
+// role and kind moves (membership's OnSent and OnReceived).
+func (m *metrics) transferred(role, kind int) func(bytes int) {
+	opts := m.transfer[role][kind].add
+	return func(bytes int) { m.transferBytes.Add(context.Background(), int64(bytes), opts...) }
+}
+
+// transferTook records a transfer of role and kind that took d.
+func (m *metrics) transferTook(role, kind int, d time.Duration) {
+	m.transferDuration.Record(context.Background(), d.Seconds(), m.transfer[role][kind].rec...)
+}
+
+// lag returns how far stamp t trails time now, in seconds (0 if it does
+// not).
+func lag(now int64, t ordering.Timestamp) float64 {
+	if now <= 0 || t >= ordering.Timestamp(now) {
+		return 0
+	}
+	return time.Duration(now - int64(t)).Seconds()
 }

@@ -91,7 +91,7 @@ func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (R
 		}
 	}()
 	g.mu.Lock()
-	for {
+	for waited := false; ; waited = true {
 		if err := g.errDoneLocked(); err != nil {
 			g.mu.Unlock()
 			return Receipt{}, err
@@ -101,7 +101,11 @@ func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (R
 		}
 		if g.cfg.NoWait {
 			g.mu.Unlock()
+			g.m.backpressure.Add(ctx, 1, g.m.refused.add...)
 			return Receipt{}, ErrBackpressure
+		}
+		if !waited {
+			g.m.backpressure.Add(ctx, 1, g.m.waited.add...)
 		}
 		// Only the sender holding the turn waits here, so one kick
 		// (buffered) is enough to wake it; a stale kick costs a recheck.
@@ -129,10 +133,12 @@ func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (R
 	g.mu.Unlock()
 	if g.host != nil {
 		g.host.post(g, event{kind: evSend, payload: payload})
+		g.m.sent(len(payload))
 		return Receipt{Seq: seq}, nil // the simulation waits for no level
 	}
 	select {
 	case g.events <- event{kind: evSend, payload: payload}:
+		g.m.sent(len(payload))
 	case <-g.stop:
 		return Receipt{}, ErrClosed
 	case <-ctx.Done():

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -159,13 +160,16 @@ func (r *runner) donateSuffixes(v *view) {
 		}
 		dcfg := membership.DonorConfig{
 			Endpoint: g.ep, Stream: suffixStream(rec.Epoch, i), Joiners: []rdma.NodeID{rdma.NodeID(sf.ID)},
-			Pending: []int{0}, Of: 1, Logger: g.cfg.Logger,
+			Pending: []int{0}, Of: 1, Logger: g.cfg.Logger, OnSent: g.m.transferred(roleDonor, kindSuffix),
 		}
 		dcfg.Clock, dcfg.Rand = g.transferClock()
 		d, err := membership.NewDonor(g.ctx, dcfg)
 		if err != nil {
 			g.log.Error("serving a suffix", "epoch", rec.Epoch, "joiner", sf.ID, "err", err)
 			continue
+		}
+		if len(v.suffixDonors) == 0 {
+			v.suffixDonorsSince = g.cfg.Clock()
 		}
 		v.suffixDonors = append(v.suffixDonors, d)
 		g.spawn(func() {
@@ -209,12 +213,14 @@ func (r *runner) fetchSuffix(v *view, sf membership.Suffix) {
 	cfg := membership.FetchConfig{
 		Endpoint: g.ep, Stream: suffixStream(v.rec.Epoch, i), Donors: []rdma.NodeID{rdma.NodeID(sf.Donor)},
 		StallTimeout: g.cfg.TransferStall, Logger: g.cfg.Logger,
-		ChunkBytes: g.cfg.test.transferChunkBytes,
+		ChunkBytes: g.cfg.test.transferChunkBytes, OnReceived: g.m.transferred(roleJoiner, kindSuffix),
 	}
 	ctx, span := g.tr.Start(v.transfers, "convoy.state.transfer", trace.WithAttributes(
 		attribute.Int64("convoy.epoch", int64(v.rec.Epoch)), attribute.Int("convoy.donors", 1),
 		attribute.Int64("convoy.suffix_from", int64(sf.From))))
+	start := g.cfg.Clock()
 	g.startFetch(v, ctx, cfg, func(parts [][]byte, err error) {
+		g.m.transferTook(roleJoiner, kindSuffix, time.Duration(g.cfg.Clock()-start))
 		if err == nil {
 			span.SetAttributes(attribute.Int("convoy.bytes", len(parts[0])))
 		} else {

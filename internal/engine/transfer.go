@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -69,6 +70,7 @@ func (r *runner) donate(v *view) {
 	var err error
 	dcfg := membership.DonorConfig{
 		Endpoint: g.ep, Stream: transferStream(rec.Epoch), Joiners: joiners, Pending: parts, Of: of, Logger: g.cfg.Logger,
+		OnSent: g.m.transferred(roleDonor, kindSnapshot),
 	}
 	dcfg.Clock, dcfg.Rand = g.transferClock()
 	v.donor, err = membership.NewDonor(g.ctx, dcfg)
@@ -76,6 +78,7 @@ func (r *runner) donate(v *view) {
 		g.log.Error("serving state to joiners", "epoch", rec.Epoch, "err", err)
 		return
 	}
+	v.donorSince = g.cfg.Clock()
 	job := &snapJob{
 		v: v, left: len(parts), done: make(chan struct{}),
 		// Buffered for every part, so that the goroutine never waits for
@@ -244,11 +247,13 @@ func (r *runner) fetch(v *view) {
 	cfg := membership.FetchConfig{
 		Endpoint: g.ep, Stream: transferStream(v.rec.Epoch), Donors: donorsOf(&v.rec, g.cfg.MaxDonors),
 		Slices: transferSlices, StallTimeout: g.cfg.TransferStall, Logger: g.cfg.Logger,
-		ChunkBytes: g.cfg.test.transferChunkBytes,
+		ChunkBytes: g.cfg.test.transferChunkBytes, OnReceived: g.m.transferred(roleJoiner, kindSnapshot),
 	}
 	ctx, span := g.tr.Start(v.transfers, "convoy.state.transfer", trace.WithAttributes(
 		attribute.Int64("convoy.epoch", int64(v.rec.Epoch)), attribute.Int("convoy.donors", len(cfg.Donors))))
+	start := g.cfg.Clock()
 	g.startFetch(v, ctx, cfg, func(parts [][]byte, err error) {
+		g.m.transferTook(roleJoiner, kindSnapshot, time.Duration(g.cfg.Clock()-start))
 		var n int
 		for _, p := range parts {
 			n += len(p)

@@ -29,11 +29,19 @@ type view struct {
 	rec  membership.View
 	self int
 	ids  []NodeID
+	// opened is when this member opened the view, on its clock: its
+	// messages are stamped later.
+	opened int64
 	// net carries the view's records and control signals.
 	net  viewNet
 	core *ordering.Core
 	// det watches the neighbours; nil in a group with fixed membership.
-	det *membership.Detector
+	// nbrs are their ranks, and nbrLag[i] how far neighbour nbrs[i]
+	// trailed this member's receive frontier at its last heartbeat, in
+	// nanoseconds.
+	det    *membership.Detector
+	nbrs   []int
+	nbrLag []int64
 	// ctrlRetry[r], if set, is when to open the control stream to rank r
 	// again: its connection broke (see reopenControl).
 	ctrlRetry []int64
@@ -45,10 +53,14 @@ type view struct {
 	// stopFetches end the transfers a host runs (Group.startFetch) when
 	// the view closes, as endTransfers ends those on goroutines.
 	stopFetches []func()
-	// donor serves this member's snapshot parts to the view's joiners.
-	donor *membership.Donor
-	// suffixDonors serve joiners the messages their logs miss.
-	suffixDonors []*membership.Donor
+	// donor serves this member's snapshot parts to the view's joiners,
+	// since donorSince (on the clock).
+	donor      *membership.Donor
+	donorSince int64
+	// suffixDonors serve joiners the messages their logs miss, since
+	// suffixDonorsSince.
+	suffixDonors      []*membership.Donor
+	suffixDonorsSince int64
 	// dur tracks the members' persisted indexes in durable delivery;
 	// lagging holds the ranks suspected of lagging on disk.
 	dur       *barrier.Durable
@@ -64,7 +76,7 @@ type view struct {
 // openView creates this member's machinery for view rec, in which it has
 // rank self, at time now.
 func (g *Group) openView(ctx context.Context, rec membership.View, self int, now int64) (*view, error) {
-	v := &view{g: g, rec: rec, self: self}
+	v := &view{g: g, rec: rec, self: self, opened: now}
 	for _, m := range rec.Members {
 		v.ids = append(v.ids, NodeID(m.ID))
 	}

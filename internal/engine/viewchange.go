@@ -137,13 +137,16 @@ func (r *runner) propose(next membership.View, logs map[membership.ID]membership
 
 // donorsDone stops serving the view's joiners: each holds its state.
 func (r *runner) donorsDone() {
-	v := r.v
+	g, v := r.g, r.v
+	now := g.cfg.Clock()
 	if v.donor != nil {
 		v.donor.Close()
 		v.donor = nil
+		g.m.transferTook(roleDonor, kindSnapshot, time.Duration(now-v.donorSince))
 	}
 	for _, d := range v.suffixDonors {
 		d.Close()
+		g.m.transferTook(roleDonor, kindSuffix, time.Duration(now-v.suffixDonorsSince))
 	}
 	v.suffixDonors = nil
 }
@@ -352,6 +355,9 @@ func (r *runner) install(rec membership.View) bool {
 		g.log.Error("cannot end the view at its cut", "epoch", old.rec.Epoch, "err", err)
 		r.excluded(&rec, err.Error())
 		return false
+	}
+	if n := old.core.Stats().Discarded; n > 0 {
+		g.m.fenced.Add(g.ctx, int64(n), g.m.cut.add...)
 	}
 	r.deliver(rest)
 	old.close()
