@@ -104,6 +104,7 @@ type durItem struct {
 func (r *runner) announcePersisted() {
 	g, v := r.g, r.v
 	idx := g.disk.Synced()
+	g.msgs.synced(idx)
 	if v.dur != nil {
 		_ = v.dur.Announce(v.self, max(idx, v.dur.Persisted(v.self)))
 	}

@@ -33,10 +33,12 @@ type Handler func(Delivery)
 // Group is one member's handle on a group. Its methods are safe for
 // concurrent use.
 type Group struct {
-	cfg   Config
-	log   *slog.Logger
-	m     *metrics
-	tr    trace.Tracer
+	cfg Config
+	log *slog.Logger
+	m   *metrics
+	tr  trace.Tracer
+	// msgs follows sampled messages (the loop's only).
+	msgs  *msgTracer
 	h     Handler
 	ep    rdma.Endpoint
 	ownEP bool
@@ -214,6 +216,7 @@ func newGroup(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 	g.mu.nextSeq = 1
 	g.mu.waiters = make(map[uint64][]waiter)
 	g.tr = c.TracerProvider.Tracer("github.com/convoy-gcs/convoy")
+	g.msgs = newMsgTracer(g.tr, c.traceEvery(), c.identity())
 	if g.m, err = newMetrics(c.MeterProvider, c.Mode); err != nil {
 		return nil, err
 	}

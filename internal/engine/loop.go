@@ -22,6 +22,7 @@ func (g *Group) loop(r *runner) {
 	defer func() {
 		r.endSyncs(g.ended())
 		r.endChange()
+		g.msgs.abandon("the group closed")
 		r.waitSnapshots()
 		r.v.close()
 		if g.mem != nil && g.Err() != nil {
@@ -196,6 +197,9 @@ func (r *runner) handle(ev event) bool {
 			}
 			return true
 		}
+		if ev.rec.Kind == ordering.KindData && g.msgs.every != 0 {
+			g.msgs.step(msgKey{r.v.ids[ev.from], r.v.rec.Sent[ev.from] + ev.rec.Seq}, "received")
+		}
 		if err := r.v.core.Step(now, ev.from, ev.rec); err != nil {
 			g.m.rejected.Add(context.Background(), 1)
 			g.log.Warn("rejected record", "from", r.v.ids[ev.from], "epoch", r.v.rec.Epoch, "err", err)
@@ -244,6 +248,7 @@ func (r *runner) handle(ev event) bool {
 // send hands an own message to the current view's core.
 func (r *runner) send(now int64, payload []byte) {
 	seq, _ := r.v.core.Send(now, payload)
+	r.g.msgs.step(msgKey{r.g.cfg.Self, r.v.rec.Sent[r.v.self] + seq}, "sent")
 	if r.sentBase == 0 {
 		r.sentBase = r.v.rec.Sent[r.v.self] + seq
 	}
@@ -384,6 +389,7 @@ func (r *runner) deliver(ds []ordering.Delivery) {
 			Epoch: d.Epoch, Index: d.Index, Sender: v.ids[d.Sender],
 			Seq: v.rec.Sent[d.Sender] + d.Seq, Timestamp: uint64(d.TS), Payload: d.Payload,
 		}
+		r.g.msgs.ordered(msgKey{out.Sender, out.Seq}, out.Index, out.Epoch)
 		if r.holding() {
 			// In durable delivery the log takes it at once when it
 			// follows what the log holds: the group's durable delivery
@@ -416,6 +422,7 @@ func (r *runner) hand(d Delivery, own bool) {
 func (r *runner) handNow(d Delivery, own bool) {
 	g := r.g
 	g.m.delivered(len(d.Payload))
+	g.msgs.delivered(msgKey{d.Sender, d.Seq})
 	if g.h != nil {
 		g.h(d)
 	}

@@ -361,6 +361,8 @@ func (r *runner) install(rec membership.View) bool {
 	}
 	r.deliver(rest)
 	old.close()
+	// What the old view did not order beyond the cut, it never delivers.
+	g.msgs.abandonUnordered("beyond the view's cut")
 	now := g.cfg.Clock()
 	v, err := g.openView(g.ctx, rec, rank, now)
 	if err != nil {
