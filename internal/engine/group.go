@@ -38,7 +38,13 @@ type Group struct {
 	m   *metrics
 	tr  trace.Tracer
 	// msgs follows sampled messages (the loop's only).
-	msgs  *msgTracer
+	msgs *msgTracer
+	// install orders the durable log's writes of a state installed off
+	// the loop (runner.installState) with the loop's own.
+	install struct {
+		sync.Mutex
+		superseded map[*view]bool
+	}
 	h     Handler
 	ep    rdma.Endpoint
 	ownEP bool
@@ -119,6 +125,7 @@ const (
 	evSnapshot
 	evSuffix
 	evSync
+	evInstalled
 )
 
 // event is something for the loop. v names the view it belongs to; the

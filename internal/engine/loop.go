@@ -100,6 +100,15 @@ type runner struct {
 	pending [][]byte
 	// restoring: this member joined v and waits for its state.
 	restoring bool
+	// installing says a transferred state is being installed off the
+	// loop (installState); nextInstall is a transfer that ended
+	// meanwhile, installed after it.
+	installing     bool
+	installingView *view
+	nextInstall    *event
+	// afterInstall are the view-change core's actions that start a new
+	// incarnation, which wait for an installation in progress.
+	afterInstall []vsync.Action
 	// snap is the job snapshotting the state for joiners, if any.
 	snap *snapJob
 	// held holds, in order, the deliveries and views that wait while
@@ -241,6 +250,8 @@ func (r *runner) handle(ev event) bool {
 		if ev.v == r.v {
 			return r.restored(ev.parts, ev.err)
 		}
+	case evInstalled:
+		return r.stateInstalled(ev.v, ev.err)
 	}
 	return true
 }

@@ -279,30 +279,117 @@ func (r *runner) restored(parts [][]byte, err error) bool {
 		g.log.Info("state transfer ended with the view", "epoch", r.v.rec.Epoch, "err", err)
 		return true
 	}
-	if err == nil {
-		if err = g.restoreParts(parts); err != nil {
+	if err != nil {
+		r.excluded(nil, fmt.Sprintf("state transfer for view %d failed: %v", r.v.rec.Epoch, err))
+		return true
+	}
+	if r.installing {
+		// The state of an earlier view is still being installed: this
+		// one follows it (stateInstalled).
+		r.nextInstall = &event{kind: evRestored, v: r.v, parts: parts}
+		return true
+	}
+	r.installState(r.v, parts)
+	return true
+}
+
+// installState installs the state transferred to this joiner for view v,
+// off the loop: restoring a large state, and writing it to the durable
+// log, takes longer than the failure detector waits for a heartbeat, and
+// the loop must go on heartbeating (and holding deliveries) meanwhile.
+// The loop hears of the end through evInstalled (stateInstalled).
+func (r *runner) installState(v *view, parts [][]byte) {
+	g := r.g
+	r.installing, r.installingView = true, v
+	start := v.rec.Start
+	g.spawn(func() {
+		err := g.restoreParts(parts)
+		if err != nil {
 			err = fmt.Errorf("restore: %w", err)
 		}
+		if err == nil && g.disk != nil {
+			// The log holds the state from now on, for a restart,
+			// followed by the deliveries it took meanwhile (it ends at
+			// the view's start or goes on from there: enter, install) —
+			// unless a later view made this member join again
+			// meanwhile, and its log start over there (logInstall).
+			err = g.logInstall(func() error {
+				err := g.disk.SetSnapshot(g.ctx, start, encodeParts(parts))
+				if err == nil && g.disk.First() <= start {
+					err = g.disk.TrimBefore(g.ctx, start+1)
+				}
+				return err
+			}, v)
+			if err != nil {
+				err = fmt.Errorf("durable log: %w", err)
+			}
+		}
+		g.post(event{kind: evInstalled, v: v, err: err})
+	})
+}
+
+// logInstall runs write, an installed state's write to the durable log,
+// unless view v was superseded first: the loop marks that (supersede)
+// before it makes the log start over at a later view, so that the two
+// writes never land in the wrong order.
+func (g *Group) logInstall(write func() error, v *view) error {
+	g.install.Lock()
+	defer g.install.Unlock()
+	if g.install.superseded[v] {
+		delete(g.install.superseded, v)
+		return nil
 	}
-	if err == nil && g.disk != nil {
-		// The log holds the state from now on, for a restart, followed
-		// by the deliveries it took meanwhile (it ends at the view's
-		// start or goes on from there: enter, install).
-		start := r.v.rec.Start
-		if err = g.disk.SetSnapshot(g.ctx, start, encodeParts(parts)); err == nil && g.disk.First() <= start {
-			err = g.disk.TrimBefore(g.ctx, start+1)
+	return write()
+}
+
+// supersede marks the state being installed for v, if any, as not to be
+// written to the durable log: a later view brings the state again. It
+// waits for a write in progress.
+func (r *runner) supersede(v *view) {
+	g := r.g
+	g.install.Lock()
+	defer g.install.Unlock()
+	if g.install.superseded == nil {
+		g.install.superseded = make(map[*view]bool)
+	}
+	g.install.superseded[v] = true
+}
+
+// stateInstalled ends the installation of view v's state: if v is still
+// the view, this joiner has its state and takes part; otherwise a later
+// view brings the state again, and whatever transfer ended meanwhile is
+// installed now.
+func (r *runner) stateInstalled(v *view, err error) bool {
+	r.installing, r.installingView = false, nil
+	r.g.install.Lock()
+	delete(r.g.install.superseded, v)
+	r.g.install.Unlock()
+	if next := r.nextInstall; next != nil {
+		r.nextInstall = nil
+		if next.v == r.v && r.restoring {
+			r.installState(next.v, next.parts)
+			return true
 		}
-		if err != nil {
-			err = fmt.Errorf("durable log: %w", err)
+	}
+	if acts := r.afterInstall; len(acts) > 0 {
+		r.afterInstall = nil
+		for _, a := range acts {
+			if !r.do(a) {
+				return false
+			}
 		}
+		return true
+	}
+	if v != r.v || !r.restoring {
+		return true
 	}
 	if err != nil {
 		// Without its state this member cannot take part: it drops out
 		// (the others exclude it once it falls silent) and tries again.
-		r.excluded(nil, fmt.Sprintf("state transfer for view %d failed: %v", r.v.rec.Epoch, err))
+		r.excluded(nil, fmt.Sprintf("state transfer for view %d failed: %v", v.rec.Epoch, err))
 		return true
 	}
-	r.applied = r.v.rec.Start
+	r.applied = v.rec.Start
 	r.joined()
 	return true
 }

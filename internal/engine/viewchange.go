@@ -45,6 +45,13 @@ func (r *runner) onState(st *membership.State) bool {
 // when the loop must stop.
 func (r *runner) do(a vsync.Action) bool {
 	g := r.g
+	if r.installing && (a.Kind == vsync.RequestJoin || a.Kind == vsync.Enter) {
+		// An earlier incarnation's state is still being installed: a new
+		// one starts once it is in (stateInstalled), lest two writers
+		// change the application's state and the log at once.
+		r.afterInstall = append(r.afterInstall, a)
+		return true
+	}
 	switch a.Kind {
 	case vsync.Bootstrap:
 		first := *a.View
@@ -384,6 +391,9 @@ func (r *runner) install(rec membership.View) bool {
 		// took the previous view's messages up to the cut, and goes on
 		// from there.
 		r.held = nil
+		if r.installing {
+			r.supersede(r.installingView)
+		}
 		if g.disk != nil && g.disk.Last() != rec.Start {
 			if err := g.disk.InstallSnapshot(g.ctx, rec.Start, nil); err != nil {
 				g.log.Error("durable log: joining again", "epoch", rec.Epoch, "err", err)
