@@ -70,9 +70,8 @@
 // (convoy.Group.Sync): a GET answers from local state once this member
 // has applied every write any member delivered before the read began,
 // so it sees every write acknowledged before it. The barrier sends no
-// command through the group. Concurrent reads share barriers: one is in
-// flight at a time, and the reads that arrive meanwhile wait together
-// for the next one, which begins only after they arrived. A read with
+// command through the group, and concurrent ones share their reads of
+// etcd. A read with
 // ?stale=true answers from local state at once, without a barrier: it
 // may miss recent writes.
 //

@@ -171,6 +171,9 @@ type hooks struct {
 	// batchBytes bounds the RDMC batch frames of the views'
 	// groups (0: multicast.DefaultBatchBytes).
 	batchBytes int
+	// onViewRead is called for each read of the current view that Syncs
+	// share (viewReads).
+	onViewRead func()
 	// transferChunkBytes is the largest chunk this member
 	// asks of its donors (0: membership.DefaultTransferChunkBytes).
 	transferChunkBytes int

@@ -39,6 +39,8 @@ type Group struct {
 	tr  trace.Tracer
 	// msgs follows sampled messages (the loop's only).
 	msgs *msgTracer
+	// viewReads shares the etcd reads of Syncs (sync.go).
+	viewReads viewReads
 	// install orders the durable log's writes of a state installed off
 	// the loop (runner.installState) with the loop's own.
 	install struct {
@@ -363,6 +365,7 @@ func (g *Group) Close() error {
 	close(g.stop)
 	g.cancel()
 	g.loopWG.Wait()
+	g.closeViewReads()
 	g.closeTransport()
 	if g.mem != nil {
 		g.mem.close()

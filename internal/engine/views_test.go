@@ -1474,3 +1474,47 @@ func (s *slowRestore) Restore(parts []io.Reader) error {
 	time.Sleep(s.delay)
 	return s.StateMachine.Restore(parts)
 }
+
+// TestSyncSharesViewReads: concurrent Syncs share their reads of the
+// current view from etcd, each of which starts after the Syncs it serves
+// asked; every Sync still answers with the index delivered before it.
+func TestSyncSharesViewReads(t *testing.T) {
+	c := newVSCluster(t)
+	var reads atomic.Int64
+	nodes := c.openAll(3, func(cfg *Config) {
+		if cfg.Self == 1 {
+			cfg.test.onViewRead = func() { reads.Add(1) }
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	last, err := nodes[1].g.Send(ctx, []byte("set k 1"), WaitDelivered())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const syncs = 100
+	var wg sync.WaitGroup
+	errs := make(chan error, syncs)
+	for range syncs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			idx, err := nodes[0].g.Sync(ctx)
+			if err == nil && idx < last.Index {
+				err = fmt.Errorf("Sync answered %d, below %d delivered before it", idx, last.Index)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d Syncs, %d reads of the view", syncs, reads.Load())
+	if n := reads.Load(); n < 1 || n > syncs/2 {
+		t.Errorf("%d Syncs made %d reads of the view, want them shared", syncs, n)
+	}
+}
