@@ -3,16 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,86 +16,8 @@ import (
 
 	"github.com/convoy-gcs/convoy/etcddev"
 	kvclient "github.com/convoy-gcs/convoy/examples/paxos/client"
-	"github.com/convoy-gcs/convoy/rdma"
+	"github.com/convoy-gcs/convoy/internal/devcerts"
 )
-
-// testCA is a certificate authority made up for a test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	// file is the CA certificate's PEM file.
-	file string
-}
-
-func newTestCA(t *testing.T, dir string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "convoy test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &testCA{cert: cert, key: key, file: filepath.Join(dir, "ca.pem")}
-	writePEM(t, ca.file, "CERTIFICATE", der)
-	return ca
-}
-
-// issue writes a certificate for 127.0.0.1, good for both ends of a
-// connection, that names the given members (rdma.MemberURI), and its key;
-// it returns their files.
-func (ca *testCA) issue(t *testing.T, dir, name string, ids ...uint64) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	for _, id := range ids {
-		tmpl.URIs = append(tmpl.URIs, rdma.MemberURI(rdma.NodeID(id)))
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "PRIVATE KEY", keyDER)
-	return certFile, keyFile
-}
-
-func writePEM(t *testing.T, path, kind string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // safeBuffer is a bytes.Buffer safe for a writer and a reader at once.
 type safeBuffer struct {
@@ -124,17 +38,22 @@ func (s *safeBuffer) String() string {
 }
 
 // TestNodeMutualTLS runs two "convoy node" members of the key-value
-// store in this process, talking to each other over mutual TLS: they form
-// a group, a value put through one is read from the other's local state,
-// each prints its serving line, and "convoy status" finds both through
-// the URLs they recorded in etcd. SIGTERM (here: the end of the context)
-// closes them with status 0.
+// store in this process, talking to each other over mutual TLS with the
+// certificates "convoy certs" made: they form a group, a value put
+// through one is read from the other's local state, each prints its
+// serving line, and "convoy status" finds both through the URLs they
+// recorded in etcd. SIGTERM (here: the end of the context) closes them
+// with status 0.
 func TestNodeMutualTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and a group")
 	}
 	dir := t.TempDir()
-	ca := newTestCA(t, dir)
+	certs := filepath.Join(dir, "certs")
+	if code, _, errOut := runCommand(t, &cli{}, "certs", "-out", certs, "-members", "2"); code != 0 {
+		t.Fatalf("convoy certs: exit %d: %s", code, errOut)
+	}
+	caFile := filepath.Join(certs, devcerts.CACertFile)
 	srv, err := etcddev.Start(t.Context(), etcddev.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -157,14 +76,14 @@ func TestNodeMutualTLS(t *testing.T) {
 	nodes := make([]*node, 2)
 	for i := range nodes {
 		n := &node{url: "http://" + hostPort("127.0.0.1", ports[i]), exit: make(chan int, 1)}
-		n.certs, n.keys = ca.issue(t, dir, "member"+strconv.Itoa(i+1), uint64(i+1))
+		n.certs, n.keys = filepath.Join(certs, devcerts.MemberCertFile(uint64(i+1))), filepath.Join(certs, devcerts.MemberKeyFile(uint64(i+1)))
 		nodes[i] = n
 		args := []string{"node",
 			"-id", strconv.Itoa(i + 1), "-app", "kv", "-initial", "2",
 			"-etcd", strings.Join(srv.Endpoints(), ","), "-prefix", "/tls/",
 			"-data", filepath.Join(dir, "data"+strconv.Itoa(i+1)),
 			"-http", hostPort("127.0.0.1", ports[i]),
-			"-tls-ca", ca.file, "-tls-cert", n.certs, "-tls-key", n.keys,
+			"-tls-ca", caFile, "-tls-cert", n.certs, "-tls-key", n.keys,
 			"-heartbeat", "10ms", "-suspect-timeout", "250ms",
 		}
 		go func() {
@@ -218,7 +137,7 @@ func TestNodeMutualTLS(t *testing.T) {
 	if len(r.Members) != 2 || r.inView() != 2 {
 		t.Fatalf("status %+v: want two members in the view", r)
 	}
-	pool, err := loadCertPool(ca.file)
+	pool, err := loadCertPool(caFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,9 +176,12 @@ func TestNodeMutualTLS(t *testing.T) {
 // are refused.
 func TestNodeTLSFiles(t *testing.T) {
 	dir := t.TempDir()
-	ca := newTestCA(t, dir)
-	cert, key := ca.issue(t, dir, "m")
-	s := nodeSettings{TLSCA: ca.file, TLSCert: cert, TLSKey: key, EtcdCA: ca.file, EtcdCert: cert, EtcdKey: key}
+	if err := devcerts.Write(dir, devcerts.Options{Members: 1}); err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(dir, devcerts.CACertFile)
+	cert, key := filepath.Join(dir, devcerts.MemberCertFile(1)), filepath.Join(dir, devcerts.MemberKeyFile(1))
+	s := nodeSettings{TLSCA: caFile, TLSCert: cert, TLSKey: key, EtcdCA: caFile, EtcdCert: cert, EtcdKey: key}
 	mt, err := s.memberTLS()
 	if err != nil || mt == nil || len(mt.Certificates) != 1 || mt.RootCAs == nil || mt.ClientCAs == nil {
 		t.Fatalf("member TLS %+v, %v", mt, err)
