@@ -168,6 +168,7 @@ func (cl *clusterCmd) run(ctx context.Context, c *cli) error {
 
 	hc := &http.Client{Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
+	api := apiClient{hc: hc}
 	procs := make([]*memberProc, cl.nodes)
 	defer func() { stopAll(procs, memberStopTimeout) }()
 
@@ -198,7 +199,7 @@ func (cl *clusterCmd) run(ctx context.Context, c *cli) error {
 	errs := make([]error, cl.nodes)
 	for i, p := range procs {
 		wg.Go(func() {
-			_, errs[i] = waitStatus(rctx, hc, p, p.url, func(s memberStatus) bool { return s.Serving })
+			_, errs[i] = waitStatus(rctx, api, p, p.url, func(s memberStatus) bool { return s.Serving })
 		})
 	}
 	wg.Wait()

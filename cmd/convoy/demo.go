@@ -222,17 +222,18 @@ func (d *demoCmd) run(ctx context.Context, c *cli) (err error) {
 
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4 * d.clients}, Timeout: demoRequestTimeout}
 	defer hc.CloseIdleConnections()
-	if err := d.startGroups(ctx, c, p, hc, groups); err != nil {
+	api := apiClient{hc: hc}
+	if err := d.startGroups(ctx, c, p, api, groups); err != nil {
 		return err
 	}
 
-	sum, acks, err := d.exercise(ctx, c, p, hc, log, groups)
+	sum, acks, err := d.exercise(ctx, c, p, api, log, groups)
 	if err != nil {
 		return err
 	}
 
 	p.say("checking every acknowledged write on every member")
-	ck := &checker{hc: hc, read: c.demoRead}
+	ck := &checker{api: api, read: c.demoRead}
 	sum.Checks = append(sum.Checks, ck.settle(ctx, appKV, groups[0].procs())...)
 	sum.Checks = append(sum.Checks, ck.checkKV(ctx, groups[0].procs(), acks[appKV])...)
 	sum.Checks = append(sum.Checks, ck.settle(ctx, appLog, groups[1].procs())...)
@@ -267,7 +268,7 @@ func (d *demoCmd) run(ctx context.Context, c *cli) (err error) {
 }
 
 // startGroups starts every member and waits until all serve.
-func (d *demoCmd) startGroups(ctx context.Context, c *cli, p *printer, hc *http.Client, groups []*demoGroup) error {
+func (d *demoCmd) startGroups(ctx context.Context, c *cli, p *printer, api apiClient, groups []*demoGroup) error {
 	for _, g := range groups {
 		for i := range g.args {
 			if _, err := g.start(c, uint64(i+1)); err != nil {
@@ -283,7 +284,7 @@ func (d *demoCmd) startGroups(ctx context.Context, c *cli, p *printer, hc *http.
 	for _, g := range groups {
 		for _, m := range g.procs() {
 			wg.Go(func() {
-				if _, err := waitStatus(ctx, hc, m, m.url, func(s memberStatus) bool { return s.Serving }); err != nil {
+				if _, err := waitStatus(ctx, api, m, m.url, func(s memberStatus) bool { return s.Serving }); err != nil {
 					mu.Lock()
 					errs = append(errs, fmt.Errorf("%s: %w", m.name, err))
 					mu.Unlock()
@@ -306,7 +307,7 @@ func (d *demoCmd) startGroups(ctx context.Context, c *cli, p *printer, hc *http.
 
 // exercise runs the clients, kills and restarts the victims meanwhile,
 // and returns what happened and the writes acknowledged, by app.
-func (d *demoCmd) exercise(ctx context.Context, c *cli, p *printer, hc *http.Client, log *slog.Logger, groups []*demoGroup) (demoSummary, map[string][]ack, error) {
+func (d *demoCmd) exercise(ctx context.Context, c *cli, p *printer, api apiClient, log *slog.Logger, groups []*demoGroup) (demoSummary, map[string][]ack, error) {
 	sum := demoSummary{Apps: []demoAppSummary{{App: appKV}, {App: appLog}}}
 
 	// Poll the views and print progress until the clients stop.
@@ -316,11 +317,11 @@ func (d *demoCmd) exercise(ctx context.Context, c *cli, p *printer, hc *http.Cli
 		stopMonitor()
 		monitor.Wait()
 	}()
-	monitor.Go(func() { d.monitor(mctx, p, hc, groups) })
+	monitor.Go(func() { d.monitor(mctx, p, api, groups) })
 
 	p.say("%d clients put %d-byte values under fresh keys into kv, %d append %d-byte entries to log, for %v",
 		d.clients, demoValueBytes, d.clients, demoEntryBytes, d.duration)
-	w := newWorkload(d.clients, hc, log)
+	w := newWorkload(d.clients, api, log)
 	start := time.Now()
 	w.start(ctx, groups[0].urls, groups[1].urls)
 	monitor.Go(func() { d.progress(mctx, p, w, groups, start) })
@@ -335,7 +336,7 @@ func (d *demoCmd) exercise(ctx context.Context, c *cli, p *printer, hc *http.Cli
 		var wg sync.WaitGroup
 		errs := make([]error, len(groups))
 		for i, g := range groups {
-			wg.Go(func() { errs[i] = d.crashAndRestart(ctx, c, p, hc, g, &sum.Apps[i]) })
+			wg.Go(func() { errs[i] = d.crashAndRestart(ctx, c, p, api, g, &sum.Apps[i]) })
 		}
 		wg.Wait()
 		crashErr = errors.Join(errs...)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -139,7 +138,7 @@ func newDemoGroup(app, dir string, etcd []string, ports []int) *demoGroup {
 
 // monitor polls every member's status until ctx ends, recording the
 // views seen.
-func (d *demoCmd) monitor(ctx context.Context, p *printer, hc *http.Client, groups []*demoGroup) {
+func (d *demoCmd) monitor(ctx context.Context, p *printer, api apiClient, groups []*demoGroup) {
 	tick := time.NewTicker(demoMonitorInterval)
 	defer tick.Stop()
 	for {
@@ -148,7 +147,7 @@ func (d *demoCmd) monitor(ctx context.Context, p *printer, hc *http.Client, grou
 			sts := make([]memberStatus, len(procs))
 			var wg sync.WaitGroup
 			for i, m := range procs {
-				wg.Go(func() { sts[i], _ = fetchStatus(ctx, hc, m.url) })
+				wg.Go(func() { sts[i], _ = fetchStatus(ctx, api, m.url) })
 			}
 			wg.Wait()
 			g.saw(sts, time.Since(p.t0))

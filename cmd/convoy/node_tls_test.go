@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/convoy-gcs/convoy/etcddev"
 	kvclient "github.com/convoy-gcs/convoy/examples/paxos/client"
 	"github.com/convoy-gcs/convoy/internal/devcerts"
+	"github.com/convoy-gcs/convoy/rdma"
 )
 
 // safeBuffer is a bytes.Buffer safe for a writer and a reader at once.
@@ -103,7 +105,7 @@ func TestNodeMutualTLS(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for _, n := range nodes {
-		if _, err := waitStatus(wctx, hc, nil, n.url, func(s memberStatus) bool { return s.Serving && len(s.Members) == 2 }); err != nil {
+		if _, err := waitStatus(wctx, apiClient{hc: hc}, nil, n.url, func(s memberStatus) bool { return s.Serving && len(s.Members) == 2 }); err != nil {
 			t.Fatalf("%s: %v", n.url, err)
 		}
 	}
@@ -179,24 +181,143 @@ func TestNodeTLSFiles(t *testing.T) {
 	if err := devcerts.Write(dir, devcerts.Options{Members: 1}); err != nil {
 		t.Fatal(err)
 	}
+	log := slog.New(slog.DiscardHandler)
 	caFile := filepath.Join(dir, devcerts.CACertFile)
 	cert, key := filepath.Join(dir, devcerts.MemberCertFile(1)), filepath.Join(dir, devcerts.MemberKeyFile(1))
-	s := nodeSettings{TLSCA: caFile, TLSCert: cert, TLSKey: key, EtcdCA: caFile, EtcdCert: cert, EtcdKey: key}
-	mt, err := s.memberTLS()
-	if err != nil || mt == nil || len(mt.Certificates) != 1 || mt.RootCAs == nil || mt.ClientCAs == nil {
-		t.Fatalf("member TLS %+v, %v", mt, err)
+	s := nodeSettings{TLSCA: caFile, TLSCert: cert, TLSKey: key, EtcdCA: caFile, EtcdCert: cert, EtcdKey: key, HTTPCert: cert, HTTPKey: key}
+	member, api, err := s.tlsFiles(log)
+	if err != nil || member == nil || api == nil || member.roots() == nil || api.roots() != nil {
+		t.Fatalf("TLS files %+v, %+v, %v", member, api, err)
+	}
+	if c, err := member.certificate(); err != nil || !rdma.CertifiesID(c.Leaf, 1) {
+		t.Errorf("member certificate %v, %v", c, err)
+	}
+	if mt := member.memberConfig(); mt.GetCertificate == nil || mt.GetClientCertificate == nil || mt.GetConfigForClient == nil || mt.VerifyConnection == nil {
+		t.Errorf("member TLS %+v: want the certificate and the CAs taken at each handshake", mt)
+	}
+	if pt := s.peersTransport(member, api); pt.DialTLSContext == nil {
+		t.Errorf("the peers' transport %+v: want the member CA, as it stands at each connection", pt)
 	}
 	et, err := s.etcdTLS()
 	if err != nil || et == nil || len(et.Certificates) != 1 || et.RootCAs == nil {
 		t.Fatalf("etcd TLS %+v, %v", et, err)
 	}
-	if mt, err := (nodeSettings{}).memberTLS(); mt != nil || err != nil {
-		t.Errorf("no files: member TLS %v, %v; want none", mt, err)
+	if member, api, err := (nodeSettings{}).tlsFiles(log); member != nil || api != nil || err != nil {
+		t.Errorf("no files: TLS files %v, %v, %v; want none", member, api, err)
 	}
-	if _, err := (nodeSettings{TLSCA: cert + ".missing", TLSCert: cert, TLSKey: key}).memberTLS(); err == nil {
+	if pt := (nodeSettings{}).peersTransport(nil, nil); pt.DialTLSContext != nil || pt.TLSClientConfig != nil {
+		t.Errorf("no CA: the peers' transport %+v, want the system's CAs", pt)
+	}
+	if _, _, err := (nodeSettings{TLSCA: cert + ".missing", TLSCert: cert, TLSKey: key}).tlsFiles(log); err == nil {
 		t.Error("missing CA file accepted")
 	}
-	if _, err := (nodeSettings{TLSCA: key, TLSCert: cert, TLSKey: key}).memberTLS(); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+	if _, _, err := (nodeSettings{TLSCA: key, TLSCert: cert, TLSKey: key}).tlsFiles(log); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
 		t.Errorf("a key as CA: %v", err)
+	}
+	if _, _, err := (nodeSettings{HTTPCert: cert, HTTPKey: caFile}).tlsFiles(log); err == nil || !strings.Contains(err.Error(), "HTTP TLS") {
+		t.Errorf("a certificate as key: %v", err)
+	}
+}
+
+// TestNodeReloadsCertificates runs a member with mutual TLS and its API
+// over TLS, then renews its certificates ("convoy certs" run again on
+// their directory) while it runs: new connections to its transport and
+// to its API get the new certificates, with no restart. Files that
+// cannot be used then (a key that is not the certificate's) leave the
+// ones in use in place.
+func TestNodeReloadsCertificates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and a member")
+	}
+	certs := t.TempDir()
+	tokenFile, hc := writeCerts(t, certs, 1)
+	etcd := startTestEtcd(t)
+	ports, err := freePorts("127.0.0.1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := tlsTestSettings(t, etcd.Endpoints(), certs, tokenFile, 1)
+	s.Listen = hostPort("127.0.0.1", ports[0])
+	s.TLSReloadInterval = 20 * time.Millisecond
+	var logs safeBuffer
+	line, _ := startTestNodeLog(t, s, slog.New(slog.NewTextHandler(&logs, nil)))
+
+	pool, err := loadCertPool(filepath.Join(certs, devcerts.CACertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := tls.LoadX509KeyPair(filepath.Join(certs, devcerts.ClientCertFile), filepath.Join(certs, devcerts.ClientKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// served returns the serial numbers of the certificates a new
+	// connection to the transport and one to the API get.
+	served := func() (transport, api string) {
+		t.Helper()
+		conn, err := tls.Dial("tcp", s.Listen, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{client}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		transport = conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+		conn.Close()
+		hc.CloseIdleConnections()
+		resp, err := hc.Get(line.HTTP + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return transport, resp.TLS.PeerCertificates[0].SerialNumber.String()
+	}
+	fileSerial := func() string {
+		t.Helper()
+		pair, err := tls.LoadX509KeyPair(s.TLSCert, s.TLSKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pair.Leaf.SerialNumber.String()
+	}
+	first := fileSerial()
+	if tr, api := served(); tr != first || api != first {
+		t.Fatalf("serving %s (transport) and %s (API), want %s", tr, api, first)
+	}
+
+	if code, _, errOut := runCommand(t, &cli{}, "certs", "-out", certs, "-members", "1"); code != 0 {
+		t.Fatalf("convoy certs again: exit %d: %s", code, errOut)
+	}
+	renewed := fileSerial()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tr, api := served()
+		if tr == renewed && api == renewed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serving %s (transport) and %s (API) 10s after the renewal, want %s", tr, api, renewed)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, what := range []string{"member TLS", "HTTP TLS"} {
+		if !strings.Contains(logs.String(), what+": read the files again") {
+			t.Errorf("no log of the %s reload:\n%s", what, logs.String())
+		}
+	}
+
+	// A key that is not the certificate's: once the member has seen it
+	// (and said so), it goes on with the renewed files.
+	deadline = time.Now().Add(10 * time.Second)
+	if err := os.WriteFile(s.TLSKey, []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(logs.String(), "member TLS: the files changed but cannot be used; keeping those in use") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no word of the bad key:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if tr, api := served(); tr != renewed || api != renewed {
+		t.Errorf("serving %s (transport) and %s (API) after a bad key was written, want %s kept", tr, api, renewed)
+	}
+	if _, err := waitStatus(t.Context(), apiClient{hc: hc, token: testToken}, nil, line.HTTP, func(s memberStatus) bool { return s.Serving }); err != nil {
+		t.Error(err)
 	}
 }
