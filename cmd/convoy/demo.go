@@ -16,7 +16,7 @@ import (
 )
 
 const demoUsage = `Usage:
-  convoy demo [-duration 10s] [-clients 8] [-json] [-keep]
+  convoy demo [-duration 10s] [-clients 8] [-json] [-keep] [-tls]
 
 Shows Convoy at work on this machine. It starts an embedded etcd and two
 groups of three member processes ("convoy node") on loopback TCP, both
@@ -40,6 +40,13 @@ the other the shared log (log). Then:
     byte; the members of each group must serve in one view and have
     applied the same deliveries.
  5. A summary gives throughput, latency, the view changes and the checks.
+
+With -tls, the demo runs secured as a deployment would be, with the
+certificates "convoy certs" makes and a bearer token, in the data
+directory's certs/: the members authenticate each other with mutual
+TLS, serve their APIs over TLS behind the token, and reach etcd over TLS
+with a client certificate, which etcd requires; the clients and the
+checks use TLS and the token.
 
 It exits with status 0 if every check passed and 1 if one failed. The
 data (etcd's, the members' logs and their log files) lives in a temporary
@@ -82,6 +89,7 @@ type demoCmd struct {
 	kill     bool
 	json     bool
 	keep     bool
+	tls      bool
 	verbose  bool
 }
 
@@ -144,6 +152,7 @@ func parseDemo(args []string, c *cli) (*demoCmd, error) {
 	fs.BoolVar(&d.kill, "kill", true, "kill and restart a member of each group (-kill=false: only the load and the checks)")
 	fs.BoolVar(&d.json, "json", false, "print the summary as JSON on stdout (the progress goes to stderr)")
 	fs.BoolVar(&d.keep, "keep", false, "keep the data directory")
+	fs.BoolVar(&d.tls, "tls", false, "secure the cluster: mutual TLS between members, TLS and a bearer token on the APIs, TLS with client certificates to etcd")
 	fs.BoolVar(&d.verbose, "v", false, "log debug messages to stderr")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -188,12 +197,20 @@ func (d *demoCmd) run(ctx context.Context, c *cli) (err error) {
 		keep = "kept"
 	}
 	p.raw("data and member logs in %s (%s)\n", dir, keep)
+	var sec *devTLS
+	if d.tls {
+		if sec, err = setUpDevTLS(filepath.Join(dir, "certs"), demoMembers); err != nil {
+			return err
+		}
+		p.raw("secured: mutual TLS between members, TLS and a bearer token on the HTTP APIs, TLS with client\n"+
+			"certificates to etcd; the CA, the certificates and the token are in %s\n", sec.dir)
+	}
 
 	etcdLog := slog.New(slog.DiscardHandler)
 	if d.verbose {
 		etcdLog = log
 	}
-	srv, err := etcddev.Start(ctx, etcddev.Config{Dir: filepath.Join(dir, "etcd"), Logger: etcdLog})
+	srv, err := etcddev.Start(ctx, etcddev.Config{Dir: filepath.Join(dir, "etcd"), Logger: etcdLog, TLS: sec.etcdTLS()})
 	if err != nil {
 		return fmt.Errorf("embedded etcd: %w", err)
 	}
@@ -205,8 +222,8 @@ func (d *demoCmd) run(ctx context.Context, c *cli) (err error) {
 		return err
 	}
 	groups := []*demoGroup{
-		newDemoGroup(appKV, dir, srv.Endpoints(), ports[:demoMembers]),
-		newDemoGroup(appLog, dir, srv.Endpoints(), ports[demoMembers:]),
+		newDemoGroup(appKV, dir, srv.Endpoints(), sec, ports[:demoMembers]),
+		newDemoGroup(appLog, dir, srv.Endpoints(), sec, ports[demoMembers:]),
 	}
 	defer func() {
 		timeout := memberStopTimeout
@@ -220,9 +237,9 @@ func (d *demoCmd) run(ctx context.Context, c *cli) (err error) {
 		wg.Wait()
 	}()
 
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4 * d.clients}, Timeout: demoRequestTimeout}
+	hc := &http.Client{Transport: sec.transport(&http.Transport{MaxIdleConnsPerHost: 4 * d.clients}), Timeout: demoRequestTimeout}
 	defer hc.CloseIdleConnections()
-	api := apiClient{hc: hc}
+	api := apiClient{hc: hc, token: sec.apiToken()}
 	if err := d.startGroups(ctx, c, p, api, groups); err != nil {
 		return err
 	}

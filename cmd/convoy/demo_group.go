@@ -113,14 +113,15 @@ func (p *printer) raw(format string, args ...any) {
 	fmt.Fprintf(p.w, format, args...)
 }
 
-// newDemoGroup describes the group serving app on ports, in dir.
-func newDemoGroup(app, dir string, etcd []string, ports []int) *demoGroup {
+// newDemoGroup describes the group serving app on ports, in dir,
+// secured by sec if not nil.
+func newDemoGroup(app, dir string, etcd []string, sec *devTLS, ports []int) *demoGroup {
 	g := &demoGroup{app: app, prefix: "/convoy-demo/" + app + "/"}
 	g.mu.procs = make([]*memberProc, len(ports))
 	for i, port := range ports {
 		id := uint64(i + 1)
 		name := fmt.Sprintf("%s-%d", app, id)
-		g.urls = append(g.urls, "http://"+hostPort("127.0.0.1", port))
+		g.urls = append(g.urls, sec.scheme()+"://"+hostPort("127.0.0.1", port))
 		g.logs = append(g.logs, filepath.Join(dir, name+".log"))
 		g.args = append(g.args, append([]string{
 			"-id", strconv.FormatUint(id, 10),
@@ -131,7 +132,7 @@ func newDemoGroup(app, dir string, etcd []string, ports []int) *demoGroup {
 			"-prefix", g.prefix,
 			"-data", filepath.Join(dir, name),
 			"-initial", strconv.Itoa(len(ports)),
-		}, demoNodeFlags()...))
+		}, append(demoNodeFlags(), sec.nodeArgs(id)...)...))
 	}
 	return g
 }
