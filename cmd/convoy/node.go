@@ -68,9 +68,9 @@ logs it: connections made from then on use the new ones, and those
 already up go on. Files that cannot be used (a key that does not match,
 a file half written) are logged and the ones in use kept.
 
-A bearer token, in CONVOY_HTTP_TOKEN or on the first line of
--http-token-file (there is no flag: a flag shows in the process list),
-guards the API: a request without the header "Authorization: Bearer
+A bearer token, in CONVOY_HTTP_TOKEN (or the settings file's
+http_token) or on the first line of -http-token-file (there is no flag:
+a flag shows in the process list), guards the API: a request without the header "Authorization: Bearer
 <token>", or with another token, gets 401 with "WWW-Authenticate:
 Bearer". That holds for every route: the application's, the key-value
 store's stream upgrade (GET /stream), GET /status and GET /group. Only
@@ -78,7 +78,9 @@ GET /, the page's code, stays open: it holds no data, and reads it from
 GET /group with the token it is given (open it as /#token=<token>). The
 members of a group share their token: this node sends it when it reads
 the others' status for GET /group, trusting -http-ca (default: -tls-ca)
-for their certificates. Send the token over TLS only.
+for their certificates. Send the token over TLS only. The operator
+endpoints of -metrics-addr (/metrics, /debug/pprof/) are not guarded:
+listen for them on a private address.
 
 -clock-offset and -clock-drift-ppm set the member's clock (which stamps
 its messages and times its failure detector) off the machine's, to test
