@@ -70,9 +70,9 @@ a file half written) are logged and the ones in use kept.
 
 A bearer token, in CONVOY_HTTP_TOKEN (or the settings file's
 http_token) or on the first line of -http-token-file (there is no flag:
-a flag shows in the process list), guards the API: a request without the header "Authorization: Bearer
-<token>", or with another token, gets 401 with "WWW-Authenticate:
-Bearer". That holds for every route: the application's, the key-value
+a flag shows in the process list), guards the API: a request without
+the header "Authorization: Bearer <token>", or with another token, gets
+401 with "WWW-Authenticate: Bearer". That holds for every route: the application's, the key-value
 store's stream upgrade (GET /stream), GET /status and GET /group. Only
 GET /, the page's code, stays open: it holds no data, and reads it from
 GET /group with the token it is given (open it as /#token=<token>). The

@@ -360,13 +360,13 @@ func (s nodeSettings) check() error {
 	case (s.HTTPCert == "") != (s.HTTPKey == ""):
 		return usagef("node: -http-cert and -http-key go together")
 	case s.HTTPToken != "" && s.HTTPTokenFile != "":
-		return usagef("node: %s and -http-token-file: give one", settingEnv(httpTokenKey))
+		return usagef("node: the HTTP token (%s or %s) and -http-token-file: give one", settingEnv(httpTokenKey), httpTokenKey)
 	case s.TLSReloadInterval < 0:
 		return usagef("node: durations must not be negative")
 	}
 	if s.HTTPToken != "" {
 		if err := httpauth.CheckToken(s.HTTPToken); err != nil {
-			return usagef("node: %s: %v", settingEnv(httpTokenKey), err)
+			return usagef("node: the HTTP token (%s or %s): %v", settingEnv(httpTokenKey), httpTokenKey, err)
 		}
 	}
 	if _, err := parseLogLevel(s.LogLevel); err != nil {

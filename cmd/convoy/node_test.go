@@ -317,8 +317,9 @@ func TestNodeSettingsErrors(t *testing.T) {
 		{args: ok, env: map[string]string{"CONVOY_HEARTBEAT": "-1s"}, want: "durations must not be negative"},
 		{args: slices.Concat(ok, []string{"-tls-reload-interval", "-1s"}), want: "durations must not be negative"},
 		{args: slices.Concat(ok, []string{"-http-cert", "c.pem"}), want: "-http-cert and -http-key go together"},
-		{args: slices.Concat(ok, []string{"-http-token-file", "t"}), env: map[string]string{"CONVOY_HTTP_TOKEN": "abc"}, want: "CONVOY_HTTP_TOKEN and -http-token-file: give one"},
-		{args: ok, env: map[string]string{"CONVOY_HTTP_TOKEN": "a b"}, want: "CONVOY_HTTP_TOKEN: httpauth: a token is"},
+		{args: slices.Concat(ok, []string{"-http-token-file", "t"}), env: map[string]string{"CONVOY_HTTP_TOKEN": "abc"}, want: "the HTTP token (CONVOY_HTTP_TOKEN or http_token) and -http-token-file: give one"},
+		{args: ok, env: map[string]string{"CONVOY_HTTP_TOKEN": "a b"}, want: "the HTTP token (CONVOY_HTTP_TOKEN or http_token): httpauth: a token is"},
+		{args: slices.Concat(ok, []string{"-config", writeTestFile(t, `{"http_token": "a b"}`)}), want: "http_token): httpauth: a token is"},
 		{args: slices.Concat(ok, []string{"-http-token", "abc"}), want: "flag provided but not defined: -http-token"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
