@@ -274,11 +274,11 @@ func TestTLS(t *testing.T) {
 		"no client certificate": tlsOf(TLSFiles{CAFile: files.CAFile}),
 		"not trusting the CA":   tlsOf(TLSFiles{ClientCertFile: files.ClientCertFile, ClientKeyFile: files.ClientKeyFile}),
 	} {
-		c, err := clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), TLS: cfg, DialTimeout: time.Second, Logger: zap.NewNop()})
+		c, err := clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), TLS: cfg, DialTimeout: 300 * time.Millisecond, Logger: zap.NewNop()})
 		if err != nil {
 			continue // refused while dialing
 		}
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 		if _, err := c.Get(ctx, "k"); err == nil {
 			t.Errorf("%s: a client read etcd", name)
 		}
