@@ -66,7 +66,7 @@ func TestNodeEtcdLogin(t *testing.T) {
 	defer hc.CloseIdleConnections()
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := waitStatus(wctx, hc, nil, url, func(s memberStatus) bool { return s.Serving }); err != nil {
+	if _, err := waitStatus(wctx, apiClient{hc: hc}, nil, url, func(s memberStatus) bool { return s.Serving }); err != nil {
 		t.Fatalf("%s: %v", url, err)
 	}
 

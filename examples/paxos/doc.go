@@ -38,6 +38,11 @@
 // takes part in no view, was excluded, is on the minority side, or is
 // closing): the client tries another member.
 //
+// The handler does no authentication: "convoy node" serves it over TLS
+// (-http-cert) and behind a bearer token (-http-token-file), every route
+// and the stream upgrade included, and the Go client sends the token
+// with client.WithToken; a 401 is client.ErrUnauthorized.
+//
 // # Streams
 //
 // The same operations also travel over streams, which cost a member and

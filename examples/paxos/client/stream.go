@@ -117,7 +117,7 @@ func (c *Client) dialStream(ctx context.Context, base string) (*streamConn, erro
 		}
 		conn = tc
 	}
-	br, err := upgrade(ctx, conn, base)
+	br, err := c.upgrade(ctx, conn, base)
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -129,7 +129,7 @@ func (c *Client) dialStream(ctx context.Context, base string) (*streamConn, erro
 }
 
 // upgrade asks the member to turn conn into a stream, within ctx.
-func upgrade(ctx context.Context, conn net.Conn, base string) (*bufio.Reader, error) {
+func (c *Client) upgrade(ctx context.Context, conn net.Conn, base string) (*bufio.Reader, error) {
 	if d, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(d)
 		defer conn.SetDeadline(time.Time{})
@@ -142,6 +142,7 @@ func upgrade(ctx context.Context, conn net.Conn, base string) (*bufio.Reader, er
 	}
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", wire.Protocol)
+	c.authorize(req.Header)
 	if err := req.Write(conn); err != nil {
 		return nil, &retryable{fmt.Errorf("client: stream to %s: %w", base, err)}
 	}
