@@ -85,6 +85,10 @@ func (c *Client) dialStream(ctx context.Context, base string) (*streamConn, erro
 	var dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	var tlsConfig *tls.Config
 	if t, ok := c.hc.Transport.(*http.Transport); ok {
+		// Clone, not the fields: the transport sets its TLS config up
+		// lazily, on its first request, which may be under way on another
+		// goroutine; Clone waits for that.
+		t = t.Clone()
 		dial, tlsConfig = t.DialContext, t.TLSClientConfig
 	}
 	if dial == nil {
@@ -110,6 +114,8 @@ func (c *Client) dialStream(ctx context.Context, base string) (*streamConn, erro
 		if cfg.ServerName == "" {
 			cfg.ServerName = u.Hostname()
 		}
+		// The upgrade is an HTTP/1.1 request: ALPN must not pick h2.
+		cfg.NextProtos = []string{"http/1.1"}
 		tc := tls.Client(conn, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			conn.Close()
