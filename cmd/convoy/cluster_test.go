@@ -241,9 +241,6 @@ func TestCluster(t *testing.T) {
 // work with the token and the CA; without the token they are refused;
 // "convoy status" reads the group with the files the cluster names.
 func TestClusterTLS(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts etcd and member processes")
-	}
 	dir := t.TempDir()
 	base := freeBase(t, 2)
 	p := startCluster(t, "-app", "log", "-nodes", "2", "-data", dir, "-http", hostPort("127.0.0.1", base), "-tls")

@@ -150,9 +150,6 @@ func TestDemo(t *testing.T) {
 // passes the same checks, through the kill and the restart, and leaves
 // no process and no data behind.
 func TestDemoTLS(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts etcd and six member processes")
-	}
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
 	code, out, progress := runCommand(t, selfCLI(t), "demo", "-tls", "-duration", "2s", "-clients", "2", "-json")

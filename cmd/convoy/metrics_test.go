@@ -63,9 +63,6 @@ func startTestNodeLog(t *testing.T, s nodeSettings, log *slog.Logger) (servingLi
 // group closed, its connections with it) moves the suspicions and the
 // views once more. The profiler answers too.
 func TestNodeMetrics(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts etcd and a group of three")
-	}
 	etcd, err := etcddev.Start(t.Context(), etcddev.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/convoy-gcs/convoy"
 	sharedlog "github.com/convoy-gcs/convoy/examples/log"
@@ -198,17 +197,10 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 		url = baseURL(scheme, ln.Addr())
 	}
 	// The client does not wait for etcd: the API starts serving at once.
-	etcd, err := clientv3.New(clientv3.Config{
-		Endpoints:   s.Etcd,
-		TLS:         etcdTLS,
-		Username:    etcdUser,
-		Password:    etcdPassword,
-		DialTimeout: etcdDialTimeout,
-		Logger:      zap.NewNop(),
-	})
+	etcd, err := dialEtcd(s.Etcd, etcdTLS, etcdUser, etcdPassword)
 	if err != nil {
 		ln.Close()
-		return fmt.Errorf("etcd client: %w", err)
+		return err
 	}
 	defer etcd.Close()
 	// The group's page and its report (GET / and /group) read etcd and

@@ -91,9 +91,6 @@ func get(t *testing.T, hc *http.Client, url, auth string) (code int, challenge, 
 // member with the token, and "convoy status" reads both with
 // CONVOY_HTTP_TOKEN and -http-ca.
 func TestNodeTokenTLS(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts etcd and a group")
-	}
 	certs := t.TempDir()
 	tokenFile, hc := writeCerts(t, certs, 2)
 	etcd := startTestEtcd(t)

@@ -24,6 +24,9 @@ import (
 
 	"github.com/convoy-gcs/convoy/internal/httpauth"
 	"github.com/convoy-gcs/convoy/internal/skewclock"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // nodeSettings configures one "convoy node" member. Each setting comes,
@@ -525,4 +528,22 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// dialEtcd returns a client of the etcd at endpoints, as the node and
+// "convoy status" reach it: with tlsConfig, and logged in as user if set.
+// It does not wait for etcd.
+func dialEtcd(endpoints []string, tlsConfig *tls.Config, user, password string) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		TLS:         tlsConfig,
+		Username:    user,
+		Password:    password,
+		DialTimeout: etcdDialTimeout,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	return cli, nil
 }

@@ -19,9 +19,6 @@ import (
 // -etcd-password-file finds it; with a wrong password in
 // -etcd-password-file it exits with status 1 and etcd's reason.
 func TestNodeEtcdLogin(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts etcd and a group")
-	}
 	dir := t.TempDir()
 	srv, err := etcddev.Start(t.Context(), etcddev.Config{})
 	if err != nil {

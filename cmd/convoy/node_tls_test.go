@@ -226,9 +226,6 @@ func TestNodeTLSFiles(t *testing.T) {
 // cannot be used then (a key that is not the certificate's) leave the
 // ones in use in place.
 func TestNodeReloadsCertificates(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts etcd and a member")
-	}
 	certs := t.TempDir()
 	tokenFile, hc := writeCerts(t, certs, 1)
 	etcd := startTestEtcd(t)

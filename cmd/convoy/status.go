@@ -20,7 +20,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/convoy-gcs/convoy/membership"
 )
@@ -139,16 +138,9 @@ func runStatus(ctx context.Context, args []string, c *cli) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   splitList(*endpoints),
-		TLS:         etcdTLS,
-		Username:    user,
-		Password:    password,
-		DialTimeout: etcdDialTimeout,
-		Logger:      zap.NewNop(),
-	})
+	cli, err := dialEtcd(splitList(*endpoints), etcdTLS, user, password)
 	if err != nil {
-		return fmt.Errorf("etcd client: %w", err)
+		return err
 	}
 	defer cli.Close()
 	hc := &http.Client{Transport: transport}

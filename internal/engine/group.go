@@ -45,7 +45,9 @@ type Group struct {
 	// the loop (runner.installState) with the loop's own.
 	install struct {
 		sync.Mutex
-		superseded map[*view]bool
+		// superseded is the view whose state is being installed and
+		// must not be written to the log any more (one at a time).
+		superseded *view
 	}
 	h     Handler
 	ep    rdma.Endpoint

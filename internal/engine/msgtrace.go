@@ -104,7 +104,7 @@ func (t *msgTracer) step(k msgKey, step string, attrs ...attribute.KeyValue) *tr
 
 // ordered records that message k was ordered at index.
 func (t *msgTracer) ordered(k msgKey, index, epoch uint64) {
-	if m := t.step(k, "ordered", attribute.Int64("convoy.index", int64(index)), attribute.Int64("convoy.epoch", int64(epoch))); m != nil {
+	if m := t.step(k, "ordered"); m != nil {
 		m.index = index
 		m.span.SetAttributes(attribute.Int64("convoy.index", int64(index)), attribute.Int64("convoy.epoch", int64(epoch)))
 	}

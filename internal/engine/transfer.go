@@ -335,8 +335,7 @@ func (r *runner) installState(v *view, parts [][]byte) {
 func (g *Group) logInstall(write func() error, v *view) error {
 	g.install.Lock()
 	defer g.install.Unlock()
-	if g.install.superseded[v] {
-		delete(g.install.superseded, v)
+	if g.install.superseded == v {
 		return nil
 	}
 	return write()
@@ -349,10 +348,7 @@ func (r *runner) supersede(v *view) {
 	g := r.g
 	g.install.Lock()
 	defer g.install.Unlock()
-	if g.install.superseded == nil {
-		g.install.superseded = make(map[*view]bool)
-	}
-	g.install.superseded[v] = true
+	g.install.superseded = v
 }
 
 // stateInstalled ends the installation of view v's state: if v is still
@@ -362,7 +358,7 @@ func (r *runner) supersede(v *view) {
 func (r *runner) stateInstalled(v *view, err error) bool {
 	r.installing, r.installingView = false, nil
 	r.g.install.Lock()
-	delete(r.g.install.superseded, v)
+	r.g.install.superseded = nil
 	r.g.install.Unlock()
 	if next := r.nextInstall; next != nil {
 		r.nextInstall = nil
