@@ -7,8 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"os"
-	"runtime/pprof"
 	"strconv"
 	"time"
 
@@ -85,7 +83,8 @@ type orderBench struct {
 	timeout time.Duration
 	json    bool
 	verbose bool
-	// cpuprofile, if set, is the file the run's CPU profile is written to.
+	// cpuprofile, if set, is the file a CPU profile of the requested
+	// mode's measured throughput window is written to.
 	cpuprofile string
 }
 
@@ -122,17 +121,6 @@ func runBenchOrder(ctx context.Context, args []string, c *cli) error {
 	if err != nil {
 		return err
 	}
-	if b.cpuprofile != "" {
-		f, err := os.Create(b.cpuprofile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("-cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
-	}
 	return b.run(ctx, c)
 }
 
@@ -151,7 +139,7 @@ func parseOrderBench(args []string, c *cli) (*orderBench, error) {
 	fs.DurationVar(&b.timeout, "timeout", time.Minute, "give up when a phase has not delivered everything this long after its senders stopped")
 	fs.BoolVar(&b.json, "json", false, "print one JSON object per line instead of a table")
 	fs.BoolVar(&b.verbose, "v", false, "log debug messages to stderr")
-	fs.StringVar(&b.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run (every member runs in this process) to this file")
+	fs.StringVar(&b.cpuprofile, "cpuprofile", "", "write a CPU profile of the measured window of -mode's throughput phase (every member runs in this process) to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -265,7 +253,7 @@ func (b *orderBench) run(ctx context.Context, c *cli) error {
 // mode, each on a fresh group.
 func (b *orderBench) measure(ctx context.Context, mode convoy.Mode, log *slog.Logger) (orderResult, error) {
 	durable := b.durable && mode == b.mode
-	tput, err := b.phase(ctx, phaseSpec{name: "throughput", mode: mode, rate: b.rate, durable: durable}, log)
+	tput, err := b.phase(ctx, phaseSpec{name: "throughput", mode: mode, rate: b.rate, durable: durable, profile: mode == b.mode}, log)
 	if err != nil {
 		return orderResult{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -25,6 +26,8 @@ type phaseSpec struct {
 	latency bool
 	// durable gives every member a durable log in a temporary directory.
 	durable bool
+	// profile makes the measured window the one -cpuprofile covers.
+	profile bool
 }
 
 // phaseResult is what one phase measured.
@@ -105,11 +108,19 @@ func (b *orderBench) phase(ctx context.Context, s phaseSpec, log *slog.Logger) (
 	if err := c.sleep(ctx, measureFrom-time.Since(c.start)); err != nil {
 		return fail(err)
 	}
-	t0, before := time.Now(), c.delivered()
-	if err := c.sleep(ctx, b.duration); err != nil {
+	stopProfile, err := b.startProfile(s)
+	if err != nil {
 		return fail(err)
 	}
+	t0, before := time.Now(), c.delivered()
+	err = c.sleep(ctx, b.duration)
 	after, elapsed := c.delivered(), time.Since(t0)
+	if perr := stopProfile(); err == nil {
+		err = perr
+	}
+	if err != nil {
+		return fail(err)
+	}
 	// The window lasts until every member has delivered in it too (up to
 	// -timeout): a member starved for the whole of a short window (a
 	// loaded machine) would otherwise report no throughput at all.
@@ -294,4 +305,24 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 	slices.Sort(s)
 	i := int(math.Ceil(q*float64(len(s)))) - 1
 	return s[min(max(i, 0), len(s)-1)]
+}
+
+// startProfile starts the CPU profile -cpuprofile asks for if s is the
+// phase it covers, and returns the function that stops and writes it.
+func (b *orderBench) startProfile(s phaseSpec) (stop func() error, err error) {
+	if b.cpuprofile == "" || !s.profile {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(b.cpuprofile)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
