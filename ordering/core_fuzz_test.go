@@ -8,7 +8,9 @@ import (
 
 // FuzzCoreInput drives a core of a three-member group with what its two
 // peers could send it: records (as decoded from the network, so any that
-// DecodeRecord accepts), in any order, between ticks and sends of its own.
+// DecodeRecord accepts: data, beacons and the aggregation tree's), in any
+// order, between ticks and sends of its own; barriers announced directly
+// and aggregated by a tree.
 // The input is a sequence of operations:
 //
 //	op byte: op%4 == 0 a Tick, 1 a Send, else a record from member op%2+1,
@@ -59,14 +61,18 @@ func FuzzCoreInput(f *testing.F) {
 	))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		for _, mode := range []Mode{TotalOrder, Atomic} {
-			runCoreInput(t, mode, in)
+			for _, fanOut := range []int{0, 2} {
+				runCoreInput(t, mode, fanOut, in)
+			}
 		}
 	})
 }
 
-func runCoreInput(t *testing.T, mode Mode, in []byte) {
+// runCoreInput runs in against a core in mode whose barriers are
+// aggregated by a tree of fanOut (0: announced directly).
+func runCoreInput(t *testing.T, mode Mode, fanOut int, in []byte) {
 	now := int64(1000)
-	c, err := NewCore(Config{Self: 0, Members: 3, Mode: mode, BeaconInterval: 50 * time.Microsecond, MaxAhead: time.Millisecond}, now)
+	c, err := NewCore(Config{Self: 0, Members: 3, Mode: mode, FanOut: fanOut, BeaconInterval: 50 * time.Microsecond, MaxAhead: time.Millisecond}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
