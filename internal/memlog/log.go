@@ -478,8 +478,8 @@ func (l *Log) TrimBefore(ctx context.Context, index uint64) error {
 }
 
 // SetSnapshot records that the member's last snapshot is at index, with
-// metadata meta (copied), and syncs the log before it returns (see
-// Sync). Errors: persistence.ErrClosed, or an error wrapping
+// metadata meta (copied) and no parts, and syncs the log before it
+// returns (see Sync). Errors: persistence.ErrClosed, or an error wrapping
 // persistence.ErrFailed.
 func (l *Log) SetSnapshot(ctx context.Context, index uint64, meta []byte) error {
 	l.mu.Lock()
