@@ -175,7 +175,11 @@ type Config struct {
 	// State, if set, is the application state that joiners receive
 	// (snapshot at the end of the view before the one that admits them,
 	// streamed in parts from up to MaxDonors members, default
-	// DefaultMaxDonors, 4).
+	// DefaultMaxDonors, 4). No member holds a large state in memory for
+	// it: a donor writes each part it snapshots beyond 1 MiB to a file in
+	// the system's temporary directory and sends it from there, and a
+	// joiner writes what it receives to its durable log (Durable) or,
+	// without one, to such files, and restores from there.
 	State     StateMachine
 	MaxDonors int
 	// TransferStall is how long a donor may make no progress — taking

@@ -43,6 +43,10 @@ var (
 	// ErrViewConflict: PutView of an epoch that already holds a different
 	// view record (there is one view per epoch).
 	ErrViewConflict = errors.New("persistence: different view for the same epoch")
+	// ErrSnapshotStale: a snapshot's Commit after InstallSnapshot
+	// replaced the log's contents since the snapshot was created: the
+	// state it holds belongs to the log's former contents.
+	ErrSnapshotStale = errors.New("persistence: snapshot of the log's former contents")
 )
 
 // Defaults for Options.
@@ -143,6 +147,9 @@ type Log struct {
 		// nextGen is the generation of the last snapshot created: each
 		// writes its chunks under a generation of its own.
 		nextGen uint64
+		// installs counts the InstallSnapshot calls (made under snapMu
+		// too).
+		installs uint64
 		// syncCh is closed and replaced whenever synced advances, and on
 		// failure and close.
 		syncCh   chan struct{}
@@ -782,6 +789,7 @@ func (l *Log) InstallSnapshot(ctx context.Context, index uint64, meta []byte) er
 		return err
 	}
 	l.mu.first, l.mu.last = index+1, index
+	l.mu.installs++
 	l.mu.Unlock()
 	// Until the batch below commits, no other batch may write a mark
 	// beyond the snapshot's: it would outlive a crash with the old log.

@@ -62,7 +62,8 @@ type SnapshotWriter interface {
 	// returns once that is durable: from then on Snapshot and
 	// ReadSnapshot return it. Every part must be complete. A crash
 	// before Commit returns leaves either the previous snapshot or this
-	// one.
+	// one. If InstallSnapshot replaced the log's contents since the
+	// snapshot was created, Commit fails with ErrSnapshotStale.
 	Commit(ctx context.Context, meta []byte) error
 	// Abort gives the snapshot up and deletes what was written of it; it
 	// does not wait for the deletion. After Commit or Abort, the writer
@@ -141,11 +142,12 @@ func (l *Log) CreateSnapshot(ctx context.Context, index uint64, parts int) (Snap
 	}
 	l.mu.nextGen++
 	w := &snapshotWriter{
-		l:     l,
-		gen:   l.mu.nextGen,
-		index: index,
-		sem:   make(chan struct{}, snapshotInflight),
-		free:  make(chan []byte, snapshotInflight),
+		l:        l,
+		gen:      l.mu.nextGen,
+		installs: l.mu.installs,
+		index:    index,
+		sem:      make(chan struct{}, snapshotInflight),
+		free:     make(chan []byte, snapshotInflight),
 	}
 	w.mu.parts = make([]*partInfo, parts)
 	return w, nil
@@ -155,6 +157,9 @@ func (l *Log) CreateSnapshot(ctx context.Context, index uint64, parts int) (Snap
 type snapshotWriter struct {
 	l          *Log
 	gen, index uint64
+	// installs is the log's count of InstallSnapshot calls when the
+	// writer was created.
+	installs uint64
 	// sem holds a token for each chunk in flight (handed to the log's
 	// writer and not yet committed to Pebble); free holds chunk buffers
 	// to reuse.
@@ -308,6 +313,14 @@ func (w *snapshotWriter) Commit(ctx context.Context, meta []byte) error {
 
 	l.snapMu.Lock()
 	defer l.snapMu.Unlock()
+	l.mu.Lock()
+	stale := l.mu.installs != w.installs
+	l.mu.Unlock()
+	if stale {
+		lo, hi := chunkRange(w.gen)
+		_ = l.submit(ctx, op{key: lo, end: hi})
+		return fmt.Errorf("%w: snapshot %d", ErrSnapshotStale, w.index)
+	}
 	sk, sv := encodeMeta(metaSnapshot, w.index, meta)
 	mk, mv := encodeManifest(w.gen, &manifest{index: w.index, parts: parts})
 	ops := []op{{key: sk, value: sv}}

@@ -383,9 +383,6 @@ func (s *synthState) check(p []byte, off int64) error {
 func (s *synthState) Snapshot(w io.Writer, part, of int) error {
 	t0 := time.Now()
 	start, end := s.partRange(part, of)
-	if g, ok := w.(interface{ Grow(int) }); ok {
-		g.Grow(int(end - start)) // one allocation for SnapshotParts's buffer
-	}
 	buf := make([]byte, synthBlockSize)
 	for off := start; off < end; {
 		n := int(min(int64(len(buf)), end-off))
@@ -407,8 +404,8 @@ func (s *synthState) Restore(parts []io.Reader) error {
 	w := &synthChecker{s: s}
 	var err error
 	for i, p := range parts {
-		// bytes.Reader (what the library hands over) writes its whole
-		// slice in one call: no copy.
+		// A part streams in as it is read: from memory, a file or the
+		// durable log, a buffer at a time.
 		if _, err = io.Copy(w, p); err != nil {
 			err = fmt.Errorf("part %d of %d: %w", i, len(parts), err)
 			break

@@ -169,6 +169,9 @@ type hooks struct {
 	// transferChunkBytes is the largest chunk this member
 	// asks of its donors (0: membership.DefaultTransferChunkBytes).
 	transferChunkBytes int
+	// spillBytes is how much of a part of the state being transferred
+	// a spill keeps in memory (0: defaultSpillBytes).
+	spillBytes int
 }
 
 // Errors returned by Open, Send and Close.

@@ -69,9 +69,11 @@ func (g *Group) loop(r *runner) {
 				r.announcePersisted()
 			}
 		case s := <-parts:
-			r.snapshotted(s.part, s.data, s.err)
+			r.snapshotted(s)
 		case <-snapEnd:
 			r.snapEnded()
+		case <-r.own:
+			r.ownReleased()
 		case <-diskFailed:
 			r.diskErr = g.disk.Err()
 		case <-timer.C:
@@ -101,6 +103,9 @@ type runner struct {
 	restoring bool
 	// snap is the job snapshotting the state for joiners, if any.
 	snap *snapJob
+	// own is the release channel of the Snapshot call reading the
+	// state, if any: closed once it has.
+	own <-chan struct{}
 	// held holds, in order, the deliveries and views that wait while
 	// this member's state is restored or snapshotted (see holding).
 	held []durItem
@@ -109,9 +114,9 @@ type runner struct {
 	// delivery, until the previous view's messages are durable (and
 	// applied).
 	pendingDonate *view
-	// snapWant holds the replies of Snapshot calls waiting for the
-	// snapshots for joiners.
-	snapWant []chan<- snapReply
+	// snapWant holds the Snapshot calls waiting for the snapshots for
+	// joiners.
+	snapWant []snapRequest
 	// sendTimes[i] is when own message sentBase+i was sent, for latency.
 	sendTimes []int64
 	sentBase  uint64
@@ -228,14 +233,14 @@ func (r *runner) handle(ev event) bool {
 	case evSync:
 		r.startSync(ev.imm, ev.syncReply, ev.syncGone)
 	case evSnapshot:
-		r.takeSnapshot(ev.reply)
+		r.takeSnapshot(snapRequest{reply: ev.reply, release: ev.release})
 	case evSuffix:
 		if ev.v == r.v {
 			return r.suffixed(ev.parts, ev.err)
 		}
 	case evRestored:
 		if ev.v == r.v {
-			return r.restored(ev.parts, ev.err)
+			return r.restored(ev.err)
 		}
 	}
 	return true

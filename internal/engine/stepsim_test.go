@@ -525,13 +525,18 @@ func (m *stepMember) runLoop() {
 		select {
 		case sn := <-parts:
 			m.s.note("m%d snapshotted part %d: %v", m.id, sn.part, sn.err)
-			r.snapshotted(sn.part, sn.data, sn.err)
+			r.snapshotted(sn)
 			continue
 		default:
 		}
 		if ready(snapEnd) {
 			m.s.note("m%d snapshot job ended", m.id)
 			r.snapEnded()
+			continue
+		}
+		if ready(r.own) {
+			m.s.note("m%d snapshot read", m.id)
+			r.ownReleased()
 			continue
 		}
 		break

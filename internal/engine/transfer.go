@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"sync/atomic"
@@ -44,7 +45,9 @@ func donorsOf(rec *membership.View, max int) []NodeID {
 // the view's deliveries are held back until the snapshots are done. They
 // are taken on another goroutine, slice by slice and its own share first,
 // so that the loop goes on heartbeating meanwhile and the donor sends each
-// slice while it takes the next.
+// slice while it takes the next. Each slice is written to a spill, in
+// memory if small, in a file if not, from which the donor reads it as it
+// sends it.
 func (r *runner) donate(v *view) {
 	g, rec := r.g, &v.rec
 	donors := donorsOf(rec, g.cfg.MaxDonors)
@@ -53,11 +56,12 @@ func (r *runner) donate(v *view) {
 	if i < 0 || len(joining) == 0 || g.cfg.State == nil {
 		return
 	}
-	if r.snap != nil || g.disk != nil && r.durableBefore(rec.Start) {
+	if r.stateBusy() || g.disk != nil && r.durableBefore(rec.Start) {
 		// The snapshot of an earlier view is still finishing its part in
-		// progress, or, in durable delivery, the previous view's last
-		// messages are not durable, and so not applied, yet: snapshot
-		// once they are (snapEnded, flushDurable).
+		// progress, Snapshot reads the state, or, in durable delivery,
+		// the previous view's last messages are not durable, and so not
+		// applied, yet: snapshot once they are (stateFree,
+		// flushDurable).
 		r.pendingDonate = v
 		return
 	}
@@ -86,16 +90,30 @@ func (r *runner) donate(v *view) {
 		results: make(chan snapshot, len(parts)),
 	}
 	r.snap = job
+	limit := g.spillBytes()
 	g.spawn(func() {
 		defer close(job.done)
 		for _, p := range parts {
 			if job.stop.Load() {
 				return
 			}
-			data, err := membership.SnapshotParts(g.cfg.State, []int{p}, of)
-			job.results <- snapshot{part: p, data: data[p], err: err}
+			sp := newSpill(limit)
+			err := g.cfg.State.Snapshot(sp, p, of)
+			if err != nil {
+				err = fmt.Errorf("membership: snapshot part %d of %d: %w", p, of, err)
+			}
+			job.results <- snapshot{part: p, sp: sp, err: err}
 		}
 	})
+}
+
+// spillBytes returns how much of a part of the state being transferred
+// is kept in memory.
+func (g *Group) spillBytes() int {
+	if n := g.cfg.test.spillBytes; n > 0 {
+		return n
+	}
+	return defaultSpillBytes
 }
 
 // snapJob takes the parts of this member's share of a snapshot for the
@@ -118,8 +136,21 @@ type snapJob struct {
 // snapshot is one part taken for joiners.
 type snapshot struct {
 	part int
-	data []byte
+	sp   *spill
 	err  error
+}
+
+// drain releases the parts the job took that the loop did not take.
+// REQUIRES: the job has ended (done is closed).
+func (j *snapJob) drain() {
+	for {
+		select {
+		case s := <-j.results:
+			s.sp.Close()
+		default:
+			return
+		}
+	}
 }
 
 // snapEvents returns the channels the loop waits on for the snapshot
@@ -150,18 +181,28 @@ func (r *runner) stopSnapshot() {
 
 // snapshotted hands a part snapshotted for joiners to the view's donor;
 // once all are taken, the deliveries held meanwhile go out.
-func (r *runner) snapshotted(part int, data []byte, err error) {
+func (r *runner) snapshotted(s snapshot) {
 	g, v := r.g, r.snap.v
 	switch {
-	case err != nil:
+	case s.err != nil:
 		// The part stays pending: the joiners ask its other holder once
 		// this donor stalls, and give it up after a few stalls.
-		g.log.Error("snapshot for joiners", "epoch", v.rec.Epoch, "part", part, "err", err)
+		g.log.Error("snapshot for joiners", "epoch", v.rec.Epoch, "part", s.part, "err", s.err)
+		s.sp.Close()
 	case v.donor == nil:
 		// Every joiner has its state already (from other donors).
+		s.sp.Close()
 	default:
-		if err := v.donor.AddPart(part, data); err != nil {
-			g.log.Error("serving state to joiners", "epoch", v.rec.Epoch, "part", part, "err", err)
+		var err error
+		if data, ok := s.sp.inMemory(); ok {
+			err = v.donor.AddPart(s.part, data)
+		} else {
+			// The donor reads it until the view's donations end.
+			v.spills = append(v.spills, s.sp)
+			err = v.donor.AddPartReader(s.part, s.sp, s.sp.size())
+		}
+		if err != nil {
+			g.log.Error("serving state to joiners", "epoch", v.rec.Epoch, "part", s.part, "err", err)
 		}
 	}
 	if r.snap.left--; r.snap.left == 0 {
@@ -169,12 +210,22 @@ func (r *runner) snapshotted(part int, data []byte, err error) {
 	}
 }
 
-// snapEnded follows the end of the snapshot job: the Snapshot calls
-// that waited for it are served, the deliveries and views held meanwhile
-// go out, and a donation that waited for the job starts.
+// snapEnded follows the end of the snapshot job.
 func (r *runner) snapEnded() {
+	r.snap.drain()
 	r.snap = nil
+	r.stateFree()
+}
+
+// stateFree follows the end of a snapshot's read of the state: the
+// Snapshot calls that waited for it are served, and then, unless one of
+// them reads the state, the deliveries and views held meanwhile go out,
+// and a donation that waited starts.
+func (r *runner) stateFree() {
 	r.servePendingSnapshots()
+	if r.stateBusy() {
+		return
+	}
 	if !r.restoring {
 		r.release()
 	}
@@ -192,9 +243,9 @@ func (r *runner) snapEnded() {
 }
 
 // holding reports whether deliveries and views wait in held: while this
-// member's state is being restored or snapshotted for joiners, and until
-// what was held meanwhile is out.
-func (r *runner) holding() bool { return r.restoring || r.snap != nil || len(r.held) > 0 }
+// member's state is being restored or snapshotted, and until what was
+// held meanwhile is out.
+func (r *runner) holding() bool { return r.restoring || r.stateBusy() || len(r.held) > 0 }
 
 // release hands out the deliveries and views held while state was
 // restored or snapshotted. Without a durable log, when a donation waits
@@ -237,11 +288,14 @@ func (r *runner) waitSnapshots() {
 	}
 	r.stopSnapshot()
 	<-r.snap.done
+	r.snap.drain()
 	r.snap = nil
 	r.servePendingSnapshots()
 }
 
-// fetch transfers this joiner's state from the donors of view v.
+// fetch transfers this joiner's state from the donors of view v, into
+// its durable log's next snapshot or, without a durable log, into spills:
+// the state is never held whole in memory.
 func (r *runner) fetch(v *view) {
 	g := r.g
 	cfg := membership.FetchConfig{
@@ -249,38 +303,56 @@ func (r *runner) fetch(v *view) {
 		Slices: transferSlices, StallTimeout: g.cfg.TransferStall, Logger: g.cfg.Logger,
 		ChunkBytes: g.cfg.test.transferChunkBytes, OnReceived: g.m.transferred(roleJoiner, kindSnapshot),
 	}
+	parts := len(cfg.Donors) * transferSlices
+	if g.disk != nil {
+		w, err := g.disk.CreateSnapshot(g.ctx, v.rec.Start, parts)
+		if err != nil {
+			g.post(event{kind: evRestored, v: v, err: fmt.Errorf("durable log: %w", err)})
+			return
+		}
+		v.sink = &logSink{w: w}
+	} else {
+		v.sink = newSpillSink(parts, g.spillBytes())
+	}
+	cfg.Sink = v.sink
+	sink := v.sink
 	ctx, span := g.tr.Start(v.transfers, "convoy.state.transfer", trace.WithAttributes(
 		attribute.Int64("convoy.epoch", int64(v.rec.Epoch)), attribute.Int("convoy.donors", len(cfg.Donors))))
 	start := g.cfg.Clock()
-	g.startFetch(v, ctx, cfg, func(parts [][]byte, err error) {
+	g.startFetch(v, ctx, cfg, func(_ [][]byte, err error) {
 		g.m.transferTook(roleJoiner, kindSnapshot, time.Duration(g.cfg.Clock()-start))
-		var n int
-		for _, p := range parts {
-			n += len(p)
-		}
-		span.SetAttributes(attribute.Int("convoy.bytes", n))
+		span.SetAttributes(attribute.Int64("convoy.bytes", sink.bytes()))
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())
 		}
 		span.End()
-		g.post(event{kind: evRestored, v: v, parts: parts, err: err})
+		g.post(event{kind: evRestored, v: v, err: err})
 	})
 }
 
 // restored installs the state transferred to this joiner and hands over
 // the deliveries held meanwhile.
-func (r *runner) restored(parts [][]byte, err error) bool {
-	g := r.g
+func (r *runner) restored(err error) bool {
+	g, v := r.g, r.v
+	sink := v.sink
+	v.sink = nil
+	if sink != nil {
+		defer sink.discard()
+	}
 	if err != nil && r.ending() {
 		// The view ends before the state came, and its donors stop
 		// serving as they leave it: the next view, if it keeps this
 		// member, brings the state as of its start (install fetches
 		// again).
-		g.log.Info("state transfer ended with the view", "epoch", r.v.rec.Epoch, "err", err)
+		g.log.Info("state transfer ended with the view", "epoch", v.rec.Epoch, "err", err)
 		return true
 	}
 	if err == nil {
-		if err = g.restoreParts(parts); err != nil {
+		var parts []io.Reader
+		if parts, err = sink.readers(g.ctx); err == nil {
+			err = g.cfg.State.Restore(parts)
+		}
+		if err != nil {
 			err = fmt.Errorf("restore: %w", err)
 		}
 	}
@@ -288,8 +360,8 @@ func (r *runner) restored(parts [][]byte, err error) bool {
 		// The log holds the state from now on, for a restart, followed
 		// by the deliveries it took meanwhile (it ends at the view's
 		// start or goes on from there: enter, install).
-		start := r.v.rec.Start
-		if err = g.disk.SetSnapshot(g.ctx, start, encodeParts(parts)); err == nil && g.disk.First() <= start {
+		start := v.rec.Start
+		if err = sink.keep(g.ctx); err == nil && g.disk.First() <= start {
 			err = g.disk.TrimBefore(g.ctx, start+1)
 		}
 		if err != nil {
@@ -299,10 +371,10 @@ func (r *runner) restored(parts [][]byte, err error) bool {
 	if err != nil {
 		// Without its state this member cannot take part: it drops out
 		// (the others exclude it once it falls silent) and tries again.
-		r.excluded(nil, fmt.Sprintf("state transfer for view %d failed: %v", r.v.rec.Epoch, err))
+		r.excluded(nil, fmt.Sprintf("state transfer for view %d failed: %v", v.rec.Epoch, err))
 		return true
 	}
-	r.applied = r.v.rec.Start
+	r.applied = v.rec.Start
 	r.joined()
 	return true
 }

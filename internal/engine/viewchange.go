@@ -142,6 +142,7 @@ func (r *runner) donorsDone() {
 	if v.donor != nil {
 		v.donor.Close()
 		v.donor = nil
+		v.closeSpills()
 		g.m.transferTook(roleDonor, kindSnapshot, time.Duration(now-v.donorSince))
 	}
 	for _, d := range v.suffixDonors {
@@ -596,6 +597,7 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	}
 	r.endChange(attribute.Bool("convoy.excluded", true))
 	r.waitSnapshots()
+	r.waitOwnSnapshot()
 	r.v.close()
 	r.v, r.pending, r.restoring, r.held, r.pendingDonate = nil, nil, false, nil, nil
 	// Deliveries still waiting to be durable everywhere are not handed

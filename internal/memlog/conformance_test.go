@@ -491,6 +491,18 @@ var scenarios = []struct {
 		check(41, "f", 9)
 		c.reopen()
 		check(41, "f", 9)
+		// A snapshot created before InstallSnapshot replaced the log's
+		// contents does not commit over it.
+		w = c.startParts(c.l(), 60, "g", 4)
+		if err := c.l().InstallSnapshot(ctx, 70, []byte("meta h")); err != nil {
+			c.t.Fatal(err)
+		}
+		if err := w.Commit(ctx, []byte("meta g")); !errors.Is(err, persistence.ErrSnapshotStale) {
+			c.t.Fatalf("Commit after InstallSnapshot: %v, want ErrSnapshotStale", err)
+		}
+		check(70, "h")
+		c.reopen()
+		check(70, "h")
 	}},
 	{"a waiter gets ErrClosed at Close", func(c *check) {
 		errc := make(chan error, 1)

@@ -14,7 +14,8 @@ import (
 // as persistence.Log.CreateSnapshot does. The parts are kept in memory
 // until Commit, which records the snapshot in one write that a crash
 // keeps whole or not at all, and syncs the log before it returns (see
-// Sync). Errors: persistence.ErrClosed, or an error wrapping
+// Sync), or fails with persistence.ErrSnapshotStale if InstallSnapshot
+// came between. Errors: persistence.ErrClosed, or an error wrapping
 // persistence.ErrFailed.
 func (l *Log) CreateSnapshot(ctx context.Context, index uint64, parts int) (persistence.SnapshotWriter, error) {
 	if parts < 0 || parts > persistence.MaxSnapshotParts {
@@ -25,7 +26,7 @@ func (l *Log) CreateSnapshot(ctx context.Context, index uint64, parts int) (pers
 	if err := l.acceptingLocked(); err != nil {
 		return nil, err
 	}
-	w := &snapshotWriter{l: l, index: index}
+	w := &snapshotWriter{l: l, index: index, installs: l.mu.installs}
 	w.mu.parts = make([][]byte, parts)
 	w.mu.complete = make([]bool, parts)
 	return w, nil
@@ -35,7 +36,10 @@ func (l *Log) CreateSnapshot(ctx context.Context, index uint64, parts int) (pers
 type snapshotWriter struct {
 	l     *Log
 	index uint64
-	mu    struct {
+	// installs is the log's count of InstallSnapshot calls when the
+	// writer was created.
+	installs uint64
+	mu       struct {
 		sync.Mutex
 		parts    [][]byte
 		complete []bool
@@ -96,6 +100,9 @@ func (w *snapshotWriter) Commit(ctx context.Context, meta []byte) error {
 	l := w.l
 	l.mu.Lock()
 	err = l.acceptingLocked()
+	if err == nil && l.mu.installs != w.installs {
+		err = persistence.ErrSnapshotStale
+	}
 	var wrote bool
 	if err == nil {
 		if len(parts) == 0 {

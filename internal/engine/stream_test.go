@@ -1,0 +1,263 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/convoy-gcs/convoy/internal/memlog"
+)
+
+// TestSpill: a spill keeps what is written in memory up to its limit and
+// in an unlinked file beyond, reads it back from anywhere, and leaves no
+// file behind.
+func TestSpill(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	for _, size := range []int{0, 10, 100, 5000} {
+		sp := newSpill(100)
+		want := make([]byte, size)
+		for i := range want {
+			want[i] = byte(i * 7)
+		}
+		for p := want; len(p) > 0; p = p[min(len(p), 33):] {
+			if n, err := sp.Write(p[:min(len(p), 33)]); err != nil || n != min(len(p), 33) {
+				t.Fatalf("Write: %d %v", n, err)
+			}
+		}
+		if _, mem := sp.inMemory(); mem != (size <= 100) || sp.size() != int64(size) {
+			t.Fatalf("%d bytes: in memory %v, size %d", size, mem, sp.size())
+		}
+		got, err := io.ReadAll(sp.reader())
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%d bytes: read back %d, %v", size, len(got), err)
+		}
+		if size > 10 {
+			b := make([]byte, 10)
+			if n, err := sp.ReadAt(b, int64(size-10)); n != 10 || (err != nil && err != io.EOF) || !bytes.Equal(b, want[size-10:]) {
+				t.Fatalf("%d bytes: ReadAt the end: %d %v", size, n, err)
+			}
+		}
+		if err := sp.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if left, _ := os.ReadDir(os.TempDir()); len(left) != 0 {
+			t.Fatalf("%d bytes: %d files left behind", size, len(left))
+		}
+	}
+}
+
+// TestSnapshotStateFormats: the state a snapshot in the durable log
+// holds, in the metadata of earlier releases or in the snapshot's parts.
+func TestSnapshotStateFormats(t *testing.T) {
+	ctx := context.Background()
+	l := memlog.New()
+	read := func() ([]io.Reader, error) {
+		t.Helper()
+		s, err := l.ReadSnapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snapshotState(s)
+	}
+	all := func(rs []io.Reader) []string {
+		var out []string
+		for _, r := range rs {
+			b, err := io.ReadAll(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, string(b))
+		}
+		return out
+	}
+	// Inline parts, as earlier releases kept them.
+	if err := l.SetSnapshot(ctx, 5, encodeParts([][]byte{[]byte("ab"), nil, []byte("c")})); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := read(); err != nil || len(rs) != 3 || all(rs)[0] != "ab" || all(rs)[1] != "" {
+		t.Fatalf("inline parts: %d readers, %v", len(rs), err)
+	}
+	// No parts: the member joined with the state it starts with.
+	if err := l.SetSnapshot(ctx, 6, encodeParts(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := read(); err != nil || rs != nil {
+		t.Fatalf("no parts: %v, %v", rs, err)
+	}
+	// The snapshot's parts.
+	w, err := l.CreateSnapshot(ctx, 7, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range []string{"xy", "z"} {
+		pw, _ := w.Part(i)
+		_, _ = pw.Write([]byte(s))
+		if err := pw.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Commit(ctx, snapshotInLog); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := read(); err != nil || len(rs) != 2 || all(rs)[1] != "z" {
+		t.Fatalf("parts in the log: %d readers, %v", len(rs), err)
+	}
+	for _, bad := range [][]byte{{9}, {snapshotVersionParts, 0}} {
+		if err := l.SetSnapshot(ctx, 8, bad); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := read(); !errors.Is(err, errBadSnapshot) {
+			t.Fatalf("metadata %x: %v, want errBadSnapshot", bad, err)
+		}
+	}
+}
+
+// TestViewsJoinSpilled: the state a joiner receives, and what its donors
+// snapshot for it, goes through files (every part is larger than the
+// spills' memory here), with and without a durable log; with one, the
+// joiner restores from the parts in its log, keeps them as its snapshot,
+// and restores from them again when it restarts.
+func TestViewsJoinSpilled(t *testing.T) {
+	for _, durableLog := range []bool{false, true} {
+		name := "memory"
+		if durableLog {
+			name = "durable"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("TMPDIR", t.TempDir())
+			c := newVSCluster(t)
+			dirs := map[NodeID]string{}
+			opts := func(cfg *Config) {
+				cfg.test.spillBytes = 16
+				if durableLog {
+					if dirs[cfg.Self] == "" {
+						dirs[cfg.Self] = t.TempDir()
+					}
+					cfg.Durable = &DurableConfig{Dir: dirs[cfg.Self]}
+				}
+			}
+			nodes := c.openAll(3, opts)
+			stop := make(chan struct{})
+			wg := c.load(stop, nodes...)
+			c.waitCount(nodes[0], 300)
+			joiner, err := c.open(4, 1, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all := append(nodes, joiner)
+			c.waitView(2, 4, all...)
+			c.waitCount(joiner, 100)
+			if durableLog {
+				s, err := joiner.g.disk.ReadSnapshot()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(s.Meta(), snapshotInLog) || s.Parts() != 3*transferSlices {
+					t.Fatalf("the joiner's log keeps a snapshot with metadata %x and %d parts, want the %d transferred", s.Meta(), s.Parts(), 3*transferSlices)
+				}
+				// It restarts on its disk, from that snapshot.
+				c.crash(4)
+				again, err := c.open(4, 1, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				all[3] = again
+				c.waitMembers(4, all...)
+			}
+			close(stop)
+			wg.Wait()
+			c.waitDelivered(nodes, nodes...)
+			c.waitSameIndex(all...)
+			c.check()
+			sameState(t, all...)
+		})
+	}
+}
+
+// TestDurableSnapshotHoldsDeliveries: while the application's Snapshot
+// writes the state, deliveries wait (the state must hold still) and the
+// group goes on; they resume once it returns, or once a Snapshot that
+// failed or gave up let go of the state. The log's snapshot is the state
+// at the index Snapshot returns, in one part.
+func TestDurableSnapshotHoldsDeliveries(t *testing.T) {
+	c := newVSCluster(t)
+	dirs := map[NodeID]string{1: t.TempDir(), 2: t.TempDir(), 3: t.TempDir()}
+	gate := make(chan struct{})
+	entered := make(chan NodeID, 1)
+	var fail error
+	opts := func(cfg *Config) {
+		cfg.Durable = &DurableConfig{Dir: dirs[cfg.Self]}
+		cfg.SuspectTimeout = 2 * time.Second
+		if cfg.Self == 1 {
+			cfg.State = &failingState{gatedState: gatedState{StateMachine: cfg.State, id: 1, entered: entered, release: gate}, fail: &fail}
+		}
+	}
+	nodes := c.openAll(3, opts)
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes[1:]...)
+	c.waitCount(nodes[0], 100)
+
+	type result struct {
+		idx uint64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		idx, err := nodes[0].g.Snapshot(context.Background())
+		done <- result{idx, err}
+	}()
+	<-entered
+	// Inside Snapshot: member 1's deliveries wait, the others' go on.
+	held := nodes[0].delivered()
+	other := nodes[1].delivered()
+	c.waitCount(nodes[1], other+200)
+	if got := nodes[0].delivered(); got != held {
+		t.Fatalf("member 1 delivered %d messages while its state was read (%d before)", got, held)
+	}
+	close(gate)
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	c.waitCount(nodes[0], held+200)
+	s, err := nodes[0].g.disk.ReadSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Index() != res.idx || s.Parts() != 1 || !bytes.Equal(s.Meta(), snapshotInLog) {
+		t.Fatalf("the log's snapshot: index %d (want %d), %d parts, metadata %x", s.Index(), res.idx, s.Parts(), s.Meta())
+	}
+	// A Snapshot whose state machine fails keeps the previous snapshot,
+	// and deliveries go on.
+	fail = errors.New("refused by the test")
+	if _, err := nodes[0].g.Snapshot(context.Background()); !errors.Is(err, fail) {
+		t.Fatalf("Snapshot with a failing state machine: %v", err)
+	}
+	if s, err := nodes[0].g.disk.ReadSnapshot(); err != nil || s.Index() != res.idx {
+		t.Fatalf("after a failed Snapshot, the log's snapshot is at %d (%v), want %d", s.Index(), err, res.idx)
+	}
+	c.waitCount(nodes[0], nodes[0].delivered()+100)
+	close(stop)
+	wg.Wait()
+	c.waitDelivered(nodes, nodes...)
+	c.waitSameIndex(nodes...)
+	c.check()
+	sameState(t, nodes...)
+}
+
+// failingState fails its snapshots once *fail is set.
+type failingState struct {
+	gatedState
+	fail *error
+}
+
+func (s *failingState) Snapshot(w io.Writer, part, of int) error {
+	if *s.fail != nil {
+		return *s.fail
+	}
+	return s.gatedState.Snapshot(w, part, of)
+}
