@@ -69,6 +69,15 @@ const (
 // member needs: see Config.State.
 type StateMachine = membership.StateMachine
 
+// Checkpointer is implemented by a StateMachine whose snapshots need not
+// hold deliveries back: it fixes the state at a point (Checkpoint,
+// between two deliveries) and writes it from there (StateSnapshot) while
+// deliveries go on. See membership.Checkpointer.
+type Checkpointer = membership.Checkpointer
+
+// StateSnapshot is the state as of a Checkpoint.
+type StateSnapshot = membership.StateSnapshot
+
 // EtcdConfig says where a view-managed group keeps its views, and how
 // it reaches that etcd: either the group dials it itself (Endpoints,
 // with TLS, DialTimeout, Username and Password as etcd's client takes

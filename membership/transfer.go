@@ -86,10 +86,42 @@ type StateMachine interface {
 	// the delivery handler's, for several parts one after the other; no
 	// delivery reaches the application while it runs, but it must not
 	// modify the state and must synchronize with the application's own
-	// readers of it.
+	// readers of it. What it writes is streamed (to a joiner, to a file,
+	// to the durable log) and need not fit in memory. A StateMachine that
+	// also implements Checkpointer is never held still this way.
 	Snapshot(w io.Writer, part, of int) error
 	// Restore installs the state from all parts of a snapshot, in order.
+	// The parts stream from where they were kept (memory, a file, the
+	// durable log): a part is read as Restore reads it.
 	Restore(parts []io.Reader) error
+}
+
+// Checkpointer is implemented by a StateMachine that can fix its state
+// at a point and write it from there while deliveries go on changing it:
+// a copy-on-write structure cloned, or a storage engine's snapshot. The
+// runtime then takes its snapshots (for joiners, and for a durable
+// group's Snapshot) without holding deliveries back.
+type Checkpointer interface {
+	// Checkpoint returns the state as it is now: as of the last message
+	// delivered, exactly where StateMachine.Snapshot would write it. The
+	// runtime calls it on the delivery goroutine, between two
+	// deliveries, and must be quick: deliveries wait for it, not for the
+	// checkpoint's Snapshot.
+	Checkpoint() (StateSnapshot, error)
+}
+
+// StateSnapshot is the state as of a Checkpoint.
+type StateSnapshot interface {
+	// Snapshot writes part `part` of `of` parts of the state as of the
+	// checkpoint, as StateMachine.Snapshot does of the state when it is
+	// called. The runtime calls it on goroutines of its own, for one or
+	// several parts one after the other, while deliveries change the
+	// state; calls for different checkpoints may run at once.
+	Snapshot(w io.Writer, part, of int) error
+	// Release says the runtime is done with the checkpoint: what the
+	// application keeps for it may go. The runtime calls it once, after
+	// the last Snapshot of it has returned.
+	Release()
 }
 
 // Errors of state transfer.

@@ -187,6 +187,11 @@ func (r *runner) flushDurable() {
 	if v := r.pendingDonate; v != nil && !r.durableBefore(v.rec.Start) {
 		r.pendingDonate = nil
 		r.donate(v)
+		if r.pendingDonate == nil && !r.stateBusy() {
+			// No snapshot holds the state (none is taken, or it reads a
+			// checkpoint): what follows the view's start goes on now.
+			r.flushDurable()
+		}
 	}
 }
 

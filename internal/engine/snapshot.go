@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/convoy-gcs/convoy/membership"
 )
 
 // ErrNoState is returned by Snapshot without Config.State.
@@ -20,8 +22,10 @@ var ErrNoState = errors.New("convoy: no state machine (Config.State)")
 type snapReply struct {
 	index uint64
 	// state writes the state as of index. Deliveries wait until Snapshot
-	// closes its release channel.
+	// closes its release channel, unless free is set: then state reads a
+	// checkpoint, and free releases it.
 	state func(w io.Writer) error
+	free  func()
 	err   error
 }
 
@@ -40,13 +44,16 @@ type snapRequest struct {
 // The state streams into the log as StateMachine.Snapshot writes it, in
 // chunks, so that a state of any size costs little memory. Deliveries
 // wait while StateMachine.Snapshot runs (it writes the whole state as
-// one part), on the caller's goroutine; the member's loop goes on (its
-// heartbeats, its part in view changes), and the log's commit and the
-// trim do not hold deliveries up. One snapshot is taken at a time: a
-// call waits for the one in progress. Errors: ErrNotDurable without
-// Config.Durable, ErrNoState without Config.State, ErrNotMember while
-// this member takes part in no view or waits for its state, ErrClosed,
-// ctx's, the application's, and the log's errors.
+// one part), on the caller's goroutine, unless the state machine is a
+// membership.Checkpointer: its checkpoint is taken on the loop between
+// two deliveries, and deliveries go on while the checkpoint is written.
+// Either way the member's loop goes on (its heartbeats, its part in view
+// changes), and the log's commit and the trim do not hold deliveries up.
+// One snapshot is taken at a time: a call waits for the one in progress.
+// Errors: ErrNotDurable without Config.Durable, ErrNoState without
+// Config.State, ErrNotMember while this member takes part in no view or
+// waits for its state, ErrClosed, ctx's, the application's, and the
+// log's errors.
 func (g *Group) Snapshot(ctx context.Context) (uint64, error) {
 	if g.disk == nil {
 		return 0, ErrNotDurable
@@ -97,6 +104,9 @@ func (g *Group) snapshot(ctx context.Context) (uint64, error) {
 	}
 	if res.err != nil {
 		return 0, res.err
+	}
+	if res.free != nil {
+		defer res.free()
 	}
 	n, err := g.writeSnapshot(ctx, &res, done)
 	if err != nil {
@@ -154,11 +164,23 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 // takeSnapshot answers Snapshot between two deliveries: the index, and
-// the state to read, which holds still until the caller releases it.
+// the state to read there: a checkpoint of it, if the state machine is a
+// Checkpointer, or else the state itself, which holds still until the
+// caller releases it.
 func (r *runner) takeSnapshot(req snapRequest) {
 	g := r.g
 	if g.dynamic() && (r.v == nil || r.restoring) {
 		req.reply <- snapReply{err: fmt.Errorf("%w: the state is being replaced", ErrNotMember)}
+		return
+	}
+	if c, ok := g.cfg.State.(membership.Checkpointer); ok {
+		// The state as of now, which deliveries do not change.
+		cp, err := c.Checkpoint()
+		if err != nil {
+			req.reply <- snapReply{err: fmt.Errorf("convoy: snapshot: checkpoint: %w", err)}
+			return
+		}
+		req.reply <- snapReply{index: r.applied, state: func(w io.Writer) error { return cp.Snapshot(w, 0, 1) }, free: cp.Release}
 		return
 	}
 	if r.snap != nil {
@@ -184,8 +206,9 @@ func (r *runner) servePendingSnapshots() {
 }
 
 // stateBusy reports whether the application's state must hold still: a
-// snapshot reads it, for joiners (snap) or for Snapshot (own).
-func (r *runner) stateBusy() bool { return r.snap != nil || r.own != nil }
+// snapshot reads it, for joiners (snap, unless it reads a checkpoint) or
+// for Snapshot (own).
+func (r *runner) stateBusy() bool { return r.snap != nil && r.snap.hold || r.own != nil }
 
 // ownReleased follows the end of Snapshot's read of the state.
 func (r *runner) ownReleased() {

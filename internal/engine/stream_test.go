@@ -5,11 +5,16 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/convoy-gcs/convoy/internal/kvtest"
 	"github.com/convoy-gcs/convoy/internal/memlog"
+	"github.com/convoy-gcs/convoy/membership"
 )
 
 // TestSpill: a spill keeps what is written in memory up to its limit and
@@ -260,4 +265,204 @@ func (s *failingState) Snapshot(w io.Writer, part, of int) error {
 		return *s.fail
 	}
 	return s.gatedState.Snapshot(w, part, of)
+}
+
+// gatedCheckpoints is a Checkpointer whose checkpoints' Snapshot waits
+// until release is closed, after saying on entered that it was called,
+// and counts the checkpoints released.
+type gatedCheckpoints struct {
+	kvtest.Checkpointing
+	id       NodeID
+	entered  chan<- NodeID
+	release  <-chan struct{}
+	taken    atomic.Int64
+	released atomic.Int64
+}
+
+func (g *gatedCheckpoints) Checkpoint() (membership.StateSnapshot, error) {
+	cp, err := g.Checkpointing.Checkpoint()
+	if err != nil {
+		return nil, err
+	}
+	g.taken.Add(1)
+	return &gatedSnapshot{StateSnapshot: cp, g: g}, nil
+}
+
+type gatedSnapshot struct {
+	membership.StateSnapshot
+	g *gatedCheckpoints
+}
+
+func (s *gatedSnapshot) Snapshot(w io.Writer, part, of int) error {
+	select {
+	case <-s.g.release:
+	default:
+		s.g.entered <- s.g.id
+		<-s.g.release
+	}
+	return s.StateSnapshot.Snapshot(w, part, of)
+}
+
+func (s *gatedSnapshot) Release() {
+	s.g.released.Add(1)
+	s.StateSnapshot.Release()
+}
+
+// TestDurableSnapshotCheckpoint: with a Checkpointer, deliveries go on
+// while Snapshot writes a slow checkpoint, and the snapshot kept is
+// exactly the state at the index Snapshot returns: what replaying the
+// member's deliveries up to there gives.
+func TestDurableSnapshotCheckpoint(t *testing.T) {
+	c := newVSCluster(t)
+	dirs := map[NodeID]string{1: t.TempDir(), 2: t.TempDir(), 3: t.TempDir()}
+	gate := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	entered := make(chan NodeID, 1)
+	var state *gatedCheckpoints
+	opts := func(cfg *Config) {
+		cfg.Durable = &DurableConfig{Dir: dirs[cfg.Self]}
+		cfg.SuspectTimeout = 2 * time.Second
+		if cfg.Self == 1 {
+			state = &gatedCheckpoints{Checkpointing: kvtest.Checkpointing{Map: cfg.State.(*kvtest.Map)}, id: 1, entered: entered, release: gate}
+			cfg.State = state
+		}
+	}
+	nodes := c.openAll(3, opts)
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes...)
+	c.waitCount(nodes[0], 100)
+	type result struct {
+		idx uint64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		idx, err := nodes[0].g.Snapshot(context.Background())
+		done <- result{idx, err}
+	}()
+	<-entered
+	// The checkpoint's Snapshot waits: deliveries go on meanwhile.
+	c.waitCount(nodes[0], nodes[0].delivered()+300)
+	open()
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if state.taken.Load() != 1 || state.released.Load() != 1 {
+		t.Fatalf("%d checkpoints taken, %d released; want one of each", state.taken.Load(), state.released.Load())
+	}
+	if res.idx >= nodes[0].lastIndex() {
+		t.Fatalf("snapshot at %d, but the member is at %d: deliveries did not go on", res.idx, nodes[0].lastIndex())
+	}
+	// The snapshot in the log against the deliveries replayed to its index.
+	s, err := nodes[0].g.disk.ReadSnapshot()
+	if err != nil || s.Index() != res.idx || s.Parts() != 1 {
+		t.Fatalf("the log's snapshot: %v, want one part at %d", err, res.idx)
+	}
+	kept := kvtest.New()
+	if err := kept.Restore([]io.Reader{s.Part(0)}); err != nil {
+		t.Fatal(err)
+	}
+	replayed := kvtest.New()
+	nodes[0].mu.Lock()
+	for _, e := range nodes[0].events {
+		if e.view == nil && e.d.Index <= res.idx {
+			replayed.Apply(e.d.Payload)
+		}
+	}
+	nodes[0].mu.Unlock()
+	if got, want := kept.Contents(), replayed.Contents(); !maps.Equal(got, want) {
+		t.Fatalf("the snapshot at %d holds %d keys, the deliveries up to there make %d, and they differ", res.idx, len(got), len(want))
+	}
+	close(stop)
+	wg.Wait()
+	c.waitDelivered(nodes, nodes...)
+	c.waitSameIndex(nodes...)
+	c.check()
+	sameState(t, nodes...)
+}
+
+// TestViewsDonorCheckpoint: donors whose state machine is a Checkpointer
+// take the joiner's snapshot from a checkpoint at the view's start: their
+// deliveries go on while the (slow) snapshot is written, and the joiner
+// gets the state at the view's start all the same.
+func TestViewsDonorCheckpoint(t *testing.T) {
+	for _, durableLog := range []bool{false, true} {
+		name := "memory"
+		if durableLog {
+			name = "durable"
+		}
+		t.Run(name, func(t *testing.T) {
+			c := newVSCluster(t)
+			gate := make(chan struct{})
+			var once sync.Once
+			open := func() { once.Do(func() { close(gate) }) }
+			t.Cleanup(open)
+			entered := make(chan NodeID, 256)
+			states := map[NodeID]*gatedCheckpoints{}
+			var mu sync.Mutex
+			dirs := map[NodeID]string{}
+			opts := func(cfg *Config) {
+				cfg.TransferStall = time.Minute // the joiner waits for the gate
+				cfg.SuspectTimeout = 2 * time.Second
+				st := &gatedCheckpoints{Checkpointing: kvtest.Checkpointing{Map: cfg.State.(*kvtest.Map)}, id: cfg.Self, entered: entered, release: gate}
+				mu.Lock()
+				states[cfg.Self] = st
+				if durableLog && dirs[cfg.Self] == "" {
+					dirs[cfg.Self] = t.TempDir()
+				}
+				dir := dirs[cfg.Self]
+				mu.Unlock()
+				if durableLog {
+					cfg.Durable = &DurableConfig{Dir: dir}
+				}
+				cfg.State = st
+			}
+			nodes := c.openAll(3, opts)
+			stop := make(chan struct{})
+			wg := c.load(stop, nodes...)
+			c.waitCount(nodes[0], 200)
+			joined := make(chan *vsNode, 1)
+			go func() {
+				n, err := c.open(4, 1, opts)
+				if err != nil {
+					t.Error(err)
+				}
+				joined <- n
+			}()
+			donor := <-entered
+			var d *vsNode
+			for _, n := range nodes {
+				if n.id == donor {
+					d = n
+				}
+			}
+			// Inside the checkpoint's Snapshot: the donor's deliveries go
+			// on.
+			c.waitCount(d, d.delivered()+300)
+			open()
+			joiner := <-joined
+			if joiner == nil {
+				t.FailNow()
+			}
+			all := append(nodes, joiner)
+			c.waitView(2, 4, all...)
+			c.waitCount(joiner, 100)
+			close(stop)
+			wg.Wait()
+			c.waitDelivered(nodes, nodes...)
+			c.waitSameIndex(all...)
+			c.check()
+			sameState(t, all...)
+			mu.Lock()
+			defer mu.Unlock()
+			for id, st := range states {
+				if taken, released := st.taken.Load(), st.released.Load(); taken != released {
+					t.Errorf("member %d: %d checkpoints taken, %d released", id, taken, released)
+				}
+			}
+		})
+	}
 }

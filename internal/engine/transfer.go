@@ -42,12 +42,14 @@ func donorsOf(rec *membership.View, max int) []NodeID {
 // donate serves this member's snapshot parts to the joiners of the view it
 // just opened, if it is one of their donors. The parts are taken exactly
 // at the end of the previous view, where the joiners' first view starts:
-// the view's deliveries are held back until the snapshots are done. They
-// are taken on another goroutine, slice by slice and its own share first,
-// so that the loop goes on heartbeating meanwhile and the donor sends each
-// slice while it takes the next. Each slice is written to a spill, in
-// memory if small, in a file if not, from which the donor reads it as it
-// sends it.
+// the view's deliveries are held back until the snapshots are done,
+// unless the state machine is a Checkpointer, whose checkpoint, taken
+// there, the snapshots read while deliveries go on. They are taken on
+// another goroutine, slice by slice and its own share first, so that the
+// loop goes on heartbeating meanwhile and the donor sends each slice
+// while it takes the next. Each slice is written to a spill, in memory
+// if small, in a file if not, from which the donor reads it as it sends
+// it.
 func (r *runner) donate(v *view) {
 	g, rec := r.g, &v.rec
 	donors := donorsOf(rec, g.cfg.MaxDonors)
@@ -56,7 +58,7 @@ func (r *runner) donate(v *view) {
 	if i < 0 || len(joining) == 0 || g.cfg.State == nil {
 		return
 	}
-	if r.stateBusy() || g.disk != nil && r.durableBefore(rec.Start) {
+	if r.snap != nil || r.own != nil || g.disk != nil && r.durableBefore(rec.Start) {
 		// The snapshot of an earlier view is still finishing its part in
 		// progress, Snapshot reads the state, or, in durable delivery,
 		// the previous view's last messages are not durable, and so not
@@ -71,6 +73,17 @@ func (r *runner) donate(v *view) {
 	for _, id := range joining {
 		joiners = append(joiners, rdma.NodeID(id))
 	}
+	read := g.cfg.State.Snapshot
+	var cp membership.StateSnapshot
+	if c, ok := g.cfg.State.(membership.Checkpointer); ok {
+		var err error
+		if cp, err = c.Checkpoint(); err != nil {
+			// As if every part failed: the joiners ask the other donors.
+			g.log.Error("snapshot for joiners", "epoch", rec.Epoch, "err", fmt.Errorf("checkpoint: %w", err))
+			return
+		}
+		read = cp.Snapshot
+	}
 	var err error
 	dcfg := membership.DonorConfig{
 		Endpoint: g.ep, Stream: transferStream(rec.Epoch), Joiners: joiners, Pending: parts, Of: of, Logger: g.cfg.Logger,
@@ -80,11 +93,14 @@ func (r *runner) donate(v *view) {
 	v.donor, err = membership.NewDonor(g.ctx, dcfg)
 	if err != nil {
 		g.log.Error("serving state to joiners", "epoch", rec.Epoch, "err", err)
+		if cp != nil {
+			cp.Release()
+		}
 		return
 	}
 	v.donorSince = g.cfg.Clock()
 	job := &snapJob{
-		v: v, left: len(parts), done: make(chan struct{}),
+		v: v, left: len(parts), done: make(chan struct{}), cp: cp, hold: cp == nil,
 		// Buffered for every part, so that the goroutine never waits for
 		// the loop (which may be waiting for it in waitSnapshots).
 		results: make(chan snapshot, len(parts)),
@@ -98,7 +114,7 @@ func (r *runner) donate(v *view) {
 				return
 			}
 			sp := newSpill(limit)
-			err := g.cfg.State.Snapshot(sp, p, of)
+			err := read(sp, p, of)
 			if err != nil {
 				err = fmt.Errorf("membership: snapshot part %d of %d: %w", p, of, err)
 			}
@@ -117,11 +133,17 @@ func (g *Group) spillBytes() int {
 }
 
 // snapJob takes the parts of this member's share of a snapshot for the
-// joiners of view v, one after the other, on its own goroutine. The
-// application's state must hold still meanwhile: deliveries and views
-// wait in the runner's held queue until the job ends.
+// joiners of view v, one after the other, on its own goroutine. Unless it
+// reads a checkpoint, the application's state must hold still meanwhile:
+// deliveries and views wait in the runner's held queue until the job
+// ends.
 type snapJob struct {
 	v *view
+	// cp is the checkpoint the job reads, if the state machine is a
+	// Checkpointer (released once the job ends); hold: it reads the
+	// state itself.
+	cp   membership.StateSnapshot
+	hold bool
 	// left counts the parts not yet handed to the loop.
 	left    int
 	results chan snapshot
@@ -212,9 +234,19 @@ func (r *runner) snapshotted(s snapshot) {
 
 // snapEnded follows the end of the snapshot job.
 func (r *runner) snapEnded() {
-	r.snap.drain()
+	r.snap.end()
 	r.snap = nil
 	r.stateFree()
+}
+
+// end releases what the job holds once its goroutine has ended: the
+// parts the loop did not take, and the checkpoint.
+func (j *snapJob) end() {
+	j.drain()
+	if j.cp != nil {
+		j.cp.Release()
+		j.cp = nil
+	}
 }
 
 // stateFree follows the end of a snapshot's read of the state: the
@@ -236,8 +268,8 @@ func (r *runner) stateFree() {
 	if v := r.pendingDonate; v != nil && v == r.v {
 		r.pendingDonate = nil
 		r.donate(v)
-		if r.snap == nil && !r.restoring {
-			r.release() // the donation did not start: nothing to wait for
+		if !r.stateBusy() && !r.restoring {
+			r.release() // the donation did not start, or reads a checkpoint
 		}
 	}
 }
@@ -288,7 +320,7 @@ func (r *runner) waitSnapshots() {
 	}
 	r.stopSnapshot()
 	<-r.snap.done
-	r.snap.drain()
+	r.snap.end()
 	r.snap = nil
 	r.servePendingSnapshots()
 }
