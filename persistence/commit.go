@@ -12,6 +12,11 @@ import (
 // commit policy says so (see take), until the log is closed or fails.
 func (l *Log) run() {
 	defer close(l.done)
+	defer func() {
+		if l.batch != nil {
+			_ = l.batch.Close()
+		}
+	}()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -98,7 +103,13 @@ func (l *Log) take(busy bool) (ops []op, wait time.Duration, stop bool) {
 // of snapshot chunks only), then advances Synced, wakes waiters and
 // answers requests; on failure it fails the log.
 func (l *Log) commit(ops []op) {
-	b := l.db.NewBatch()
+	// One batch, reset and reused, so that its buffer is too: a batch
+	// made for each commit would allocate a new one, growing to the
+	// batch's size, each time (Pebble keeps none beyond a megabyte).
+	if l.batch == nil {
+		l.batch = l.db.NewBatch(pebble.WithMaxRetainedSizeBytes(2 * l.opts.MaxBatchBytes))
+	}
+	b := l.batch
 	size, entries := 0, 0
 	var synced uint64
 	for i := range ops {
@@ -146,6 +157,7 @@ func (l *Log) commit(ops []op) {
 	if err != nil {
 		// A batch whose commit hit a Fatalf may be in any state: leave it
 		// to the garbage collector.
+		l.batch = nil
 		l.fail(err)
 		for i := range ops {
 			if ops[i].done != nil {
@@ -157,8 +169,8 @@ func (l *Log) commit(ops []op) {
 		}
 		return
 	}
+	b.Reset()
 	if chunks {
-		_ = b.Close()
 		l.mu.Lock()
 		l.mu.queued -= size
 		l.mu.space.Broadcast()
@@ -168,7 +180,6 @@ func (l *Log) commit(ops []op) {
 		}
 		return
 	}
-	_ = b.Close()
 	l.fsyncs.Add(1)
 	ctx := context.Background()
 	l.m.fsyncs.Add(ctx, 1)

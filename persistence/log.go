@@ -105,6 +105,9 @@ type Log struct {
 	// the writer, is the mark its last batch recorded.
 	durable        atomic.Uint64
 	durableWritten uint64
+	// batch is the writer goroutine's batch, reused from commit to commit
+	// (nil until the first, and after a failed one).
+	batch *pebble.Batch
 
 	// failed is closed when the log fails, as mu.err is set.
 	failed chan struct{}
