@@ -1607,8 +1607,9 @@ func (fc *fetchConn) abortLocked() {
 	fc.mu.cur, fc.mu.size, fc.mu.buf, fc.mu.pw, fc.mu.got = -1, 0, nil, nil, 0
 }
 
-// completeLocked records part p. REQUIRES: f.mu.
-func (fc *fetchConn) completeLocked(p int, data []byte) {
+// completeLocked records part p, of size bytes: data, or in the sink.
+// REQUIRES: f.mu.
+func (fc *fetchConn) completeLocked(p int, data []byte, size int) {
 	f := fc.f
 	part := &f.mu.parts[p]
 	if part.done {
@@ -1624,7 +1625,7 @@ func (fc *fetchConn) completeLocked(p int, data []byte) {
 		}
 	}
 	f.mu.remaining--
-	f.log.Debug("membership: fetch: part received", "part", p, "donor", fc.peer, "bytes", len(data))
+	f.log.Debug("membership: fetch: part received", "part", p, "donor", fc.peer, "bytes", size)
 	if f.mu.remaining == 0 {
 		f.wakeUpLocked()
 	}
@@ -1675,7 +1676,7 @@ func (l *fetchLink) Signal(imm uint64) {
 					return
 				}
 			}
-			fc.completeLocked(m.part, []byte{})
+			fc.completeLocked(m.part, []byte{}, 0)
 			return
 		}
 		fc.mu.cur, fc.mu.size, fc.mu.pw, fc.mu.got = m.part, int(m.arg), pw, 0
@@ -1765,14 +1766,14 @@ func (l *fetchLink) RecvComplete(wr uint64, n int, imm uint64) {
 	fc.progressLocked()
 	var closing PartWriter
 	if fc.mu.got == fc.mu.size {
-		p, data := fc.mu.cur, fc.mu.buf
+		p, data, size := fc.mu.cur, fc.mu.buf, fc.mu.size
 		pw = fc.mu.pw
 		fc.mu.cur, fc.mu.size, fc.mu.buf, fc.mu.pw, fc.mu.got = -1, 0, nil, nil, 0
 		if pw != nil && f.mu.parts[p].done {
 			pw.Abort()
 			pw = nil
 		}
-		fc.completeLocked(p, data)
+		fc.completeLocked(p, data, size)
 		if pw != nil {
 			// The attempt is complete: the part is done unless closing it
 			// fails. Closing may take a while (the sink writes what it
