@@ -294,7 +294,8 @@ func (h *joinLogHandler) WithGroup(name string) slog.Handler {
 }
 
 // synthState is a synthetic convoy.StateMachine: size bytes of a
-// deterministic pseudo-random stream, never held in memory. Byte o of the
+// deterministic pseudo-random stream, never held in memory. Deliveries
+// do not change it, so it is its own checkpoint (convoy.Checkpointer). Byte o of the
 // stream is byte o mod synthBlockSize of a fixed random block, except that
 // the first 8 bytes of every block are mixed with the block's index, so
 // that blocks in the wrong place do not pass. Generating and checking it
@@ -397,6 +398,12 @@ func (s *synthState) Snapshot(w io.Writer, part, of int) error {
 	}
 	return nil
 }
+
+// Checkpoint returns the state, which deliveries do not change.
+func (s *synthState) Checkpoint() (convoy.StateSnapshot, error) { return s, nil }
+
+// Release does nothing: a checkpoint is the state itself.
+func (s *synthState) Release() {}
 
 // Restore checks that parts, concatenated, are the whole stream.
 func (s *synthState) Restore(parts []io.Reader) error {
