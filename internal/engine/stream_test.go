@@ -135,13 +135,11 @@ func TestViewsJoinSpilled(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv("TMPDIR", t.TempDir())
 			c := newVSCluster(t)
-			dirs := map[NodeID]string{}
+			// (Filled first: openAll opens the members at once.)
+			dirs := map[NodeID]string{1: t.TempDir(), 2: t.TempDir(), 3: t.TempDir(), 4: t.TempDir()}
 			opts := func(cfg *Config) {
 				cfg.test.spillBytes = 16
 				if durableLog {
-					if dirs[cfg.Self] == "" {
-						dirs[cfg.Self] = t.TempDir()
-					}
 					cfg.Durable = &DurableConfig{Dir: dirs[cfg.Self]}
 				}
 			}
