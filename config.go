@@ -140,6 +140,10 @@ type DurableConfig struct {
 // DefaultRestartWait is DurableConfig.RestartWait's default.
 const DefaultRestartWait = engine.DefaultRestartWait
 
+// DefaultTraceMessages is Config.TraceMessages's default: one message in
+// this many of each sender's is traced.
+const DefaultTraceMessages = engine.DefaultTraceMessages
+
 // DefaultMaxLag is DurableConfig.MaxLag's default.
 const DefaultMaxLag = engine.DefaultMaxLag
 
@@ -254,6 +258,15 @@ type Config struct {
 	Logger         *slog.Logger
 	MeterProvider  metric.MeterProvider
 	TracerProvider trace.TracerProvider
+	// TraceMessages samples messages for tracing, with TracerProvider:
+	// one message in TraceMessages of each sender's (by its sequence
+	// number, so every member samples the same ones) gets a span
+	// "convoy.message" on every member, from when the member sent or
+	// received it to its delivery, with an event per step (sent or
+	// received, ordered, persisted in durable delivery, delivered); the
+	// spans of one message share a trace, whatever the member. Default
+	// DefaultTraceMessages; negative: none.
+	TraceMessages int
 }
 
 // Errors returned by Open, Send and Close.
@@ -348,6 +361,7 @@ func (c Config) engine() engine.Config {
 		Logger:            c.Logger,
 		MeterProvider:     c.MeterProvider,
 		TracerProvider:    c.TracerProvider,
+		TraceMessages:     c.TraceMessages,
 	}
 	if c.Etcd != nil {
 		e := engine.EtcdConfig(*c.Etcd)

@@ -295,7 +295,9 @@ func publicStatus(s engine.Status) Status {
 // delivery waits for every member's disk too, and a view change for the
 // next view) and, in a view-managed group, it reads the current view from
 // etcd to confirm that the group has not gone on to another view (if it
-// has, Sync starts over there). Concurrent calls wait together.
+// has, Sync starts over there). Concurrent calls wait together, and
+// share their reads of etcd: a read serves the calls made before it
+// started.
 //
 // Sync needs Atomic mode (it returns an error wrapping
 // errors.ErrUnsupported otherwise). It returns ErrNotMember while this

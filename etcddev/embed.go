@@ -8,6 +8,8 @@ package etcddev
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +26,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -42,6 +45,9 @@ type Config struct {
 	// Logger receives etcd's warnings and errors (etcd's informational
 	// chatter is dropped). Nil discards everything.
 	Logger *slog.Logger
+	// TLS, if set, makes etcd serve its clients over TLS, at https://
+	// endpoints (its peers, if any, still over plain HTTP).
+	TLS *TLSFiles
 
 	// Name is this etcd member's name; it must stay the same across
 	// restarts on one data directory. Empty means DefaultName.
@@ -55,6 +61,21 @@ type Config struct {
 	// concurrently. On a data directory that holds a member already,
 	// etcd ignores Cluster and rejoins the cluster it belongs to.
 	Cluster map[string]string
+}
+
+// TLSFiles are the PEM files of an embedded etcd's TLS towards its
+// clients.
+type TLSFiles struct {
+	// CertFile and KeyFile are the server's certificate and key.
+	CertFile, KeyFile string
+	// CAFile, if set, holds the CAs that sign the clients' certificates
+	// and the server's: etcd then requires a client certificate signed by
+	// one of them (etcd's --client-cert-auth), and Server.Client trusts
+	// them for the server's.
+	CAFile string
+	// ClientCertFile and ClientKeyFile, if set, are the certificate and
+	// key that Server.Client presents.
+	ClientCertFile, ClientKeyFile string
 }
 
 // DefaultName is the etcd member name when Config.Name is empty.
@@ -76,6 +97,9 @@ type Server struct {
 	lock      *fileutil.LockedFile
 	tempDir   string // removed on Close; "" if the caller gave Dir
 	zlog      *zap.Logger
+	// clientTLS is the TLS configuration of Client's clients, nil
+	// without TLS.
+	clientTLS *tls.Config
 
 	mu      sync.Mutex
 	clients []*clientv3.Client
@@ -92,6 +116,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("etcddev: start: %w", err)
 	}
 	s := &Server{zlog: zapLogger(cfg.Logger)}
+	if cfg.TLS != nil {
+		var err error
+		if s.clientTLS, err = cfg.TLS.clientConfig(); err != nil {
+			return nil, err
+		}
+	}
 	dir := cfg.Dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "convoy-etcd-")
@@ -113,7 +143,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		e, picked, err := s.start(ctx, cfg, dir)
 		if err == nil {
 			s.etcd = e
-			s.endpoints = []string{"http://" + e.Clients[0].Addr().String()}
+			s.endpoints = []string{scheme(cfg) + "://" + e.Clients[0].Addr().String()}
 			if cfg.Logger != nil {
 				cfg.Logger.Debug("embedded etcd started", "endpoints", s.endpoints, "dir", dir)
 			}
@@ -129,11 +159,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 // start makes one attempt. picked lists the addresses whose ports were
 // chosen here (a retry may choose better ones).
 func (s *Server) start(ctx context.Context, cfg Config, dir string) (e *embed.Etcd, picked []string, err error) {
-	clientURL, pickedC, err := listenURL(cfg.ClientAddr)
+	clientURL, pickedC, err := listenURL(scheme(cfg), cfg.ClientAddr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("etcddev: client address: %w", err)
 	}
-	peerURL, pickedP, err := listenURL(cfg.PeerAddr)
+	peerURL, pickedP, err := listenURL("http", cfg.PeerAddr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("etcddev: peer address: %w", err)
 	}
@@ -155,6 +185,14 @@ func (s *Server) start(ctx context.Context, cfg Config, dir string) (e *embed.Et
 	ec.AdvertiseClientUrls = []url.URL{*clientURL}
 	ec.ListenPeerUrls = []url.URL{*peerURL}
 	ec.AdvertisePeerUrls = []url.URL{*peerURL}
+	if t := cfg.TLS; t != nil {
+		ec.ClientTLSInfo = transport.TLSInfo{
+			CertFile:       t.CertFile,
+			KeyFile:        t.KeyFile,
+			TrustedCAFile:  t.CAFile,
+			ClientCertAuth: t.CAFile != "",
+		}
+	}
 	ec.InitialCluster = ec.InitialClusterFromName(name)
 	if len(cfg.Cluster) > 0 {
 		if cfg.Cluster[name] != peerURL.String() {
@@ -193,9 +231,40 @@ func (s *Server) start(ctx context.Context, cfg Config, dir string) (e *embed.Et
 	return nil, picked, err
 }
 
-// listenURL turns a host:port into an http URL, picking a free loopback
-// port if addr is empty or its port is 0.
-func listenURL(addr string) (u *url.URL, picked bool, err error) {
+// scheme returns the scheme of the client URLs cfg makes.
+func scheme(cfg Config) string {
+	if cfg.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// clientConfig returns the TLS configuration of Server.Client's clients.
+func (t *TLSFiles) clientConfig() (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("etcddev: CA: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("etcddev: %s holds no PEM certificate", t.CAFile)
+		}
+	}
+	if t.ClientCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.ClientCertFile, t.ClientKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("etcddev: client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// listenURL turns a host:port into a URL of scheme, picking a free
+// loopback port if addr is empty or its port is 0.
+func listenURL(scheme, addr string) (u *url.URL, picked bool, err error) {
 	host, port := "127.0.0.1", "0"
 	if addr != "" {
 		host, port, err = net.SplitHostPort(addr)
@@ -213,7 +282,7 @@ func listenURL(addr string) (u *url.URL, picked bool, err error) {
 		}
 		port, picked = strconv.Itoa(p), true
 	}
-	return &url.URL{Scheme: "http", Host: net.JoinHostPort(host, port)}, picked, nil
+	return &url.URL{Scheme: scheme, Host: net.JoinHostPort(host, port)}, picked, nil
 }
 
 // freePort asks the kernel for a free port on host. Another process may
@@ -249,7 +318,9 @@ func (s *Server) Endpoints() []string {
 // Client returns a new client connected to s, checked with one request
 // bounded by ctx. s tracks it and closes it in Close, before stopping etcd
 // (a server with open clients takes seconds to stop); the caller may also
-// close it earlier. After EnableAuth, the client logs in as root.
+// close it earlier. After EnableAuth, the client logs in as root. Over
+// TLS (Config.TLS), it trusts the CAs of CAFile and presents the client
+// certificate of ClientCertFile, if any.
 func (s *Server) Client(ctx context.Context) (*clientv3.Client, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -259,6 +330,7 @@ func (s *Server) Client(ctx context.Context) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   s.endpoints,
 		DialTimeout: 5 * time.Second,
+		TLS:         s.clientTLS,
 		Logger:      s.zlog,
 		Username:    s.rootUser(),
 		Password:    s.rootPassword,

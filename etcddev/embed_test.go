@@ -3,12 +3,14 @@ package etcddev
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +19,9 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/convoy-gcs/convoy/internal/devcerts"
 )
 
 // Environment of a re-executed test binary that runs only an etcd server
@@ -234,6 +239,51 @@ func TestEnableAuth(t *testing.T) {
 	}
 	if err := s.EnableAuth(ctx, "again"); err == nil {
 		t.Error("EnableAuth twice succeeded")
+	}
+}
+
+// With TLS and a CA for clients, etcd serves at an https endpoint and
+// requires a client certificate of the CA: Client's present one; a
+// client without one cannot connect, nor one that does not trust the
+// server.
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	if err := devcerts.Write(dir, devcerts.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	files := &TLSFiles{
+		CertFile: filepath.Join(dir, devcerts.EtcdCertFile), KeyFile: filepath.Join(dir, devcerts.EtcdKeyFile),
+		CAFile:         filepath.Join(dir, devcerts.CACertFile),
+		ClientCertFile: filepath.Join(dir, devcerts.ClientCertFile), ClientKeyFile: filepath.Join(dir, devcerts.ClientKeyFile),
+	}
+	s := start(t, Config{TLS: files})
+	defer s.Close()
+	if ep := s.Endpoints(); len(ep) != 1 || !strings.HasPrefix(ep[0], "https://127.0.0.1:") {
+		t.Fatalf("endpoints %q, want https", ep)
+	}
+	put(t, client(t, s), "k", "v")
+
+	tlsOf := func(f TLSFiles) *tls.Config {
+		cfg, err := f.clientConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	for name, cfg := range map[string]*tls.Config{
+		"no client certificate": tlsOf(TLSFiles{CAFile: files.CAFile}),
+		"not trusting the CA":   tlsOf(TLSFiles{ClientCertFile: files.ClientCertFile, ClientKeyFile: files.ClientKeyFile}),
+	} {
+		c, err := clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), TLS: cfg, DialTimeout: 300 * time.Millisecond, Logger: zap.NewNop()})
+		if err != nil {
+			continue // refused while dialing
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		if _, err := c.Get(ctx, "k"); err == nil {
+			t.Errorf("%s: a client read etcd", name)
+		}
+		cancel()
+		c.Close()
 	}
 }
 

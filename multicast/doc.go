@@ -15,7 +15,11 @@
 // value; the receiver then asks the application for a destination buffer
 // ([Callbacks.Alloc]) and posts receives for the rest straight into it.
 // Receivers announce each posted buffer with a ready-for-block signal, so no
-// block is ever sent before its buffer exists.
+// block is ever sent before its buffer exists. A member has blocks in
+// flight with one peer at a time in each direction, so that its link never
+// splits its bandwidth between two steps of the schedule, and it announces
+// a receive before it queues a block of the same or a later step for the
+// same peer, which the announcement would otherwise wait behind.
 //
 // Messages no larger than GroupConfig.SmallThreshold take a separate low-latency
 // path: the root batches them into frames sent to every receiver directly,

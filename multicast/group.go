@@ -30,8 +30,6 @@ type Group struct {
 	rank  int           // this member's rank; 0 is the root
 	ranks []rdma.NodeID // rank → node
 	sched schedule
-	// recvWindow is how many block receives this member posts ahead.
-	recvWindow int
 
 	mu struct {
 		sync.Mutex
@@ -91,7 +89,6 @@ func NewGroup(ctx context.Context, ep rdma.Endpoint, cfg GroupConfig, cb Callbac
 	if err != nil {
 		return nil, err
 	}
-	g.recvWindow = recvWindowFor(c.Algorithm, len(g.ranks))
 	g.m = newGroupMetrics(c.MeterProvider, c)
 	n := len(g.ranks)
 	g.mu.Lock()
@@ -364,15 +361,4 @@ func (h *qpHandler) Failed(err error) {
 	g.mu.Lock()
 	g.failLocked(fmt.Errorf("stream to node %d: %w", g.ranks[h.peer], err))
 	g.unlockAndDeliver()
-}
-
-// recvWindowFor returns how many block receives a member posts ahead: one
-// at a time for a binomial pipeline whose vertices hold pairs of nodes,
-// where posting ahead lets two transfers into one node overlap and share
-// its link; recvWindow otherwise.
-func recvWindowFor(alg Algorithm, n int) int {
-	if alg == BinomialPipeline && n&(n-1) != 0 {
-		return 1
-	}
-	return recvWindow
 }

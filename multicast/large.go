@@ -9,19 +9,40 @@ const (
 	// message (into the scratch buffer); other receives carry the block
 	// number as their work request id.
 	wrFirst = 1 << 62
-	// recvWindow is how many block receives a member keeps posted (each
-	// announced with a ready-for-block signal) beyond those completed.
-	// Posting ahead keeps senders from waiting on the signal; but where
-	// schedules let a node receive from two peers in overlapping time (the
-	// paired vertices of a binomial pipeline over a group that is not a
-	// power of two, run asynchronously), one at a time keeps each transfer
-	// at the full rate of the receiver's link (see recvWindowFor).
+	// recvWindow is how many block receives from one peer a member keeps
+	// posted (each announced with a ready-for-block signal) beyond those
+	// completed, so that the peer does not wait for the signal.
 	recvWindow = 8
-	// sendWindow is how many block sends a member keeps queued on the
-	// transport: the schedule's one send per step, plus one so the link
-	// never idles between steps.
+	// sendWindow is how many block sends to one peer a member keeps queued
+	// on the transport: the schedule's one send per step, plus one so the
+	// link never idles between steps.
 	sendWindow = 2
 )
+
+// Flow control. A schedule gives each member at most one send and one
+// receive per step (RDMC §3), and the binomial pipeline depends on the
+// steps keeping pace: a relay sends at step t+1 the block it received at
+// step t. The engine runs the steps asynchronously and keeps, on each of
+// the member's two links, the schedule's order:
+//
+//   - Transfers with one peer share a connection, which carries them in
+//     order. A member keeps up to sendWindow sends to, and recvWindow
+//     announced receives from, the same peer in flight.
+//   - Transfers with different peers would share the member's link and
+//     split its bandwidth, so that the block of the earlier step, which
+//     the schedule needs first, would arrive late. A send to (or receive
+//     from) another peer therefore waits until the sends to (receives
+//     from) the current one have completed.
+//   - A ready-for-block signal travels behind the blocks this member has
+//     already queued for the same peer. A member therefore queues no block
+//     for a peer while it has yet to announce a receive from that peer at
+//     the same or an earlier step: binomial pipeline neighbours exchange
+//     blocks in the same step, and the signal, and with it the peer's
+//     send, would otherwise wait for a whole block to go out.
+//
+// Each of these waits ends once transfers of earlier steps have completed,
+// so a valid schedule (one that sends a block only after the step it
+// arrives in) cannot deadlock.
 
 // largeState is the progress of the one large message this member is
 // working on, and the root's queue of large messages. Members handle large
@@ -38,7 +59,10 @@ type largeState struct {
 	recvs   []op
 	have    bitset // blocks held
 	// Invariants: sendsDone ≤ sendNext ≤ len(sends), sendNext-sendsDone ≤
-	// sendWindow; recvsDone ≤ recvNext ≤ len(recvs).
+	// sendWindow; recvsDone ≤ recvNext ≤ len(recvs), recvNext-recvsDone ≤
+	// recvWindow. The sends in flight, sends[sendsDone:sendNext], all go to
+	// one peer, and the receives in flight all come from one, so each
+	// completes in the order it was posted (see Flow control above).
 	sendNext, sendsDone int
 	recvNext, recvsDone int
 	// queue holds the send-order indexes of large messages waiting at the
@@ -150,11 +174,12 @@ func (g *Group) blockReceivedLocked(peer int, wr uint64, n int, imm uint64) {
 	g.finishLargeLocked()
 }
 
-// postBlockRecvsLocked keeps up to recvWindow block receives posted, each
-// announced to its sender with a ready-for-block signal.
+// postBlockRecvsLocked posts this member's next block receives, in step
+// order, each announced to its sender with a ready-for-block signal, as
+// far as flow control allows.
 func (g *Group) postBlockRecvsLocked() {
 	L := &g.mu.large
-	for L.active && L.recvNext < len(L.recvs) && L.recvNext-L.recvsDone < g.recvWindow {
+	for L.active && L.recvNext < len(L.recvs) && mayStart(L.recvs, L.recvsDone, L.recvNext, recvWindow) {
 		o := L.recvs[L.recvNext]
 		lo, hi := g.blockRange(L.size, o.block)
 		qp := g.mu.qps[chanBlocks][o.peer]
@@ -171,12 +196,13 @@ func (g *Group) postBlockRecvsLocked() {
 }
 
 // pumpBlocksLocked posts this member's next sends, in step order, as long
-// as it holds the block and the receiver announced a buffer for it.
+// as it holds the block, the receiver announced a buffer for it, and flow
+// control allows.
 func (g *Group) pumpBlocksLocked() {
 	L := &g.mu.large
-	for L.active && L.sendNext < len(L.sends) && L.sendNext-L.sendsDone < sendWindow {
+	for L.active && L.sendNext < len(L.sends) && mayStart(L.sends, L.sendsDone, L.sendNext, sendWindow) {
 		o := L.sends[L.sendNext]
-		if !L.have.get(o.block) || g.mu.credits[o.peer] == 0 {
+		if !L.have.get(o.block) || g.mu.credits[o.peer] == 0 || L.owesReady(o.peer, o.step) {
 			return
 		}
 		g.mu.credits[o.peer]--
@@ -187,6 +213,28 @@ func (g *Group) pumpBlocksLocked() {
 		}
 		L.sendNext++
 	}
+}
+
+// mayStart reports whether ops[next] may start while ops[done:next] are
+// in flight: they are fewer than window and all with the same peer as it.
+// Because every op starts this way, ops[next-1] speaks for all of them.
+func mayStart(ops []op, done, next, window int) bool {
+	inFlight := next - done
+	return inFlight == 0 || inFlight < window && ops[next-1].peer == ops[next].peer
+}
+
+// owesReady reports whether this member has yet to announce a receive from
+// rank peer at step or earlier.
+func (s *largeState) owesReady(peer, step int) bool {
+	for _, o := range s.recvs[s.recvNext:] {
+		if o.step > step {
+			return false
+		}
+		if o.peer == peer {
+			return true
+		}
+	}
+	return false
 }
 
 // blockSentLocked handles a completed block send.

@@ -71,17 +71,18 @@ func (b *addrBook) resolve(id rdma.NodeID) (string, error) {
 	return addr, nil
 }
 
-func newLoopbackFleet(n, block int, log *slog.Logger, tamper func(rdma.NodeID, []byte)) (*loopbackFleet, error) {
+func newLoopbackFleet(n, block, sockBuf int, log *slog.Logger, tamper func(rdma.NodeID, []byte)) (*loopbackFleet, error) {
 	f := &loopbackFleet{ev: make(chan nodeEvent, eventQueueLen), done: make(chan struct{})}
 	book := &addrBook{}
 	for i := range n {
 		id := nodeID(i)
 		ep, err := rdma.ListenTCP(rdma.TCPConfig{
-			ID:            id,
-			ListenAddr:    "127.0.0.1:0",
-			Resolve:       book.resolve,
-			MaxFrameBytes: frameBytes(block),
-			Logger:        log.With("node", id),
+			ID:                id,
+			ListenAddr:        "127.0.0.1:0",
+			Resolve:           book.resolve,
+			MaxFrameBytes:     frameBytes(block),
+			SocketBufferBytes: sockBuf,
+			Logger:            log.With("node", id),
 		})
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("node %d: %w", id, err), f.Close())

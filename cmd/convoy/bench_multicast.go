@@ -39,6 +39,7 @@ type multicastBench struct {
 	nodes    []int
 	size     int
 	block    int
+	sockBuf  int // TCPConfig.SocketBufferBytes of every node; 0 for the system's
 	reps     int
 	json     bool
 	netns    bool
@@ -64,6 +65,7 @@ func parseMulticastBench(args []string, c *cli) (*multicastBench, error) {
 	nodes := fs.String("nodes", "2,4,8", "group sizes to run, comma-separated, each at least 2")
 	size := fs.String("size", "64MiB", "message size (with a KiB, MiB or GiB suffix, or bytes)")
 	block := fs.String("block", "1MiB", "block size")
+	sockBuf := fs.String("sockbuf", "", "kernel send and receive buffer size of every connection (such as 128KiB); unset leaves the system's automatic tuning")
 	b := &multicastBench{}
 	fs.IntVar(&b.reps, "reps", 5, "repetitions of each measurement; the median is reported")
 	fs.BoolVar(&b.json, "json", false, "print one JSON object per line instead of a table")
@@ -90,6 +92,11 @@ func parseMulticastBench(args []string, c *cli) (*multicastBench, error) {
 	}
 	if b.block, err = parseSize(*block); err != nil {
 		return nil, usagef("-block: %v", err)
+	}
+	if *sockBuf != "" {
+		if b.sockBuf, err = parseSize(*sockBuf); err != nil {
+			return nil, usagef("-sockbuf: %v", err)
+		}
 	}
 	switch {
 	case b.reps < 1:
@@ -141,12 +148,13 @@ func (b *multicastBench) run(ctx context.Context, c *cli) (err error) {
 func (b *multicastBench) newFleet(ctx context.Context, c *cli, log *slog.Logger) (fleet, error) {
 	n := slices.Max(b.nodes)
 	if !b.netns {
-		return newLoopbackFleet(n, b.block, log, c.tamper)
+		return newLoopbackFleet(n, b.block, b.sockBuf, log, c.tamper)
 	}
 	return newNetnsFleet(ctx, netnsOptions{
 		nodes:    n,
 		rateMbit: b.rateMbit,
 		block:    b.block,
+		sockBuf:  b.sockBuf,
 		verbose:  b.verbose,
 		self:     c.self,
 		stderr:   c.stderr,
@@ -201,6 +209,9 @@ func (b *multicastBench) printHeader(w io.Writer) {
 		if b.rateMbit > 0 {
 			where = fmt.Sprintf("one process per node in network namespaces, links at %d Mbit/s", b.rateMbit)
 		}
+	}
+	if b.sockBuf > 0 {
+		where += fmt.Sprintf(", %s socket buffers", formatSize(b.sockBuf))
 	}
 	fmt.Fprintf(w, "# %s messages in %s blocks, median of %d; %s\n", formatSize(b.size), formatSize(b.block), b.reps, where)
 	fmt.Fprintf(w, "%-10s %5s %10s %10s %7s\n", "algo", "nodes", "seconds", "unicast", "ratio")

@@ -40,6 +40,7 @@ type netnsOptions struct {
 	nodes    int
 	rateMbit int
 	block    int
+	sockBuf  int // TCPConfig.SocketBufferBytes; 0 for the system's
 	verbose  bool
 	self     selfExec
 	stderr   io.Writer // the node processes' logs
@@ -80,6 +81,7 @@ func newNetnsFleet(ctx context.Context, o netnsOptions) (_ *netnsFleet, err erro
 			"-listen", net.JoinHostPort(h.Addr.String(), strconv.Itoa(nodePort)),
 			"-peers", strings.Join(peers, ","),
 			"-block", strconv.Itoa(o.block),
+			"-sockbuf", strconv.Itoa(o.sockBuf),
 		}
 		if o.verbose {
 			args = append(args, "-v")

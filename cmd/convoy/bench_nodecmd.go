@@ -27,6 +27,7 @@ func runBenchNode(ctx context.Context, args []string, c *cli) error {
 	listen := fs.String("listen", "", "address to listen on, host:port")
 	peersFlag := fs.String("peers", "", "every node's address, as id=host:port,...")
 	block := fs.Int("block", 1<<20, "the largest block, in bytes")
+	sockBuf := fs.Int("sockbuf", 0, "kernel send and receive buffer size of every connection, in bytes; 0 leaves the system's automatic tuning")
 	verbose := fs.Bool("v", false, "log debug messages")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -56,11 +57,12 @@ func runBenchNode(ctx context.Context, args []string, c *cli) error {
 	}
 
 	ep, err := rdma.ListenTCP(rdma.TCPConfig{
-		ID:            rdma.NodeID(*id),
-		ListenAddr:    *listen,
-		Resolve:       book.resolve,
-		MaxFrameBytes: frameBytes(*block),
-		Logger:        log,
+		ID:                rdma.NodeID(*id),
+		ListenAddr:        *listen,
+		Resolve:           book.resolve,
+		MaxFrameBytes:     frameBytes(*block),
+		SocketBufferBytes: *sockBuf,
+		Logger:            log,
 	})
 	if err != nil {
 		return err

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"time"
 
@@ -83,6 +85,8 @@ type orderBench struct {
 	timeout time.Duration
 	json    bool
 	verbose bool
+	// cpuprofile, if set, is the file the run's CPU profile is written to.
+	cpuprofile string
 }
 
 // orderResult is one output line.
@@ -118,6 +122,17 @@ func runBenchOrder(ctx context.Context, args []string, c *cli) error {
 	if err != nil {
 		return err
 	}
+	if b.cpuprofile != "" {
+		f, err := os.Create(b.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	return b.run(ctx, c)
 }
 
@@ -136,6 +151,7 @@ func parseOrderBench(args []string, c *cli) (*orderBench, error) {
 	fs.DurationVar(&b.timeout, "timeout", time.Minute, "give up when a phase has not delivered everything this long after its senders stopped")
 	fs.BoolVar(&b.json, "json", false, "print one JSON object per line instead of a table")
 	fs.BoolVar(&b.verbose, "v", false, "log debug messages to stderr")
+	fs.StringVar(&b.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run (every member runs in this process) to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ import (
 )
 
 const clusterUsage = `Usage:
-  convoy cluster -app kv|log -data DIR [flags]
+  convoy cluster -app kv|log -data DIR [-tls] [flags]
 
 Runs a local cluster until interrupted: an embedded etcd (its data in
 DIR/etcd, serving clients on -http's port itself: 127.0.0.1:7100 by
@@ -43,6 +43,22 @@ closes its group), then etcd, and prints {"stopped":true}.
 
 See the members with "convoy status -etcd http://127.0.0.1:7100", or in
 a browser at any member's API (http://127.0.0.1:7101/ by default).
+
+With -tls, the cluster is secured as a deployment would be: it writes
+the certificates "convoy certs" makes into DIR/certs (renewing them,
+from the same CA, at each start) and a bearer token into
+DIR/certs/http-token (kept across starts). The members authenticate each
+other with mutual TLS, serve their APIs over TLS (https://) behind the
+token, and reach etcd over TLS (https://) with the client certificate,
+which etcd requires. The ready line then names the directory
+("certs":"DIR/certs"). For example:
+
+  convoy status -etcd https://127.0.0.1:7100 -etcd-ca DIR/certs/ca.crt \
+    -etcd-cert DIR/certs/client.crt -etcd-key DIR/certs/client.key \
+    -http-ca DIR/certs/ca.crt -http-token-file DIR/certs/http-token
+
+and open https://127.0.0.1:7101/#token=TOKEN in a browser that trusts
+DIR/certs/ca.crt.
 `
 
 // Bounds of "convoy cluster".
@@ -64,6 +80,7 @@ type clusterCmd struct {
 	etcdListen string
 	prefix     string
 	restart    bool
+	tls        bool
 	verbose    bool
 }
 
@@ -80,6 +97,9 @@ type clusterReady struct {
 	Etcd    []string        `json:"etcd"`
 	Prefix  string          `json:"prefix"`
 	Members []clusterMember `json:"members"`
+	// Certs is the directory of the certificates and the token, with
+	// -tls.
+	Certs string `json:"certs,omitempty"`
 }
 
 // clusterExit is the line printed when a member process exits: restarted
@@ -111,6 +131,7 @@ func parseCluster(args []string, c *cli) (*clusterCmd, error) {
 	fs.StringVar(&cl.etcdListen, "etcd-listen", "", "the embedded etcd's client `address` (default: -http's host and base port; port 0: a free one)")
 	fs.StringVar(&cl.prefix, "prefix", "/convoy/", "etcd key prefix of the group")
 	fs.BoolVar(&cl.restart, "restart", false, "restart member processes that exit")
+	fs.BoolVar(&cl.tls, "tls", false, "secure the cluster: mutual TLS between members, TLS and a bearer token on the APIs, TLS with client certificates to etcd (files in DIR/certs)")
 	fs.BoolVar(&cl.verbose, "v", false, "log debug messages (etcd's warnings too) to stderr")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -151,6 +172,13 @@ func (cl *clusterCmd) run(ctx context.Context, c *cli) error {
 	if err := os.MkdirAll(cl.dir, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
+	var sec *devTLS
+	if cl.tls {
+		var err error
+		if sec, err = setUpDevTLS(filepath.Join(cl.dir, "certs"), cl.nodes); err != nil {
+			return err
+		}
+	}
 	etcdLog := slog.New(slog.DiscardHandler)
 	if cl.verbose {
 		etcdLog = log
@@ -159,6 +187,7 @@ func (cl *clusterCmd) run(ctx context.Context, c *cli) error {
 		Dir:        filepath.Join(cl.dir, "etcd"),
 		ClientAddr: cl.etcdListen,
 		Logger:     etcdLog,
+		TLS:        sec.etcdTLS(),
 	})
 	if err != nil {
 		return fmt.Errorf("embedded etcd: %w", err)
@@ -166,14 +195,15 @@ func (cl *clusterCmd) run(ctx context.Context, c *cli) error {
 	defer srv.Close()
 	log.Info("embedded etcd up", "endpoints", srv.Endpoints())
 
-	hc := &http.Client{Transport: &http.Transport{}}
+	hc := &http.Client{Transport: sec.transport(&http.Transport{})}
 	defer hc.CloseIdleConnections()
+	api := apiClient{hc: hc, token: sec.apiToken()}
 	procs := make([]*memberProc, cl.nodes)
 	defer func() { stopAll(procs, memberStopTimeout) }()
 
 	exits := make(chan *memberProc, cl.nodes)
 	start := func(i int) error {
-		p, err := cl.startNode(c, srv.Endpoints(), i)
+		p, err := cl.startNode(c, srv.Endpoints(), sec, i)
 		if err != nil {
 			return err
 		}
@@ -198,7 +228,7 @@ func (cl *clusterCmd) run(ctx context.Context, c *cli) error {
 	errs := make([]error, cl.nodes)
 	for i, p := range procs {
 		wg.Go(func() {
-			_, errs[i] = waitStatus(rctx, hc, p, p.url, func(s memberStatus) bool { return s.Serving })
+			_, errs[i] = waitStatus(rctx, api, p, p.url, func(s memberStatus) bool { return s.Serving })
 		})
 	}
 	wg.Wait()
@@ -211,6 +241,9 @@ func (cl *clusterCmd) run(ctx context.Context, c *cli) error {
 		}
 	}
 	ready := clusterReady{Ready: true, Etcd: srv.Endpoints(), Prefix: cl.prefix}
+	if sec != nil {
+		ready.Certs = sec.dir
+	}
 	for _, p := range procs {
 		ready.Members = append(ready.Members, clusterMember{ID: p.id, PID: p.pid(), HTTP: p.url})
 	}
@@ -263,10 +296,11 @@ func (cl *clusterCmd) run(ctx context.Context, c *cli) error {
 	}
 }
 
-// startNode starts the process of member i (from 0).
-func (cl *clusterCmd) startNode(c *cli, etcd []string, i int) (*memberProc, error) {
+// startNode starts the process of member i (from 0), secured by sec if
+// not nil.
+func (cl *clusterCmd) startNode(c *cli, etcd []string, sec *devTLS, i int) (*memberProc, error) {
 	id := uint64(i + 1)
-	url := "http://" + hostPort(cl.httpHost, cl.httpBase+i+1)
+	url := sec.scheme() + "://" + hostPort(cl.httpHost, cl.httpBase+i+1)
 	args := []string{
 		"-id", strconv.FormatUint(id, 10),
 		"-app", cl.app,
@@ -278,6 +312,7 @@ func (cl *clusterCmd) startNode(c *cli, etcd []string, i int) (*memberProc, erro
 		"-data", filepath.Join(cl.dir, fmt.Sprintf("node-%d", id)),
 		"-initial", strconv.Itoa(cl.nodes),
 	}
+	args = append(args, sec.nodeArgs(id)...)
 	if cl.verbose {
 		args = append(args, "-log-level", "debug")
 	}

@@ -3,13 +3,16 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +21,7 @@ import (
 	"github.com/convoy-gcs/convoy"
 	logclient "github.com/convoy-gcs/convoy/examples/log/client"
 	kvclient "github.com/convoy-gcs/convoy/examples/paxos/client"
+	"github.com/convoy-gcs/convoy/internal/devcerts"
 )
 
 // freeBase returns a port p such that p to p+n are free on 127.0.0.1.
@@ -229,6 +233,94 @@ func TestCluster(t *testing.T) {
 		t.Errorf("the cluster exited with %v, want status 0", err)
 	}
 	checkGone(t, pids)
+}
+
+// TestClusterTLS runs "convoy cluster -tls -app log": etcd serves over
+// TLS with client certificates, the members' APIs over TLS behind the
+// token, and they talk to each other over mutual TLS. Appends and reads
+// work with the token and the CA; without the token they are refused;
+// "convoy status" reads the group with the files the cluster names.
+func TestClusterTLS(t *testing.T) {
+	dir := t.TempDir()
+	base := freeBase(t, 2)
+	p := startCluster(t, "-app", "log", "-nodes", "2", "-data", dir, "-http", hostPort("127.0.0.1", base), "-tls")
+	var ready clusterReady
+	p.next(t, &ready, time.Minute)
+	certs := filepath.Join(dir, "certs")
+	if !ready.Ready || len(ready.Members) != 2 || ready.Certs != certs || len(ready.Etcd) != 1 || ready.Etcd[0] != "https://"+hostPort("127.0.0.1", base) {
+		t.Fatalf("ready line %+v", ready)
+	}
+	for i, m := range ready.Members {
+		if want := fmt.Sprintf("https://127.0.0.1:%d", base+i+1); m.HTTP != want {
+			t.Errorf("member %d serves at %s, want %s", m.ID, m.HTTP, want)
+		}
+	}
+	tokenFile := filepath.Join(certs, tokenFileName)
+	token, err := readSecretFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := loadCertPool(filepath.Join(certs, devcerts.CACertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer hc.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	api := apiClient{hc: hc, token: token}
+	if pos, err := api.log([]string{ready.Members[0].HTTP}).Append(ctx, []byte("secured")); err != nil || pos != 0 {
+		t.Fatalf("append through member 1: %d, %v", pos, err)
+	}
+	if got, err := api.log([]string{ready.Members[1].HTTP}).Read(ctx, 0); err != nil || string(got) != "secured" {
+		t.Errorf("read through member 2: %q, %v", got, err)
+	}
+	if _, err := (apiClient{hc: hc}).log([]string{ready.Members[1].HTTP}).Read(ctx, 0); !errors.Is(err, logclient.ErrUnauthorized) {
+		t.Errorf("read without the token: %v, want ErrUnauthorized", err)
+	}
+	// net/http answers plain HTTP on a TLS port with 400.
+	if resp, err := http.Get("http://" + hostPort("127.0.0.1", base+1) + "/status"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("plain HTTP: %s, want 400", resp.Status)
+		}
+	}
+
+	code, out, errOut := runCommand(t, &cli{}, "status", "-etcd", ready.Etcd[0],
+		"-etcd-ca", filepath.Join(certs, devcerts.CACertFile),
+		"-etcd-cert", filepath.Join(certs, devcerts.ClientCertFile), "-etcd-key", filepath.Join(certs, devcerts.ClientKeyFile),
+		"-http-ca", filepath.Join(certs, devcerts.CACertFile), "-http-token-file", tokenFile, "-json")
+	if code != 0 {
+		t.Fatalf("status: exit %d: %s", code, errOut)
+	}
+	var r statusReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.inView() != 2 {
+		t.Errorf("status %+v: want two members in the view", r)
+	}
+	for _, m := range r.Members {
+		if m.Status == nil || !m.Status.Serving || m.Status.Tail == nil || *m.Status.Tail != 1 {
+			t.Errorf("member %d's own status %+v (%s): want serving with tail 1", m.ID, m.Status, m.Error)
+		}
+	}
+	// etcd wants a client certificate.
+	code, _, errOut = runCommand(t, &cli{}, "status", "-etcd", ready.Etcd[0], "-etcd-ca", filepath.Join(certs, devcerts.CACertFile), "-timeout", "1s")
+	if code != 1 {
+		t.Errorf("status without etcd's client certificate: exit %d, %s; want 1", code, errOut)
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var stopped struct {
+		Stopped bool `json:"stopped"`
+	}
+	p.next(t, &stopped, 30*time.Second)
+	if err := p.cmd.Wait(); err != nil {
+		t.Errorf("the cluster exited with %v, want status 0", err)
+	}
 }
 
 // TestClusterUsage checks the command line's errors.

@@ -16,7 +16,7 @@ import (
 )
 
 const demoUsage = `Usage:
-  convoy demo [-duration 10s] [-clients 8] [-json] [-keep]
+  convoy demo [-duration 10s] [-clients 8] [-json] [-keep] [-tls]
 
 Shows Convoy at work on this machine. It starts an embedded etcd and two
 groups of three member processes ("convoy node") on loopback TCP, both
@@ -40,6 +40,13 @@ the other the shared log (log). Then:
     byte; the members of each group must serve in one view and have
     applied the same deliveries.
  5. A summary gives throughput, latency, the view changes and the checks.
+
+With -tls, the demo runs secured as a deployment would be, with the
+certificates "convoy certs" makes and a bearer token, in the data
+directory's certs/: the members authenticate each other with mutual
+TLS, serve their APIs over TLS behind the token, and reach etcd over TLS
+with a client certificate, which etcd requires; the clients and the
+checks use TLS and the token.
 
 It exits with status 0 if every check passed and 1 if one failed. The
 data (etcd's, the members' logs and their log files) lives in a temporary
@@ -82,6 +89,7 @@ type demoCmd struct {
 	kill     bool
 	json     bool
 	keep     bool
+	tls      bool
 	verbose  bool
 }
 
@@ -144,6 +152,7 @@ func parseDemo(args []string, c *cli) (*demoCmd, error) {
 	fs.BoolVar(&d.kill, "kill", true, "kill and restart a member of each group (-kill=false: only the load and the checks)")
 	fs.BoolVar(&d.json, "json", false, "print the summary as JSON on stdout (the progress goes to stderr)")
 	fs.BoolVar(&d.keep, "keep", false, "keep the data directory")
+	fs.BoolVar(&d.tls, "tls", false, "secure the cluster: mutual TLS between members, TLS and a bearer token on the APIs, TLS with client certificates to etcd")
 	fs.BoolVar(&d.verbose, "v", false, "log debug messages to stderr")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -188,12 +197,20 @@ func (d *demoCmd) run(ctx context.Context, c *cli) (err error) {
 		keep = "kept"
 	}
 	p.raw("data and member logs in %s (%s)\n", dir, keep)
+	var sec *devTLS
+	if d.tls {
+		if sec, err = setUpDevTLS(filepath.Join(dir, "certs"), demoMembers); err != nil {
+			return err
+		}
+		p.raw("secured: mutual TLS between members, TLS and a bearer token on the HTTP APIs, TLS with client\n"+
+			"certificates to etcd; the CA, the certificates and the token are in %s\n", sec.dir)
+	}
 
 	etcdLog := slog.New(slog.DiscardHandler)
 	if d.verbose {
 		etcdLog = log
 	}
-	srv, err := etcddev.Start(ctx, etcddev.Config{Dir: filepath.Join(dir, "etcd"), Logger: etcdLog})
+	srv, err := etcddev.Start(ctx, etcddev.Config{Dir: filepath.Join(dir, "etcd"), Logger: etcdLog, TLS: sec.etcdTLS()})
 	if err != nil {
 		return fmt.Errorf("embedded etcd: %w", err)
 	}
@@ -205,8 +222,8 @@ func (d *demoCmd) run(ctx context.Context, c *cli) (err error) {
 		return err
 	}
 	groups := []*demoGroup{
-		newDemoGroup(appKV, dir, srv.Endpoints(), ports[:demoMembers]),
-		newDemoGroup(appLog, dir, srv.Endpoints(), ports[demoMembers:]),
+		newDemoGroup(appKV, dir, srv.Endpoints(), sec, ports[:demoMembers]),
+		newDemoGroup(appLog, dir, srv.Endpoints(), sec, ports[demoMembers:]),
 	}
 	defer func() {
 		timeout := memberStopTimeout
@@ -220,19 +237,20 @@ func (d *demoCmd) run(ctx context.Context, c *cli) (err error) {
 		wg.Wait()
 	}()
 
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4 * d.clients}, Timeout: demoRequestTimeout}
+	hc := &http.Client{Transport: sec.transport(&http.Transport{MaxIdleConnsPerHost: 4 * d.clients}), Timeout: demoRequestTimeout}
 	defer hc.CloseIdleConnections()
-	if err := d.startGroups(ctx, c, p, hc, groups); err != nil {
+	api := apiClient{hc: hc, token: sec.apiToken()}
+	if err := d.startGroups(ctx, c, p, api, groups); err != nil {
 		return err
 	}
 
-	sum, acks, err := d.exercise(ctx, c, p, hc, log, groups)
+	sum, acks, err := d.exercise(ctx, c, p, api, log, groups)
 	if err != nil {
 		return err
 	}
 
 	p.say("checking every acknowledged write on every member")
-	ck := &checker{hc: hc, read: c.demoRead}
+	ck := &checker{api: api, read: c.demoRead}
 	sum.Checks = append(sum.Checks, ck.settle(ctx, appKV, groups[0].procs())...)
 	sum.Checks = append(sum.Checks, ck.checkKV(ctx, groups[0].procs(), acks[appKV])...)
 	sum.Checks = append(sum.Checks, ck.settle(ctx, appLog, groups[1].procs())...)
@@ -267,7 +285,7 @@ func (d *demoCmd) run(ctx context.Context, c *cli) (err error) {
 }
 
 // startGroups starts every member and waits until all serve.
-func (d *demoCmd) startGroups(ctx context.Context, c *cli, p *printer, hc *http.Client, groups []*demoGroup) error {
+func (d *demoCmd) startGroups(ctx context.Context, c *cli, p *printer, api apiClient, groups []*demoGroup) error {
 	for _, g := range groups {
 		for i := range g.args {
 			if _, err := g.start(c, uint64(i+1)); err != nil {
@@ -283,7 +301,7 @@ func (d *demoCmd) startGroups(ctx context.Context, c *cli, p *printer, hc *http.
 	for _, g := range groups {
 		for _, m := range g.procs() {
 			wg.Go(func() {
-				if _, err := waitStatus(ctx, hc, m, m.url, func(s memberStatus) bool { return s.Serving }); err != nil {
+				if _, err := waitStatus(ctx, api, m, m.url, func(s memberStatus) bool { return s.Serving }); err != nil {
 					mu.Lock()
 					errs = append(errs, fmt.Errorf("%s: %w", m.name, err))
 					mu.Unlock()
@@ -306,7 +324,7 @@ func (d *demoCmd) startGroups(ctx context.Context, c *cli, p *printer, hc *http.
 
 // exercise runs the clients, kills and restarts the victims meanwhile,
 // and returns what happened and the writes acknowledged, by app.
-func (d *demoCmd) exercise(ctx context.Context, c *cli, p *printer, hc *http.Client, log *slog.Logger, groups []*demoGroup) (demoSummary, map[string][]ack, error) {
+func (d *demoCmd) exercise(ctx context.Context, c *cli, p *printer, api apiClient, log *slog.Logger, groups []*demoGroup) (demoSummary, map[string][]ack, error) {
 	sum := demoSummary{Apps: []demoAppSummary{{App: appKV}, {App: appLog}}}
 
 	// Poll the views and print progress until the clients stop.
@@ -316,11 +334,11 @@ func (d *demoCmd) exercise(ctx context.Context, c *cli, p *printer, hc *http.Cli
 		stopMonitor()
 		monitor.Wait()
 	}()
-	monitor.Go(func() { d.monitor(mctx, p, hc, groups) })
+	monitor.Go(func() { d.monitor(mctx, p, api, groups) })
 
 	p.say("%d clients put %d-byte values under fresh keys into kv, %d append %d-byte entries to log, for %v",
 		d.clients, demoValueBytes, d.clients, demoEntryBytes, d.duration)
-	w := newWorkload(d.clients, hc, log)
+	w := newWorkload(d.clients, api, log)
 	start := time.Now()
 	w.start(ctx, groups[0].urls, groups[1].urls)
 	monitor.Go(func() { d.progress(mctx, p, w, groups, start) })
@@ -335,7 +353,7 @@ func (d *demoCmd) exercise(ctx context.Context, c *cli, p *printer, hc *http.Cli
 		var wg sync.WaitGroup
 		errs := make([]error, len(groups))
 		for i, g := range groups {
-			wg.Go(func() { errs[i] = d.crashAndRestart(ctx, c, p, hc, g, &sum.Apps[i]) })
+			wg.Go(func() { errs[i] = d.crashAndRestart(ctx, c, p, api, g, &sum.Apps[i]) })
 		}
 		wg.Wait()
 		crashErr = errors.Join(errs...)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,7 +37,7 @@ type demoCheck struct {
 // checker reads back what the demo's clients wrote from every member of
 // a group, each member on its own (no failover), and compares.
 type checker struct {
-	hc *http.Client
+	api apiClient
 	// read, if set, sees every value read back before it is compared
 	// (cli.demoRead).
 	read func(app string, member uint64, what string, data []byte) []byte
@@ -91,7 +90,7 @@ func (ck *checker) settle(ctx context.Context, app string, members []*memberProc
 	var last []memberStatus
 	var lastErr error
 	for {
-		last, lastErr = statusAll(ctx, ck.hc, members)
+		last, lastErr = statusAll(ctx, ck.api, members)
 		if lastErr == nil && sameView(last, members) && sameApplied(last) || time.Now().After(deadline) {
 			break
 		}
@@ -127,10 +126,10 @@ func (ck *checker) settle(ctx context.Context, app string, members []*memberProc
 }
 
 // statusAll returns every member's status.
-func statusAll(ctx context.Context, hc *http.Client, members []*memberProc) ([]memberStatus, error) {
+func statusAll(ctx context.Context, api apiClient, members []*memberProc) ([]memberStatus, error) {
 	out := make([]memberStatus, len(members))
 	for i, m := range members {
-		s, err := fetchStatus(ctx, hc, m.url)
+		s, err := fetchStatus(ctx, api, m.url)
 		if err != nil {
 			return nil, fmt.Errorf("member %d: %w", m.id, err)
 		}
@@ -177,7 +176,7 @@ func (ck *checker) checkKV(ctx context.Context, members []*memberProc, acks []ac
 	clients := make([]*kvclient.Client, len(members))
 	var p problems
 	for i, m := range members {
-		clients[i] = kvclient.New([]string{m.url}, kvclient.WithHTTPClient(ck.hc))
+		clients[i] = ck.api.kv([]string{m.url})
 		rctx, cancel := context.WithTimeout(ctx, checkReadTimeout)
 		_, _, err := clients[i].Get(rctx, acks[len(acks)-1].key)
 		cancel()
@@ -219,7 +218,7 @@ func (ck *checker) checkLog(ctx context.Context, members []*memberProc, acks []a
 	tails := make([]uint64, len(members))
 	var tp problems
 	for i, m := range members {
-		clients[i] = logclient.New([]string{m.url}, logclient.WithHTTPClient(ck.hc))
+		clients[i] = ck.api.log([]string{m.url})
 		rctx, cancel := context.WithTimeout(ctx, checkReadTimeout)
 		t, err := clients[i].Tail(rctx)
 		cancel()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 )
@@ -12,7 +11,7 @@ import (
 // crashAndRestart kills the victim of group g, waits until the survivors
 // go on without it, restarts it and waits until it serves again in a
 // view with every member.
-func (d *demoCmd) crashAndRestart(ctx context.Context, c *cli, p *printer, hc *http.Client, g *demoGroup, a *demoAppSummary) error {
+func (d *demoCmd) crashAndRestart(ctx context.Context, c *cli, p *printer, api apiClient, g *demoGroup, a *demoAppSummary) error {
 	procs := g.procs()
 	victim := procs[d.victim-1]
 	var survivors []*memberProc
@@ -29,7 +28,7 @@ func (d *demoCmd) crashAndRestart(ctx context.Context, c *cli, p *printer, hc *h
 	xctx, cancel := context.WithTimeoutCause(ctx, demoExcludeTimeout,
 		fmt.Errorf("%s: the survivors did not go on without member %d within %v", g.app, d.victim, demoExcludeTimeout))
 	defer cancel()
-	without, err := waitAll(xctx, hc, survivors, func(s memberStatus) bool { return s.Serving && !s.has(d.victim) })
+	without, err := waitAll(xctx, api, survivors, func(s memberStatus) bool { return s.Serving && !s.has(d.victim) })
 	if err != nil {
 		return err
 	}
@@ -48,7 +47,7 @@ func (d *demoCmd) crashAndRestart(ctx context.Context, c *cli, p *printer, hc *h
 	rctx, cancel := context.WithTimeoutCause(ctx, demoRejoinTimeout,
 		fmt.Errorf("%s: member %d did not serve again within %v of its restart", g.app, d.victim, demoRejoinTimeout))
 	defer cancel()
-	back, err := waitAll(rctx, hc, g.procs(), func(s memberStatus) bool { return s.Serving && s.has(d.victim) })
+	back, err := waitAll(rctx, api, g.procs(), func(s memberStatus) bool { return s.Serving && s.has(d.victim) })
 	if err != nil {
 		return err
 	}
@@ -62,13 +61,13 @@ func (d *demoCmd) crashAndRestart(ctx context.Context, c *cli, p *printer, hc *h
 
 // waitAll waits until ok accepts the status of every member in ms and
 // returns the status of the one with the highest epoch.
-func waitAll(ctx context.Context, hc *http.Client, ms []*memberProc, ok func(memberStatus) bool) (memberStatus, error) {
+func waitAll(ctx context.Context, api apiClient, ms []*memberProc, ok func(memberStatus) bool) (memberStatus, error) {
 	var wg sync.WaitGroup
 	sts := make([]memberStatus, len(ms))
 	errs := make([]error, len(ms))
 	for i, m := range ms {
 		wg.Go(func() {
-			sts[i], errs[i] = waitStatus(ctx, hc, m, m.url, ok)
+			sts[i], errs[i] = waitStatus(ctx, api, m, m.url, ok)
 			if errs[i] != nil {
 				errs[i] = fmt.Errorf("%s: %w", m.name, errs[i])
 			}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -114,14 +113,15 @@ func (p *printer) raw(format string, args ...any) {
 	fmt.Fprintf(p.w, format, args...)
 }
 
-// newDemoGroup describes the group serving app on ports, in dir.
-func newDemoGroup(app, dir string, etcd []string, ports []int) *demoGroup {
+// newDemoGroup describes the group serving app on ports, in dir,
+// secured by sec if not nil.
+func newDemoGroup(app, dir string, etcd []string, sec *devTLS, ports []int) *demoGroup {
 	g := &demoGroup{app: app, prefix: "/convoy-demo/" + app + "/"}
 	g.mu.procs = make([]*memberProc, len(ports))
 	for i, port := range ports {
 		id := uint64(i + 1)
 		name := fmt.Sprintf("%s-%d", app, id)
-		g.urls = append(g.urls, "http://"+hostPort("127.0.0.1", port))
+		g.urls = append(g.urls, sec.scheme()+"://"+hostPort("127.0.0.1", port))
 		g.logs = append(g.logs, filepath.Join(dir, name+".log"))
 		g.args = append(g.args, append([]string{
 			"-id", strconv.FormatUint(id, 10),
@@ -132,14 +132,14 @@ func newDemoGroup(app, dir string, etcd []string, ports []int) *demoGroup {
 			"-prefix", g.prefix,
 			"-data", filepath.Join(dir, name),
 			"-initial", strconv.Itoa(len(ports)),
-		}, demoNodeFlags()...))
+		}, append(demoNodeFlags(), sec.nodeArgs(id)...)...))
 	}
 	return g
 }
 
 // monitor polls every member's status until ctx ends, recording the
 // views seen.
-func (d *demoCmd) monitor(ctx context.Context, p *printer, hc *http.Client, groups []*demoGroup) {
+func (d *demoCmd) monitor(ctx context.Context, p *printer, api apiClient, groups []*demoGroup) {
 	tick := time.NewTicker(demoMonitorInterval)
 	defer tick.Stop()
 	for {
@@ -148,7 +148,7 @@ func (d *demoCmd) monitor(ctx context.Context, p *printer, hc *http.Client, grou
 			sts := make([]memberStatus, len(procs))
 			var wg sync.WaitGroup
 			for i, m := range procs {
-				wg.Go(func() { sts[i], _ = fetchStatus(ctx, hc, m.url) })
+				wg.Go(func() { sts[i], _ = fetchStatus(ctx, api, m.url) })
 			}
 			wg.Wait()
 			g.saw(sts, time.Since(p.t0))

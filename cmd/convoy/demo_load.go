@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -48,7 +47,7 @@ type loadStats struct {
 // a loop until stop is closed.
 type workload struct {
 	clients int
-	hc      *http.Client
+	api     apiClient
 	log     *slog.Logger
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -62,17 +61,17 @@ type workload struct {
 	}
 }
 
-func newWorkload(clients int, hc *http.Client, log *slog.Logger) *workload {
-	return &workload{clients: clients, hc: hc, log: log, stop: make(chan struct{})}
+func newWorkload(clients int, api apiClient, log *slog.Logger) *workload {
+	return &workload{clients: clients, api: api, log: log, stop: make(chan struct{})}
 }
 
 // start starts the clients of both services: kvURLs and logURLs are the
 // members' base URLs; each client tries them from a different one.
 func (w *workload) start(ctx context.Context, kvURLs, logURLs []string) {
 	for i := range w.clients {
-		kc := kvclient.New(rotate(kvURLs, i), kvclient.WithHTTPClient(w.hc))
+		kc := w.api.kv(rotate(kvURLs, i))
 		w.wg.Go(func() { w.runKV(ctx, i, kc) })
-		lc := logclient.New(rotate(logURLs, i), logclient.WithHTTPClient(w.hc))
+		lc := w.api.log(rotate(logURLs, i))
 		w.wg.Go(func() { w.runLog(ctx, i, lc) })
 	}
 }

@@ -145,6 +145,36 @@ func TestDemo(t *testing.T) {
 	checkEmpty(t, tmp)
 }
 
+// TestDemoTLS runs the demo secured (-tls): mutual TLS between members,
+// TLS and a token on the APIs, TLS with client certificates to etcd. It
+// passes the same checks, through the kill and the restart, and leaves
+// no process and no data behind.
+func TestDemoTLS(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	code, out, progress := runCommand(t, selfCLI(t), "demo", "-tls", "-duration", "2s", "-clients", "2", "-json")
+	t.Logf("progress:\n%s", progress)
+	if code != 0 {
+		t.Fatalf("exit status %d; stdout:\n%s", code, out)
+	}
+	sum := decodeDemoSummary(t, out)
+	if sum.Failed != 0 || sum.Passed != 8 {
+		t.Errorf("%d checks passed, %d failed: want 8 passed", sum.Passed, sum.Failed)
+	}
+	for _, a := range sum.Apps {
+		if a.Acked == 0 || a.Killed != 2 || a.EpochBack <= a.EpochWithout {
+			t.Errorf("%s: %+v: want writes, member 2 killed and back", a.App, a)
+		}
+	}
+	for _, want := range []string{"secured: mutual TLS between members", "https://127.0.0.1:", "etcd serves at https://"} {
+		if !strings.Contains(progress, want) {
+			t.Errorf("progress lacks %q", want)
+		}
+	}
+	checkGone(t, memberPIDs(t, progress))
+	checkEmpty(t, tmp)
+}
+
 // TestDemoCatchesDifferences makes one member of each group answer one
 // read with a wrong byte: the demo must fail, naming the member and what
 // differs, while the other checks pass.

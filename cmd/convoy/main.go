@@ -7,6 +7,7 @@
 //	convoy cluster [flags]           a local cluster of the key-value store or the shared log
 //	convoy node [flags]              one member of a group, serving an example application over HTTP
 //	convoy status [flags]            a group's view in etcd and its members' own status
+//	convoy certs [flags]             the certificates of a development deployment
 //	convoy bench multicast [flags]   multicast of one large message vs. unicast
 //	convoy bench order [flags]       total-order throughput and latency vs. unordered
 //	convoy bench viewchange [flags]  time to go on without a member killed with SIGKILL
@@ -42,6 +43,7 @@ Commands:
   cluster  run a local cluster of the key-value store or the shared log until interrupted
   node     run one member of a group serving the key-value store or the shared log
   status   show a group's view in etcd and its members' status
+  certs    make the certificates of a development deployment (a CA, members, etcd, a client)
   bench    run a benchmark (convoy bench multicast|order|viewchange|join|snapshot ...)
   help     show this help
 
@@ -122,6 +124,8 @@ func dispatch(ctx context.Context, args []string, c *cli) error {
 		return runNode(ctx, args[1:], c)
 	case "status":
 		return runStatus(ctx, args[1:], c)
+	case "certs":
+		return runCerts(ctx, args[1:], c)
 	case "bench":
 		return runBench(ctx, args[1:], c)
 	case "help", "-h", "-help", "--help":

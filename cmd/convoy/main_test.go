@@ -90,12 +90,12 @@ func TestBenchMulticastLoopback(t *testing.T) {
 
 func TestBenchMulticastTable(t *testing.T) {
 	code, out, errOut := runCommand(t, &cli{},
-		"bench", "multicast", "-algos", "pipeline", "-nodes", "3", "-size", "100000", "-block", "16KiB", "-reps", "3")
+		"bench", "multicast", "-algos", "pipeline", "-nodes", "3", "-size", "100000", "-block", "16KiB", "-reps", "3", "-sockbuf", "64KiB")
 	if code != 0 {
 		t.Fatalf("exit status %d:\n%s", code, errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || !strings.Contains(lines[0], "median of 3") || !strings.HasPrefix(lines[2], "pipeline ") {
+	if len(lines) != 3 || !strings.Contains(lines[0], "median of 3") || !strings.Contains(lines[0], "64KiB socket buffers") || !strings.HasPrefix(lines[2], "pipeline ") {
 		t.Errorf("unexpected table:\n%s", out)
 	}
 }
@@ -157,6 +157,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bench", "multicast", "-size", "12QiB"}, "bad size"},
 		{[]string{"bench", "multicast", "-rate", "100"}, "-rate needs -netns"},
 		{[]string{"bench", "multicast", "-reps", "0"}, "-reps"},
+		{[]string{"bench", "multicast", "-sockbuf", "0"}, "-sockbuf"},
 		{[]string{"bench", "multicast", "extra"}, "unexpected arguments"},
 	} {
 		code, _, errOut := runCommand(t, &cli{}, tc.args...)

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/convoy-gcs/convoy"
+	logclient "github.com/convoy-gcs/convoy/examples/log/client"
+	kvclient "github.com/convoy-gcs/convoy/examples/paxos/client"
 	"github.com/convoy-gcs/convoy/internal/childproc"
 )
 
@@ -157,16 +159,36 @@ func (s memberStatus) has(id uint64) bool { return slices.Contains(s.Members, id
 // errStarting is a member's answer before it takes part in a view.
 var errStarting = errors.New("starting")
 
+// apiClient reaches members' HTTP APIs.
+type apiClient struct {
+	hc *http.Client
+	// token, if not empty, goes with every request as a bearer token.
+	token string
+}
+
+// kv returns a client of the key-value store at urls.
+func (a apiClient) kv(urls []string, opts ...kvclient.Option) *kvclient.Client {
+	return kvclient.New(urls, append([]kvclient.Option{kvclient.WithHTTPClient(a.hc), kvclient.WithToken(a.token)}, opts...)...)
+}
+
+// log returns a client of the shared log at urls.
+func (a apiClient) log(urls []string) *logclient.Client {
+	return logclient.New(urls, logclient.WithHTTPClient(a.hc), logclient.WithToken(a.token))
+}
+
 // fetchStatus returns the status of the member at base URL url, or
 // errStarting if it answers 503.
-func fetchStatus(ctx context.Context, hc *http.Client, url string) (memberStatus, error) {
+func fetchStatus(ctx context.Context, api apiClient, url string) (memberStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/status", nil)
 	if err != nil {
 		return memberStatus{}, err
 	}
-	resp, err := hc.Do(req)
+	if api.token != "" {
+		req.Header.Set("Authorization", "Bearer "+api.token)
+	}
+	resp, err := api.hc.Do(req)
 	if err != nil {
 		return memberStatus{}, err
 	}
@@ -191,12 +213,12 @@ func fetchStatus(ctx context.Context, hc *http.Client, url string) (memberStatus
 
 // waitStatus polls the member at url until ok accepts its status, ctx
 // ends, or p (if not nil) exits.
-func waitStatus(ctx context.Context, hc *http.Client, p *memberProc, url string, ok func(memberStatus) bool) (memberStatus, error) {
+func waitStatus(ctx context.Context, api apiClient, p *memberProc, url string, ok func(memberStatus) bool) (memberStatus, error) {
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
 	var last error
 	for {
-		s, err := fetchStatus(ctx, hc, url)
+		s, err := fetchStatus(ctx, api, url)
 		if err == nil && ok(s) {
 			return s, nil
 		}

@@ -26,11 +26,17 @@ import (
 // node's), and returns the line it printed once serving.
 func startTestNode(t *testing.T, s nodeSettings) (servingLine, func() error) {
 	t.Helper()
+	return startTestNodeLog(t, s, slog.New(slog.DiscardHandler))
+}
+
+// startTestNodeLog is startTestNode with the node logging to log.
+func startTestNodeLog(t *testing.T, s nodeSettings, log *slog.Logger) (servingLine, func() error) {
+	t.Helper()
 	ctx, stop := context.WithCancel(t.Context())
 	pr, pw := io.Pipe()
 	served := make(chan error, 1)
 	go func() {
-		served <- serveNode(ctx, s, pw, slog.New(slog.DiscardHandler))
+		served <- serveNode(ctx, s, pw, log)
 		pw.Close()
 	}()
 	var line servingLine
@@ -57,9 +63,6 @@ func startTestNode(t *testing.T, s nodeSettings) (servingLine, func() error) {
 // group closed, its connections with it) moves the suspicions and the
 // views once more. The profiler answers too.
 func TestNodeMetrics(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts etcd and a group of three")
-	}
 	etcd, err := etcddev.Start(t.Context(), etcddev.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,12 +11,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/convoy-gcs/convoy"
 	sharedlog "github.com/convoy-gcs/convoy/examples/log"
@@ -53,6 +55,31 @@ client certificate also logs in, to an etcd run with
 --client-cert-auth); with authentication enabled, -etcd-username logs in
 with the password in CONVOY_ETCD_PASSWORD or on the first line of
 -etcd-password-file (a -etcd-password flag shows in the process list).
+
+Members authenticate each other with mutual TLS given -tls-ca, -tls-cert
+and -tls-key: a member's certificate must name its id as the URI
+convoy://member/<id> ("convoy certs" makes such certificates for
+development). -http-cert and -http-key serve the HTTP API over TLS
+(HTTP/1.1; the base URL becomes https://...). The node reads its
+certificate, key and CA files (the member's and the API's) again when
+their contents change, every -tls-reload-interval and on SIGHUP, and
+logs it: connections made from then on use the new ones, and those
+already up go on. Files that cannot be used (a key that does not match,
+a file half written) are logged and the ones in use kept.
+
+A bearer token, in CONVOY_HTTP_TOKEN (or the settings file's
+http_token) or on the first line of -http-token-file (there is no flag:
+a flag shows in the process list), guards the API: a request without
+the header "Authorization: Bearer <token>", or with another token, gets
+401 with "WWW-Authenticate: Bearer". That holds for every route: the application's, the key-value
+store's stream upgrade (GET /stream), GET /status and GET /group. Only
+GET /, the page's code, stays open: it holds no data, and reads it from
+GET /group with the token it is given (open it as /#token=<token>). The
+members of a group share their token: this node sends it when it reads
+the others' status for GET /group, trusting -http-ca (default: -tls-ca)
+for their certificates. Send the token over TLS only. The operator
+endpoints of -metrics-addr (/metrics, /debug/pprof/) are not guarded:
+listen for them on a private address.
 
 -clock-offset and -clock-drift-ppm set the member's clock (which stamps
 its messages and times its failure detector) off the machine's, to test
@@ -135,9 +162,23 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 	if err != nil {
 		return err
 	}
-	memberTLS, err := s.memberTLS()
+	token, err := s.httpToken()
 	if err != nil {
 		return err
+	}
+	memberFiles, httpFiles, err := s.tlsFiles(log)
+	if err != nil {
+		return err
+	}
+	var reloaded []*tlsFiles
+	for _, f := range []*tlsFiles{memberFiles, httpFiles} {
+		if f != nil {
+			reloaded = append(reloaded, f)
+		}
+	}
+	if len(reloaded) > 0 {
+		stopWatching := watchFiles(ctx, s.TLSReloadInterval, reloaded)
+		defer stopWatching()
 	}
 
 	// The API listens from the start, answering 503 until the member
@@ -146,33 +187,41 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 	if err != nil {
 		return fmt.Errorf("HTTP API: %w", err)
 	}
+	scheme := "http"
+	if s.HTTPCert != "" {
+		ln = tls.NewListener(ln, httpFiles.serverConfig())
+		scheme = "https"
+	}
 	url := s.HTTPURL
 	if url == "" {
-		url = baseURL(ln.Addr())
+		url = baseURL(scheme, ln.Addr())
 	}
 	// The client does not wait for etcd: the API starts serving at once.
-	etcd, err := clientv3.New(clientv3.Config{
-		Endpoints:   s.Etcd,
-		TLS:         etcdTLS,
-		Username:    etcdUser,
-		Password:    etcdPassword,
-		DialTimeout: etcdDialTimeout,
-		Logger:      zap.NewNop(),
-	})
+	etcd, err := dialEtcd(s.Etcd, etcdTLS, etcdUser, etcdPassword)
 	if err != nil {
 		ln.Close()
-		return fmt.Errorf("etcd client: %w", err)
+		return err
 	}
 	defer etcd.Close()
 	// The group's page and its report (GET / and /group) read etcd and
 	// the other members, so they serve while this member starts too.
+	// The report's reads of the other members carry this member's token:
+	// a group shares one.
 	var h switchHandler
-	peers := &http.Client{Transport: &http.Transport{}}
+	peers := &http.Client{Transport: s.peersTransport(memberFiles, httpFiles)}
 	defer peers.CloseIdleConnections()
+	page := &groupPage{etcd: etcd, api: apiClient{hc: peers, token: token}, prefix: s.Prefix, log: log, app: &h}
+	handler, err := guardPage(page, token)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	srv := &http.Server{
-		Handler:           &groupPage{etcd: etcd, hc: peers, prefix: s.Prefix, log: log, app: &h},
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		// Over TLS too, HTTP/1.1 only: see tlsFiles.serverConfig.
+		Protocols: httpOneOnly(),
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -209,8 +258,10 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 		SuspectTimeout:    s.SuspectTimeout,
 		StallTimeout:      s.StallTimeout,
 		Durable:           &convoy.DurableConfig{Dir: s.Data},
-		TLS:               memberTLS,
 		Logger:            log,
+	}
+	if memberFiles != nil {
+		cfg.TLS = memberFiles.memberConfig()
 	}
 	var metricsAddr string
 	if s.MetricsAddr != "" {
@@ -253,8 +304,8 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 			log.Warn("closing the group", "err", err)
 		}
 	}()
-	handler := svc.Handler()
-	h.h.Store(&handler)
+	app := svc.Handler()
+	h.h.Store(&app)
 	line, err := json.Marshal(servingLine{Serving: true, ID: s.ID, App: s.App, HTTP: url, PID: os.Getpid(), Metrics: metricsAddr})
 	if err != nil {
 		return err
@@ -317,19 +368,46 @@ func (s *switchHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, `{"error":"starting: not yet a member of the group"}`+"\n")
 }
 
-// baseURL returns the http URL of a listener's address; an unspecified
-// host (all interfaces) becomes this machine's host name.
-func baseURL(addr net.Addr) string {
+// httpOneOnly returns the protocols of a server that speaks HTTP/1.1
+// alone, over TCP or TLS.
+func httpOneOnly() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	return &p
+}
+
+// baseURL returns the URL, with scheme, of a listener's address; an
+// unspecified host (all interfaces) becomes this machine's host name.
+func baseURL(scheme string, addr net.Addr) string {
 	host, port, err := net.SplitHostPort(addr.String())
 	if err != nil {
-		return "http://" + addr.String()
+		return scheme + "://" + addr.String()
 	}
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		if name, err := os.Hostname(); err == nil {
 			host = name
 		}
 	}
-	return "http://" + net.JoinHostPort(host, port)
+	return scheme + "://" + net.JoinHostPort(host, port)
+}
+
+// watchFiles reads files again every interval (0: never on a timer)
+// and on every SIGHUP, until ctx ends or the returned function is
+// called, which waits for the watching to stop.
+func watchFiles(ctx context.Context, interval time.Duration, files []*tlsFiles) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watchTLSFiles(ctx, interval, hup, files)
+	}()
+	return func() {
+		signal.Stop(hup)
+		cancel()
+		<-done
+	}
 }
 
 // httpRecord is what a node records in etcd under {prefix}http/{id}.

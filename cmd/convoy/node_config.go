@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"reflect"
 	"strconv"
@@ -21,7 +22,11 @@ import (
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
 
+	"github.com/convoy-gcs/convoy/internal/httpauth"
 	"github.com/convoy-gcs/convoy/internal/skewclock"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // nodeSettings configures one "convoy node" member. Each setting comes,
@@ -38,9 +43,24 @@ type nodeSettings struct {
 	Listen string `json:"listen"`
 	Addr   string `json:"addr"`
 	// HTTP is the API's listen address; HTTPURL its base URL as clients
-	// reach it ("": made from the address listened on).
+	// reach it ("": made from the address listened on, https:// with
+	// HTTPCert).
 	HTTP    string `json:"http"`
 	HTTPURL string `json:"http_url"`
+	// HTTPCert and HTTPKey are PEM files of the certificate and key the
+	// API serves TLS with (none: plain HTTP).
+	HTTPCert string `json:"http_cert"`
+	HTTPKey  string `json:"http_key"`
+	// HTTPCA is a PEM file of the CAs that sign the members' API
+	// certificates, which this node trusts when it reads the other
+	// members' status for GET /group ("": TLSCA's, else the system's).
+	HTTPCA string `json:"http_ca"`
+	// HTTPToken, or the first line of the file HTTPTokenFile names, is
+	// the bearer token every API request must carry ("": none). The
+	// token has no flag, so that it never shows in the process list:
+	// CONVOY_HTTP_TOKEN or the settings file set it.
+	HTTPToken     string `json:"http_token"`
+	HTTPTokenFile string `json:"http_token_file"`
 	// MetricsAddr is the listen address of the operator endpoints,
 	// /metrics and /debug/pprof/ ("": none).
 	MetricsAddr string `json:"metrics_addr"`
@@ -79,6 +99,12 @@ type nodeSettings struct {
 	TLSCA   string `json:"tls_ca"`
 	TLSCert string `json:"tls_cert"`
 	TLSKey  string `json:"tls_key"`
+	// TLSReloadInterval is how often the node looks for changes in its
+	// certificate, key and CA files (TLSCert, TLSKey, TLSCA, HTTPCert,
+	// HTTPKey and HTTPCA) and, if they changed, reads them again, for the
+	// connections made from then on; 0: only on SIGHUP, which always
+	// makes it look.
+	TLSReloadInterval time.Duration `json:"tls_reload_interval"`
 	// ClockOffset and ClockDriftPPM set this member's clock
 	// (convoy.Config.Clock) off the machine's, to test a group under
 	// clock skew: the clock reads the machine's time plus ClockOffset
@@ -102,7 +128,11 @@ func defineNodeFlags(fs *flag.FlagSet) {
 	fs.String("listen", "127.0.0.1:0", "transport listen `address`, host:port (port 0: a free one)")
 	fs.String("addr", "", "transport `address` other members reach this one at (default: the address listened on)")
 	fs.String("http", "127.0.0.1:0", "HTTP API listen `address`, host:port (port 0: a free one)")
-	fs.String("http-url", "", "base `URL` clients reach the API at (default: http:// and the address listened on)")
+	fs.String("http-url", "", "base `URL` clients reach the API at (default: http:// and the address listened on; https:// with -http-cert)")
+	fs.String("http-cert", "", "PEM `file` of the certificate to serve the HTTP API with, over TLS (HTTP/1.1)")
+	fs.String("http-key", "", "PEM `file` of -http-cert's private key")
+	fs.String("http-ca", "", "PEM `file` of the CA that signs the members' HTTP API certificates, trusted when reading their status for GET /group (default: -tls-ca, else the system's CAs)")
+	fs.String("http-token-file", "", "`file` whose first line is the bearer token every HTTP API request must carry (or set "+settingEnv(httpTokenKey)+"; default: none)")
 	fs.String("metrics-addr", "", "listen `address` of the operator endpoints, /metrics (Prometheus) and /debug/pprof/ (default: none)")
 	fs.String("otlp-endpoint", "", "`URL` of an OTLP/HTTP collector to send traces to, e.g. http://localhost:4318 (default: none)")
 	fs.String("etcd", "", "etcd `endpoints`, comma-separated URLs (required)")
@@ -122,6 +152,7 @@ func defineNodeFlags(fs *flag.FlagSet) {
 	fs.String("tls-ca", "", "PEM `file` of the CA that signs members' certificates (mutual TLS between members)")
 	fs.String("tls-cert", "", "PEM `file` of this member's certificate, which names its id as the URI convoy://member/<id>")
 	fs.String("tls-key", "", "PEM `file` of -tls-cert's private key")
+	fs.Duration("tls-reload-interval", 10*time.Second, "`interval` between looks at the certificate, key and CA files, read again if they changed (0: only on SIGHUP, which always looks)")
 	fs.Duration("clock-offset", 0, "set this member's clock off by this `offset`, ahead or (negative) behind, for fault testing")
 	fs.Int("clock-drift-ppm", 0, "make this member's clock gain `ppm` microseconds a second (lose, if negative), for fault testing")
 	fs.String("log-level", "info", "debug, info, warn or error")
@@ -143,6 +174,9 @@ func settingEnv(key string) string {
 // nodeConfigEnv names the settings file when -config is absent.
 const nodeConfigEnv = "CONVOY_CONFIG"
 
+// httpTokenKey is the setting with no flag (see nodeSettings.HTTPToken).
+const httpTokenKey = "http_token"
+
 // loadNodeSettings reads the settings of "convoy node" from args (flags),
 // the environment and the JSON file that -config or CONVOY_CONFIG names:
 // a flag overrides the environment, which overrides the file, which
@@ -159,6 +193,8 @@ func loadNodeSettings(args []string, c *cli) (nodeSettings, error) {
 		keys[key] = true
 		envKeys[settingEnv(key)] = key
 	})
+	keys[httpTokenKey] = true
+	envKeys[settingEnv(httpTokenKey)] = httpTokenKey
 	configFile := fs.String("config", "", "JSON `file` of settings (fields named like the flags, with _ for -) ["+nodeConfigEnv+"]")
 	if err := parseFlags(fs, args); err != nil {
 		return nodeSettings{}, err
@@ -324,6 +360,17 @@ func (s nodeSettings) check() error {
 		return usagef("node: -clock-drift-ppm %d is beyond ±%d", s.ClockDriftPPM, skewclock.MaxDriftPPM)
 	case (s.TLSCA != "" || s.TLSCert != "" || s.TLSKey != "") && (s.TLSCA == "" || s.TLSCert == "" || s.TLSKey == ""):
 		return usagef("node: mutual TLS between members needs -tls-ca, -tls-cert and -tls-key")
+	case (s.HTTPCert == "") != (s.HTTPKey == ""):
+		return usagef("node: -http-cert and -http-key go together")
+	case s.HTTPToken != "" && s.HTTPTokenFile != "":
+		return usagef("node: the HTTP token (%s or %s) and -http-token-file: give one", settingEnv(httpTokenKey), httpTokenKey)
+	case s.TLSReloadInterval < 0:
+		return usagef("node: durations must not be negative")
+	}
+	if s.HTTPToken != "" {
+		if err := httpauth.CheckToken(s.HTTPToken); err != nil {
+			return usagef("node: the HTTP token (%s or %s): %v", settingEnv(httpTokenKey), httpTokenKey, err)
+		}
 	}
 	if _, err := parseLogLevel(s.LogLevel); err != nil {
 		return usagef("node: -log-level: %v", err)
@@ -389,16 +436,35 @@ func (s nodeSettings) etcdTLS() (*tls.Config, error) {
 func (s nodeSettings) etcdLogin() (user, password string, err error) {
 	password = s.EtcdPassword
 	if s.EtcdPasswordFile != "" {
-		if password, err = readPasswordFile(s.EtcdPasswordFile); err != nil {
+		if password, err = readSecretFile(s.EtcdPasswordFile); err != nil {
 			return "", "", fmt.Errorf("etcd password: %w", err)
 		}
 	}
 	return s.EtcdUsername, password, nil
 }
 
-// readPasswordFile returns the first line of the file at path, without
+// httpToken returns the bearer token the API requires, "" for none: the
+// one in HTTPTokenFile if set.
+func (s nodeSettings) httpToken() (string, error) {
+	token := s.HTTPToken
+	if s.HTTPTokenFile != "" {
+		var err error
+		if token, err = readSecretFile(s.HTTPTokenFile); err != nil {
+			return "", fmt.Errorf("HTTP token: %w", err)
+		}
+	}
+	if token == "" {
+		return "", nil
+	}
+	if err := httpauth.CheckToken(token); err != nil {
+		return "", fmt.Errorf("HTTP token: %w", err)
+	}
+	return token, nil
+}
+
+// readSecretFile returns the first line of the file at path, without
 // its line ending; it must not be empty.
-func readPasswordFile(path string) (string, error) {
+func readSecretFile(path string) (string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
@@ -410,28 +476,34 @@ func readPasswordFile(path string) (string, error) {
 	return line, nil
 }
 
-// memberTLS returns the mutual TLS configuration between members, or nil
-// without one: this member's certificate, presented as client and as
-// server, and the CA that must have signed its peers'.
-func (s nodeSettings) memberTLS() (*tls.Config, error) {
-	if s.TLSCA == "" {
-		return nil, nil
+// tlsFiles opens the certificate files of mutual TLS between members
+// (TLSCert, TLSKey, TLSCA) and of the HTTP API (HTTPCert, HTTPKey,
+// HTTPCA); either is nil if none of its files is set.
+func (s nodeSettings) tlsFiles(log *slog.Logger) (member, api *tlsFiles, err error) {
+	if s.TLSCA != "" {
+		if member, err = openTLSFiles("member TLS", s.TLSCert, s.TLSKey, s.TLSCA, log); err != nil {
+			return nil, nil, err
+		}
 	}
-	pool, err := loadCertPool(s.TLSCA)
-	if err != nil {
-		return nil, fmt.Errorf("member CA: %w", err)
+	if s.HTTPCert != "" || s.HTTPCA != "" {
+		if api, err = openTLSFiles("HTTP TLS", s.HTTPCert, s.HTTPKey, s.HTTPCA, log); err != nil {
+			return nil, nil, err
+		}
 	}
-	cert, err := tls.LoadX509KeyPair(s.TLSCert, s.TLSKey)
-	if err != nil {
-		return nil, fmt.Errorf("member certificate: %w", err)
+	return member, api, nil
+}
+
+// peersTransport returns the transport of the node's requests to the
+// other members' APIs: over TLS, it trusts the CAs of HTTPCA, else of
+// TLSCA (as the files read now and later say), else the system's.
+func (s nodeSettings) peersTransport(member, api *tlsFiles) *http.Transport {
+	switch {
+	case s.HTTPCA != "":
+		return peersTransport(api.roots)
+	case member != nil:
+		return peersTransport(member.roots)
 	}
-	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{cert},
-		RootCAs:      pool,
-		ClientCAs:    pool,
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-	}, nil
+	return &http.Transport{}
 }
 
 // loadCertPool reads the PEM certificates in path.
@@ -456,4 +528,22 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// dialEtcd returns a client of the etcd at endpoints, as the node and
+// "convoy status" reach it: with tlsConfig, and logged in as user if set.
+// It does not wait for etcd.
+func dialEtcd(endpoints []string, tlsConfig *tls.Config, user, password string) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		TLS:         tlsConfig,
+		Username:    user,
+		Password:    password,
+		DialTimeout: etcdDialTimeout,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	return cli, nil
 }

@@ -19,9 +19,6 @@ import (
 // -etcd-password-file finds it; with a wrong password in
 // -etcd-password-file it exits with status 1 and etcd's reason.
 func TestNodeEtcdLogin(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts etcd and a group")
-	}
 	dir := t.TempDir()
 	srv, err := etcddev.Start(t.Context(), etcddev.Config{})
 	if err != nil {
@@ -66,7 +63,7 @@ func TestNodeEtcdLogin(t *testing.T) {
 	defer hc.CloseIdleConnections()
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := waitStatus(wctx, hc, nil, url, func(s memberStatus) bool { return s.Serving }); err != nil {
+	if _, err := waitStatus(wctx, apiClient{hc: hc}, nil, url, func(s memberStatus) bool { return s.Serving }); err != nil {
 		t.Fatalf("%s: %v", url, err)
 	}
 

@@ -22,6 +22,7 @@ func loadTestSettings(t *testing.T, args []string, env map[string]string) (nodeS
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
 	defineNodeFlags(fs)
 	fs.VisitAll(func(f *flag.Flag) { t.Setenv(settingEnv(settingKey(f.Name)), "") })
+	t.Setenv(settingEnv(httpTokenKey), "")
 	t.Setenv(nodeConfigEnv, "")
 	for k, v := range env {
 		t.Setenv(k, v)
@@ -48,6 +49,8 @@ func defaultTestSettings() nodeSettings {
 		Prefix:   "/convoy/",
 		Initial:  1,
 		LogLevel: "info",
+		// TLSReloadInterval is 10s.
+		TLSReloadInterval: 10 * time.Second,
 	}
 }
 
@@ -203,6 +206,14 @@ func TestNodeSettingsSources(t *testing.T) {
 			},
 		},
 		{
+			name: "the HTTP token, from the environment: it has no flag",
+			args: []string{"-config", file, "-http-cert", "api.crt", "-http-key", "api.key"},
+			env:  map[string]string{"CONVOY_HTTP_TOKEN": "s3cret", "CONVOY_TLS_RELOAD_INTERVAL": "1s"},
+			check: func(s *nodeSettings) {
+				s.HTTPToken, s.HTTPCert, s.HTTPKey, s.TLSReloadInterval = "s3cret", "api.crt", "api.key", time.Second
+			},
+		},
+		{
 			name:  "an empty variable is unset; others are not settings",
 			args:  []string{"-config", file},
 			env:   map[string]string{"CONVOY_HTTP": "", "CONVOY_ETCD": "", "CONVOY_TEST_LOG": "debug", "CONVOY_app": "log"},
@@ -304,6 +315,12 @@ func TestNodeSettingsErrors(t *testing.T) {
 		{args: slices.Concat(ok, []string{"-clock-offset", "25h"}), want: "-clock-offset 25h0m0s is beyond"},
 		{args: slices.Concat(ok, []string{"-clock-drift-ppm", "-600000"}), want: "-clock-drift-ppm -600000 is beyond"},
 		{args: ok, env: map[string]string{"CONVOY_HEARTBEAT": "-1s"}, want: "durations must not be negative"},
+		{args: slices.Concat(ok, []string{"-tls-reload-interval", "-1s"}), want: "durations must not be negative"},
+		{args: slices.Concat(ok, []string{"-http-cert", "c.pem"}), want: "-http-cert and -http-key go together"},
+		{args: slices.Concat(ok, []string{"-http-token-file", "t"}), env: map[string]string{"CONVOY_HTTP_TOKEN": "abc"}, want: "the HTTP token (CONVOY_HTTP_TOKEN or http_token) and -http-token-file: give one"},
+		{args: ok, env: map[string]string{"CONVOY_HTTP_TOKEN": "a b"}, want: "the HTTP token (CONVOY_HTTP_TOKEN or http_token): httpauth: a token is"},
+		{args: slices.Concat(ok, []string{"-config", writeTestFile(t, `{"http_token": "a b"}`)}), want: "http_token): httpauth: a token is"},
+		{args: slices.Concat(ok, []string{"-http-token", "abc"}), want: "flag provided but not defined: -http-token"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			args, want := tc.args, tc.want
@@ -336,7 +353,10 @@ func TestNodeFlagsMatchSettings(t *testing.T) {
 	defineNodeFlags(fs)
 	var flags []string
 	fs.VisitAll(func(f *flag.Flag) { flags = append(flags, settingKey(f.Name)) })
+	// The token has no flag: it would show in the process list.
+	flags = append(flags, httpTokenKey)
 	slices.Sort(fields)
+	slices.Sort(flags)
 	if !slices.Equal(fields, flags) {
 		t.Errorf("settings %q\n   flags %q", fields, flags)
 	}

@@ -3,16 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
-	"net"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,86 +17,9 @@ import (
 
 	"github.com/convoy-gcs/convoy/etcddev"
 	kvclient "github.com/convoy-gcs/convoy/examples/paxos/client"
+	"github.com/convoy-gcs/convoy/internal/devcerts"
 	"github.com/convoy-gcs/convoy/rdma"
 )
-
-// testCA is a certificate authority made up for a test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	// file is the CA certificate's PEM file.
-	file string
-}
-
-func newTestCA(t *testing.T, dir string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "convoy test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &testCA{cert: cert, key: key, file: filepath.Join(dir, "ca.pem")}
-	writePEM(t, ca.file, "CERTIFICATE", der)
-	return ca
-}
-
-// issue writes a certificate for 127.0.0.1, good for both ends of a
-// connection, that names the given members (rdma.MemberURI), and its key;
-// it returns their files.
-func (ca *testCA) issue(t *testing.T, dir, name string, ids ...uint64) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	for _, id := range ids {
-		tmpl.URIs = append(tmpl.URIs, rdma.MemberURI(rdma.NodeID(id)))
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "PRIVATE KEY", keyDER)
-	return certFile, keyFile
-}
-
-func writePEM(t *testing.T, path, kind string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // safeBuffer is a bytes.Buffer safe for a writer and a reader at once.
 type safeBuffer struct {
@@ -124,17 +40,22 @@ func (s *safeBuffer) String() string {
 }
 
 // TestNodeMutualTLS runs two "convoy node" members of the key-value
-// store in this process, talking to each other over mutual TLS: they form
-// a group, a value put through one is read from the other's local state,
-// each prints its serving line, and "convoy status" finds both through
-// the URLs they recorded in etcd. SIGTERM (here: the end of the context)
-// closes them with status 0.
+// store in this process, talking to each other over mutual TLS with the
+// certificates "convoy certs" made: they form a group, a value put
+// through one is read from the other's local state, each prints its
+// serving line, and "convoy status" finds both through the URLs they
+// recorded in etcd. SIGTERM (here: the end of the context) closes them
+// with status 0.
 func TestNodeMutualTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and a group")
 	}
 	dir := t.TempDir()
-	ca := newTestCA(t, dir)
+	certs := filepath.Join(dir, "certs")
+	if code, _, errOut := runCommand(t, &cli{}, "certs", "-out", certs, "-members", "2"); code != 0 {
+		t.Fatalf("convoy certs: exit %d: %s", code, errOut)
+	}
+	caFile := filepath.Join(certs, devcerts.CACertFile)
 	srv, err := etcddev.Start(t.Context(), etcddev.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -157,14 +78,14 @@ func TestNodeMutualTLS(t *testing.T) {
 	nodes := make([]*node, 2)
 	for i := range nodes {
 		n := &node{url: "http://" + hostPort("127.0.0.1", ports[i]), exit: make(chan int, 1)}
-		n.certs, n.keys = ca.issue(t, dir, "member"+strconv.Itoa(i+1), uint64(i+1))
+		n.certs, n.keys = filepath.Join(certs, devcerts.MemberCertFile(uint64(i+1))), filepath.Join(certs, devcerts.MemberKeyFile(uint64(i+1)))
 		nodes[i] = n
 		args := []string{"node",
 			"-id", strconv.Itoa(i + 1), "-app", "kv", "-initial", "2",
 			"-etcd", strings.Join(srv.Endpoints(), ","), "-prefix", "/tls/",
 			"-data", filepath.Join(dir, "data"+strconv.Itoa(i+1)),
 			"-http", hostPort("127.0.0.1", ports[i]),
-			"-tls-ca", ca.file, "-tls-cert", n.certs, "-tls-key", n.keys,
+			"-tls-ca", caFile, "-tls-cert", n.certs, "-tls-key", n.keys,
 			"-heartbeat", "10ms", "-suspect-timeout", "250ms",
 		}
 		go func() {
@@ -184,7 +105,7 @@ func TestNodeMutualTLS(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for _, n := range nodes {
-		if _, err := waitStatus(wctx, hc, nil, n.url, func(s memberStatus) bool { return s.Serving && len(s.Members) == 2 }); err != nil {
+		if _, err := waitStatus(wctx, apiClient{hc: hc}, nil, n.url, func(s memberStatus) bool { return s.Serving && len(s.Members) == 2 }); err != nil {
 			t.Fatalf("%s: %v", n.url, err)
 		}
 	}
@@ -218,7 +139,7 @@ func TestNodeMutualTLS(t *testing.T) {
 	if len(r.Members) != 2 || r.inView() != 2 {
 		t.Fatalf("status %+v: want two members in the view", r)
 	}
-	pool, err := loadCertPool(ca.file)
+	pool, err := loadCertPool(caFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,24 +178,143 @@ func TestNodeMutualTLS(t *testing.T) {
 // are refused.
 func TestNodeTLSFiles(t *testing.T) {
 	dir := t.TempDir()
-	ca := newTestCA(t, dir)
-	cert, key := ca.issue(t, dir, "m")
-	s := nodeSettings{TLSCA: ca.file, TLSCert: cert, TLSKey: key, EtcdCA: ca.file, EtcdCert: cert, EtcdKey: key}
-	mt, err := s.memberTLS()
-	if err != nil || mt == nil || len(mt.Certificates) != 1 || mt.RootCAs == nil || mt.ClientCAs == nil {
-		t.Fatalf("member TLS %+v, %v", mt, err)
+	if err := devcerts.Write(dir, devcerts.Options{Members: 1}); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	caFile := filepath.Join(dir, devcerts.CACertFile)
+	cert, key := filepath.Join(dir, devcerts.MemberCertFile(1)), filepath.Join(dir, devcerts.MemberKeyFile(1))
+	s := nodeSettings{TLSCA: caFile, TLSCert: cert, TLSKey: key, EtcdCA: caFile, EtcdCert: cert, EtcdKey: key, HTTPCert: cert, HTTPKey: key}
+	member, api, err := s.tlsFiles(log)
+	if err != nil || member == nil || api == nil || member.roots() == nil || api.roots() != nil {
+		t.Fatalf("TLS files %+v, %+v, %v", member, api, err)
+	}
+	if c, err := member.certificate(); err != nil || !rdma.CertifiesID(c.Leaf, 1) {
+		t.Errorf("member certificate %v, %v", c, err)
+	}
+	if mt := member.memberConfig(); mt.GetCertificate == nil || mt.GetClientCertificate == nil || mt.GetConfigForClient == nil || mt.VerifyConnection == nil {
+		t.Errorf("member TLS %+v: want the certificate and the CAs taken at each handshake", mt)
+	}
+	if pt := s.peersTransport(member, api); pt.DialTLSContext == nil {
+		t.Errorf("the peers' transport %+v: want the member CA, as it stands at each connection", pt)
 	}
 	et, err := s.etcdTLS()
 	if err != nil || et == nil || len(et.Certificates) != 1 || et.RootCAs == nil {
 		t.Fatalf("etcd TLS %+v, %v", et, err)
 	}
-	if mt, err := (nodeSettings{}).memberTLS(); mt != nil || err != nil {
-		t.Errorf("no files: member TLS %v, %v; want none", mt, err)
+	if member, api, err := (nodeSettings{}).tlsFiles(log); member != nil || api != nil || err != nil {
+		t.Errorf("no files: TLS files %v, %v, %v; want none", member, api, err)
 	}
-	if _, err := (nodeSettings{TLSCA: cert + ".missing", TLSCert: cert, TLSKey: key}).memberTLS(); err == nil {
+	if pt := (nodeSettings{}).peersTransport(nil, nil); pt.DialTLSContext != nil || pt.TLSClientConfig != nil {
+		t.Errorf("no CA: the peers' transport %+v, want the system's CAs", pt)
+	}
+	if _, _, err := (nodeSettings{TLSCA: cert + ".missing", TLSCert: cert, TLSKey: key}).tlsFiles(log); err == nil {
 		t.Error("missing CA file accepted")
 	}
-	if _, err := (nodeSettings{TLSCA: key, TLSCert: cert, TLSKey: key}).memberTLS(); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+	if _, _, err := (nodeSettings{TLSCA: key, TLSCert: cert, TLSKey: key}).tlsFiles(log); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
 		t.Errorf("a key as CA: %v", err)
+	}
+	if _, _, err := (nodeSettings{HTTPCert: cert, HTTPKey: caFile}).tlsFiles(log); err == nil || !strings.Contains(err.Error(), "HTTP TLS") {
+		t.Errorf("a certificate as key: %v", err)
+	}
+}
+
+// TestNodeReloadsCertificates runs a member with mutual TLS and its API
+// over TLS, then renews its certificates ("convoy certs" run again on
+// their directory) while it runs: new connections to its transport and
+// to its API get the new certificates, with no restart. Files that
+// cannot be used then (a key that is not the certificate's) leave the
+// ones in use in place.
+func TestNodeReloadsCertificates(t *testing.T) {
+	certs := t.TempDir()
+	tokenFile, hc := writeCerts(t, certs, 1)
+	etcd := startTestEtcd(t)
+	ports, err := freePorts("127.0.0.1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := tlsTestSettings(t, etcd.Endpoints(), certs, tokenFile, 1)
+	s.Listen = hostPort("127.0.0.1", ports[0])
+	s.TLSReloadInterval = 20 * time.Millisecond
+	var logs safeBuffer
+	line, _ := startTestNodeLog(t, s, slog.New(slog.NewTextHandler(&logs, nil)))
+
+	pool, err := loadCertPool(filepath.Join(certs, devcerts.CACertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := tls.LoadX509KeyPair(filepath.Join(certs, devcerts.ClientCertFile), filepath.Join(certs, devcerts.ClientKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// served returns the serial numbers of the certificates a new
+	// connection to the transport and one to the API get.
+	served := func() (transport, api string) {
+		t.Helper()
+		conn, err := tls.Dial("tcp", s.Listen, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{client}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		transport = conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+		conn.Close()
+		hc.CloseIdleConnections()
+		resp, err := hc.Get(line.HTTP + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return transport, resp.TLS.PeerCertificates[0].SerialNumber.String()
+	}
+	fileSerial := func() string {
+		t.Helper()
+		pair, err := tls.LoadX509KeyPair(s.TLSCert, s.TLSKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pair.Leaf.SerialNumber.String()
+	}
+	first := fileSerial()
+	if tr, api := served(); tr != first || api != first {
+		t.Fatalf("serving %s (transport) and %s (API), want %s", tr, api, first)
+	}
+
+	if code, _, errOut := runCommand(t, &cli{}, "certs", "-out", certs, "-members", "1"); code != 0 {
+		t.Fatalf("convoy certs again: exit %d: %s", code, errOut)
+	}
+	renewed := fileSerial()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tr, api := served()
+		if tr == renewed && api == renewed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serving %s (transport) and %s (API) 10s after the renewal, want %s", tr, api, renewed)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, what := range []string{"member TLS", "HTTP TLS"} {
+		if !strings.Contains(logs.String(), what+": read the files again") {
+			t.Errorf("no log of the %s reload:\n%s", what, logs.String())
+		}
+	}
+
+	// A key that is not the certificate's: once the member has seen it
+	// (and said so), it goes on with the renewed files.
+	deadline = time.Now().Add(10 * time.Second)
+	if err := os.WriteFile(s.TLSKey, []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(logs.String(), "member TLS: the files changed but cannot be used; keeping those in use") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no word of the bad key:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if tr, api := served(); tr != renewed || api != renewed {
+		t.Errorf("serving %s (transport) and %s (API) after a bad key was written, want %s kept", tr, api, renewed)
+	}
+	if _, err := waitStatus(t.Context(), apiClient{hc: hc, token: testToken}, nil, line.HTTP, func(s memberStatus) bool { return s.Serving }); err != nil {
+		t.Error(err)
 	}
 }

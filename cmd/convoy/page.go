@@ -4,12 +4,15 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/convoy-gcs/convoy/internal/httpauth"
 )
 
 // groupReadTimeout bounds one GET /group: reading etcd, then every
@@ -26,8 +29,9 @@ var pageHTML []byte
 // at /group, the report "convoy status -json" prints. Every other path
 // goes to the application's handler.
 type groupPage struct {
-	etcd   *clientv3.Client
-	hc     *http.Client
+	etcd *clientv3.Client
+	// api reads the members' status.
+	api    apiClient
 	prefix string
 	log    *slog.Logger
 	// app serves every other path.
@@ -49,6 +53,28 @@ func (p *groupPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		p.app.ServeHTTP(w, r)
 	}
+}
+
+// guardPage returns the handler of a node's API: p, behind the bearer
+// token if there is one (httpauth), except for the page at /. The page
+// is code that holds no data, which it reads from /group, behind the
+// token; a browser that loads it can then be given the token (see
+// page.html), which it could not be for the page itself.
+func guardPage(p *groupPage, token string) (http.Handler, error) {
+	if token == "" {
+		return p, nil
+	}
+	guarded, err := httpauth.Bearer(token, p)
+	if err != nil {
+		return nil, fmt.Errorf("HTTP token: %w", err)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/" {
+			p.ServeHTTP(w, r)
+			return
+		}
+		guarded.ServeHTTP(w, r)
+	}), nil
 }
 
 // allowRead answers 405 to a method other than GET and HEAD and reports
@@ -73,7 +99,7 @@ func (p *groupPage) serveIndex(w http.ResponseWriter) {
 func (p *groupPage) serveGroup(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), groupReadTimeout)
 	defer cancel()
-	rep, err := readStatus(ctx, p.etcd, p.hc, p.prefix)
+	rep, err := readStatus(ctx, p.etcd, p.api, p.prefix)
 	if err != nil {
 		p.log.Debug("GET /group", "err", err)
 		writeJSONError(w, http.StatusServiceUnavailable, err.Error())

@@ -42,7 +42,7 @@ func TestGroupPageRoutes(t *testing.T) {
 	}
 	defer cli.Close()
 	p := &groupPage{
-		etcd: cli, hc: &http.Client{}, prefix: "/convoy/", log: slog.New(slog.DiscardHandler),
+		etcd: cli, api: apiClient{hc: &http.Client{}}, prefix: "/convoy/", log: slog.New(slog.DiscardHandler),
 		app: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "app: %s %s", r.Method, r.URL.Path)
 		}),
@@ -211,13 +211,22 @@ func TestNodeGroupPage(t *testing.T) {
 // installs Debian's chromium (see .ci/run).
 func findBrowser(t *testing.T) string {
 	t.Helper()
+	path, err := findBrowserPath()
+	if err != nil {
+		t.Skip(err.Error() + " (CI installs chromium)")
+	}
+	return path
+}
+
+// findBrowserPath returns the path of a Chromium or Chrome on PATH, or
+// an error if there is none.
+func findBrowserPath() (string, error) {
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if path, err := exec.LookPath(name); err == nil {
-			return path
+			return path, nil
 		}
 	}
-	t.Skip("no chromium, chromium-browser or google-chrome on PATH (CI installs chromium)")
-	return ""
+	return "", errors.New("no chromium, chromium-browser or google-chrome on PATH")
 }
 
 // Bounds of a headless browser's run.
@@ -231,16 +240,18 @@ const (
 	browserVirtualTime = 4500 * time.Millisecond
 )
 
-// dumpDOM loads url in a headless browser, lets its scripts run for
-// browserVirtualTime, and returns the document as it then stands.
-func dumpDOM(ctx context.Context, t *testing.T, browser, url string) (string, error) {
+// dumpDOM loads url in a headless browser run with the flags given,
+// lets its scripts run for browserVirtualTime, and returns the document
+// as it then stands.
+func dumpDOM(ctx context.Context, t *testing.T, browser, url string, flags ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, browserTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, browser,
+	args := append([]string{
 		"--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-		"--user-data-dir="+t.TempDir(),
-		"--virtual-time-budget="+strconv.FormatInt(browserVirtualTime.Milliseconds(), 10),
-		"--dump-dom", url)
+		"--user-data-dir=" + t.TempDir(),
+		"--virtual-time-budget=" + strconv.FormatInt(browserVirtualTime.Milliseconds(), 10),
+	}, flags...)
+	cmd := exec.CommandContext(ctx, browser, append(args, "--dump-dom", url)...)
 	// The browser starts helper processes: it runs in a process group of
 	// its own, and the whole group is killed once it exits or runs late.
 	cmd.SysProcAttr = childproc.SysProcAttr()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,7 +20,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/convoy-gcs/convoy/membership"
 )
@@ -46,7 +47,10 @@ on its HTTP API, and a page showing it at GET /.
 With -json it prints one JSON object instead of a table. It reaches a
 secured etcd as "convoy node" does: -etcd-ca, -etcd-cert and -etcd-key
 for TLS, -etcd-username with -etcd-password-file (or -etcd-password) to
-log in.
+log in. It reaches members whose API serves over TLS (https URLs) with
+-http-ca, the CA that signed their certificates (default: the system's),
+and members that require a bearer token with the token in
+CONVOY_HTTP_TOKEN or on the first line of -http-token-file.
 `
 
 // statusReport is what "convoy status" prints.
@@ -95,8 +99,13 @@ func runStatus(ctx context.Context, args []string, c *cli) error {
 	fs.StringVar(&access.EtcdUsername, "etcd-username", "", "user to log in to etcd as, when etcd has authentication enabled")
 	fs.StringVar(&access.EtcdPassword, "etcd-password", "", "password of -etcd-username (visible in the process list: prefer -etcd-password-file)")
 	fs.StringVar(&access.EtcdPasswordFile, "etcd-password-file", "", "file whose first line is the password of -etcd-username")
+	httpCA := fs.String("http-ca", "", "PEM file of the CA that signed the members' HTTP API certificates (default: the system's CAs)")
+	fs.StringVar(&access.HTTPTokenFile, "http-token-file", "", "file whose first line is the bearer token the members' APIs require (or set "+settingEnv(httpTokenKey)+")")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if access.HTTPTokenFile == "" {
+		access.HTTPToken = os.Getenv(settingEnv(httpTokenKey))
 	}
 	switch {
 	case len(splitList(*endpoints)) == 0:
@@ -115,23 +124,28 @@ func runStatus(ctx context.Context, args []string, c *cli) error {
 	if err != nil {
 		return err
 	}
+	token, err := access.httpToken()
+	if err != nil {
+		return err
+	}
+	transport := &http.Transport{}
+	if *httpCA != "" {
+		pool, err := loadCertPool(*httpCA)
+		if err != nil {
+			return fmt.Errorf("HTTP CA: %w", err)
+		}
+		transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   splitList(*endpoints),
-		TLS:         etcdTLS,
-		Username:    user,
-		Password:    password,
-		DialTimeout: etcdDialTimeout,
-		Logger:      zap.NewNop(),
-	})
+	cli, err := dialEtcd(splitList(*endpoints), etcdTLS, user, password)
 	if err != nil {
-		return fmt.Errorf("etcd client: %w", err)
+		return err
 	}
 	defer cli.Close()
-	hc := &http.Client{Transport: &http.Transport{}}
+	hc := &http.Client{Transport: transport}
 	defer hc.CloseIdleConnections()
-	r, err := readStatus(ctx, cli, hc, *prefix)
+	r, err := readStatus(ctx, cli, apiClient{hc: hc, token: token}, *prefix)
 	if err != nil {
 		return err
 	}
@@ -143,7 +157,7 @@ func runStatus(ctx context.Context, args []string, c *cli) error {
 
 // readStatus reads the group's view and API records under prefix and
 // asks every member found for its status.
-func readStatus(ctx context.Context, cli *clientv3.Client, hc *http.Client, prefix string) (statusReport, error) {
+func readStatus(ctx context.Context, cli *clientv3.Client, api apiClient, prefix string) (statusReport, error) {
 	store, err := membership.NewStore(ctx, membership.StoreConfig{
 		Client: cli, Prefix: prefix, LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler),
 	})
@@ -183,7 +197,7 @@ func readStatus(ctx context.Context, cli *clientv3.Client, hc *http.Client, pref
 		}
 		m.App, m.HTTP, m.PID = rec.App, rec.URL, rec.PID
 		wg.Go(func() {
-			s, err := fetchStatus(ctx, hc, m.HTTP)
+			s, err := fetchStatus(ctx, api, m.HTTP)
 			if err != nil {
 				m.Error = shortError(err)
 				return

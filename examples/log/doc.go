@@ -47,6 +47,11 @@
 // on a write leaves open whether it took effect: retry it on another
 // member with the same Idempotency-Key.
 //
+// The handler does no authentication: "convoy node" serves it over TLS
+// (-http-cert) and behind a bearer token (-http-token-file), and the Go
+// client sends the token with client.WithToken; a 401 is
+// client.ErrUnauthorized.
+//
 // In a range, from defaults to 0 and to to from+MaxRangeEntries; in a
 // stream read, from defaults to 0. A range or stream read returns at
 // most MaxRangeEntries entries and

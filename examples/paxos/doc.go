@@ -38,6 +38,11 @@
 // takes part in no view, was excluded, is on the minority side, or is
 // closing): the client tries another member.
 //
+// The handler does no authentication: "convoy node" serves it over TLS
+// (-http-cert) and behind a bearer token (-http-token-file), every route
+// and the stream upgrade included, and the Go client sends the token
+// with client.WithToken; a 401 is client.ErrUnauthorized.
+//
 // # Streams
 //
 // The same operations also travel over streams, which cost a member and
@@ -70,9 +75,8 @@
 // (convoy.Group.Sync): a GET answers from local state once this member
 // has applied every write any member delivered before the read began,
 // so it sees every write acknowledged before it. The barrier sends no
-// command through the group. Concurrent reads share barriers: one is in
-// flight at a time, and the reads that arrive meanwhile wait together
-// for the next one, which begins only after they arrived. A read with
+// command through the group, and concurrent ones share their reads of
+// etcd. A read with
 // ?stale=true answers from local state at once, without a barrier: it
 // may miss recent writes.
 //

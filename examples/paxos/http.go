@@ -176,7 +176,7 @@ func (n *Node) handleGet(w http.ResponseWriter, r *http.Request) {
 			n.writeFailure(w, r, err)
 			return
 		}
-	} else if _, err := n.reads.wait(r.Context()); err != nil {
+	} else if _, err := n.barrier(r.Context()); err != nil {
 		n.writeFailure(w, r, err)
 		return
 	}

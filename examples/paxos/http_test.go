@@ -446,61 +446,6 @@ func (r req) putPayload() []byte {
 	return put(r.header[IdempotencyHeader], strings.TrimPrefix(r.path, "/kv/"), r.body)
 }
 
-// TestReadBatching: reads that arrive while a barrier (Sync) is in
-// flight share the next one, made after they arrived; none shares an
-// earlier one.
-func TestReadBatching(t *testing.T) {
-	n, f := newTestNode(t, Options{})
-	f.set(func(f *fakeGroup) { f.hold = true })
-	var wg sync.WaitGroup
-	answers := make([]*httptest.ResponseRecorder, 5)
-	read := func(i int) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			answers[i] = req{method: "GET", path: "/kv/a"}.do(t, n.Handler())
-		}()
-	}
-	heldCount := func() int {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return len(f.heldSyncs)
-	}
-	read(0)
-	waitFor(t, func() bool { return heldCount() == 1 }) // the first barrier
-	// Four more reads: they must not share the first barrier (it was made
-	// before they began), so they wait for the second, all together.
-	for i := 1; i < 5; i++ {
-		read(i)
-	}
-	waitFor(t, func() bool {
-		n.reads.mu.Lock()
-		defer n.reads.mu.Unlock()
-		return n.reads.mu.next != nil && n.reads.mu.next.reads == 4
-	})
-	if k := heldCount(); k != 1 {
-		t.Fatalf("%d barriers in flight, want 1", k)
-	}
-	f.release() // the first barrier: index 0, nothing written yet
-	waitFor(t, func() bool { return heldCount() == 1 })
-	// A write lands before the second barrier returns.
-	f.set(func(f *fakeGroup) { f.hold = false })
-	write := req{method: "PUT", path: "/kv/a", body: "w", code: 200, want: `{"index":1}` + "\n", index: "1"}
-	write.check(t, write.do(t, n.Handler()))
-	f.release() // the second, for the four others: index 1
-	wg.Wait()
-	req{method: "GET", path: "/kv/a", code: 404, want: `{"error":"not found"}` + "\n", index: "0"}.check(t, answers[0])
-	for _, a := range answers[1:] {
-		req{method: "GET", path: "/kv/a", code: 200, want: "w", index: "1"}.check(t, a)
-	}
-	f.mu.Lock()
-	syncs, deliveries := f.syncs, f.index
-	f.mu.Unlock()
-	if syncs != 2 || deliveries != 1 {
-		t.Fatalf("%d barriers and %d deliveries, want 2 barriers and 1 delivery (the write)", syncs, deliveries)
-	}
-}
-
 // waitFor polls cond until it holds.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()

@@ -20,9 +20,9 @@ const DefaultMaxValueBytes = 1 << 20
 // command may still be applied, waits for it.
 const maybeSentWait = 2 * time.Second
 
-// barrierTimeout bounds how long a batch of linearizable reads waits for
-// its barrier, so that a member cut off from the group (whose barrier
-// never comes back) answers 503 and the next batch tries again.
+// barrierTimeout bounds how long a linearizable read waits for its
+// barrier, so that a member cut off from the group (whose barrier never
+// comes back) answers 503 and the client tries another.
 const barrierTimeout = 10 * time.Second
 
 // Errors that make a request end with 503.
@@ -73,7 +73,6 @@ type Node struct {
 	log   *slog.Logger
 	state *state
 	wait  *pending
-	reads *reads
 	// maybeSentWait is the constant of that name, shorter in tests.
 	maybeSentWait time.Duration
 	// group is the member's group (nil in tests); g is the same, or the
@@ -152,7 +151,6 @@ func newNode(self convoy.NodeID, opts Options) *Node {
 	log := opts.Logger.With("member", self)
 	n := &Node{self: self, opts: opts, log: log, state: newState(log), wait: newPending(), maybeSentWait: maybeSentWait}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.reads = &reads{barrier: n.barrier, wg: &n.wg}
 	n.handler = n.routes()
 	return n
 }
@@ -164,7 +162,6 @@ func (n *Node) Group() *convoy.Group { return n.group }
 // 503.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
-		n.reads.close(errClosing)
 		n.wait.close(errClosing)
 		n.cancel()
 		n.closeStreams()
@@ -256,9 +253,11 @@ func maybeSent(err error) bool {
 // barrier waits for a linearizable read barrier (convoy.Group.Sync) and
 // returns the index the state is applied to: every write acknowledged
 // anywhere before the call.
-func (n *Node) barrier() (uint64, error) {
-	ctx, cancel := context.WithTimeout(n.ctx, barrierTimeout)
+func (n *Node) barrier(ctx context.Context) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, barrierTimeout)
 	defer cancel()
+	stop := context.AfterFunc(n.ctx, cancel)
+	defer stop()
 	index, err := n.g.Sync(ctx)
 	switch {
 	case err == nil:

@@ -262,7 +262,7 @@ func (n *Node) serveRequest(ctx context.Context, req wire.Request) wire.Response
 		if req.Op == wire.OpGetStale {
 			err = n.canServe()
 		} else {
-			_, err = n.reads.wait(ctx)
+			_, err = n.barrier(ctx)
 		}
 		if err != nil {
 			return failErr(err)

@@ -94,6 +94,10 @@ type DurableConfig struct {
 // DefaultRestartWait is DurableConfig.RestartWait's default.
 const DefaultRestartWait = 3 * time.Second
 
+// DefaultTraceMessages is Config.TraceMessages's default: one message in
+// this many of each sender's is traced.
+const DefaultTraceMessages = 1024
+
 // DefaultMaxLag is DurableConfig.MaxLag's default.
 const DefaultMaxLag = 1 << 18
 
@@ -132,6 +136,7 @@ type Config struct {
 	Logger          *slog.Logger
 	MeterProvider   metric.MeterProvider
 	TracerProvider  trace.TracerProvider
+	TraceMessages   int
 
 	test hooks
 }
@@ -166,6 +171,9 @@ type hooks struct {
 	// batchBytes bounds the RDMC batch frames of the views'
 	// groups (0: multicast.DefaultBatchBytes).
 	batchBytes int
+	// onViewRead is called for each read of the current view that Syncs
+	// share (viewReads).
+	onViewRead func()
 	// transferChunkBytes is the largest chunk this member
 	// asks of its donors (0: membership.DefaultTransferChunkBytes).
 	transferChunkBytes int
@@ -252,6 +260,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.MaxDonors, DefaultMaxDonors)
 	def(&c.TransferStall, DefaultTransferStall)
 	def(&c.BeaconGap, DefaultBeaconGap)
+	def(&c.TraceMessages, DefaultTraceMessages)
 	def(&c.WindowMessages, DefaultWindowMessages)
 	def(&c.WindowBytes, DefaultWindowBytes)
 	def(&c.MaxMessageBytes, DefaultMaxMessageBytes)

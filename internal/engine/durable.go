@@ -104,6 +104,7 @@ type durItem struct {
 func (r *runner) announcePersisted() {
 	g, v := r.g, r.v
 	idx := g.disk.Synced()
+	g.msgs.synced(idx)
 	if v.dur != nil {
 		_ = v.dur.Announce(v.self, max(idx, v.dur.Persisted(v.self)))
 	}
@@ -286,17 +287,18 @@ func (g *Group) wakeDurableLocked() {
 // and crashes it drives.
 //
 // The runtime calls these methods from its loop, at Open before the loop
-// starts (the replay), from the application's goroutine in
-// Group.Snapshot (CreateSnapshot and the writer's methods, TrimBefore),
-// from the transport's goroutines as a joiner receives its state (the
-// snapshot writer's parts), from the goroutine that serves a suffix
-// transfer (WaitSynced, Scan) and from Group.Close (Close), so an
-// implementation must be safe for concurrent use. The synchronous writes
-// (PutView, TrimBefore, InstallSnapshot, a snapshot's Commit) and
-// WaitSynced return only once their write is synced: the caller, the
-// loop included, waits for the disk in them. Errors wrap persistence's
-// sentinel errors (persistence.ErrNotFound, persistence.ErrFailed, …),
-// which callers compare with errors.Is.
+// starts (the replay), from the application's goroutine in Group.Snapshot
+// (CreateSnapshot and the writer's methods, TrimBefore), from the
+// transport's goroutines as a joiner receives its state (the snapshot
+// writer's parts), from the goroutine that installs it (the writer's
+// Reader, Commit and Abort, First, TrimBefore), from the goroutine that
+// serves a suffix transfer (WaitSynced, Scan) and from Group.Close
+// (Close), so an implementation must be safe for concurrent use. The
+// synchronous writes (PutView, TrimBefore, InstallSnapshot, a snapshot's
+// Commit) and WaitSynced return only once their write is synced: the
+// caller, the loop included, waits for the disk in them. Errors wrap
+// persistence's sentinel errors (persistence.ErrNotFound,
+// persistence.ErrFailed, …), which callers compare with errors.Is.
 type durableLog interface {
 	// Append queues entries in final order, without waiting for their
 	// sync.

@@ -33,10 +33,22 @@ type Handler func(Delivery)
 // Group is one member's handle on a group. Its methods are safe for
 // concurrent use.
 type Group struct {
-	cfg   Config
-	log   *slog.Logger
-	m     *metrics
-	tr    trace.Tracer
+	cfg Config
+	log *slog.Logger
+	m   *metrics
+	tr  trace.Tracer
+	// msgs follows sampled messages (the loop's only).
+	msgs *msgTracer
+	// viewReads shares the etcd reads of Syncs (sync.go).
+	viewReads viewReads
+	// install orders the durable log's writes of a state installed off
+	// the loop (runner.installState) with the loop's own.
+	install struct {
+		sync.Mutex
+		// superseded is the view whose state is being installed and
+		// must not be written to the log any more (one at a time).
+		superseded *view
+	}
 	h     Handler
 	ep    rdma.Endpoint
 	ownEP bool
@@ -120,6 +132,7 @@ const (
 	evSnapshot
 	evSuffix
 	evSync
+	evInstalled
 )
 
 // event is something for the loop. v names the view it belongs to; the
@@ -221,6 +234,7 @@ func newGroup(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 	g.mu.nextSeq = 1
 	g.mu.waiters = make(map[uint64][]waiter)
 	g.tr = c.TracerProvider.Tracer("github.com/convoy-gcs/convoy")
+	g.msgs = newMsgTracer(g.tr, c.traceEvery(), c.identity())
 	if g.m, err = newMetrics(c.MeterProvider, c.Mode); err != nil {
 		return nil, err
 	}
@@ -360,6 +374,7 @@ func (g *Group) Close() error {
 	close(g.stop)
 	g.cancel()
 	g.loopWG.Wait()
+	g.closeViewReads()
 	g.closeTransport()
 	if g.mem != nil {
 		g.mem.close()

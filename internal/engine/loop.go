@@ -22,7 +22,9 @@ func (g *Group) loop(r *runner) {
 	defer func() {
 		r.endSyncs(g.ended())
 		r.endChange()
+		g.msgs.abandon("the group closed")
 		r.waitSnapshots()
+		r.dropNextInstall()
 		r.v.close()
 		if g.mem != nil && g.Err() != nil {
 			g.mem.withdraw(g)
@@ -101,6 +103,16 @@ type runner struct {
 	pending [][]byte
 	// restoring: this member joined v and waits for its state.
 	restoring bool
+	// installing says a transferred state is being installed off the
+	// loop (installState), for installingView; nextInstall is a transfer
+	// that ended meanwhile, installed after it (its sink is the runner's
+	// until then).
+	installing     bool
+	installingView *view
+	nextInstall    *stateInstall
+	// afterInstall are the view-change core's actions that start a new
+	// incarnation, which wait for an installation in progress.
+	afterInstall []vsync.Action
 	// snap is the job snapshotting the state for joiners, if any.
 	snap *snapJob
 	// own is the release channel of the Snapshot call reading the
@@ -201,6 +213,9 @@ func (r *runner) handle(ev event) bool {
 			}
 			return true
 		}
+		if ev.rec.Kind == ordering.KindData && g.msgs.every != 0 {
+			g.msgs.step(msgKey{r.v.ids[ev.from], r.v.rec.Sent[ev.from] + ev.rec.Seq}, "received")
+		}
 		if err := r.v.core.Step(now, ev.from, ev.rec); err != nil {
 			g.m.rejected.Add(context.Background(), 1)
 			g.log.Warn("rejected record", "from", r.v.ids[ev.from], "epoch", r.v.rec.Epoch, "err", err)
@@ -242,6 +257,8 @@ func (r *runner) handle(ev event) bool {
 		if ev.v == r.v {
 			return r.restored(ev.err)
 		}
+	case evInstalled:
+		return r.stateInstalled(ev.v, ev.err)
 	}
 	return true
 }
@@ -249,6 +266,7 @@ func (r *runner) handle(ev event) bool {
 // send hands an own message to the current view's core.
 func (r *runner) send(now int64, payload []byte) {
 	seq, _ := r.v.core.Send(now, payload)
+	r.g.msgs.step(msgKey{r.g.cfg.Self, r.v.rec.Sent[r.v.self] + seq}, "sent")
 	if r.sentBase == 0 {
 		r.sentBase = r.v.rec.Sent[r.v.self] + seq
 	}
@@ -389,6 +407,7 @@ func (r *runner) deliver(ds []ordering.Delivery) {
 			Epoch: d.Epoch, Index: d.Index, Sender: v.ids[d.Sender],
 			Seq: v.rec.Sent[d.Sender] + d.Seq, Timestamp: uint64(d.TS), Payload: d.Payload,
 		}
+		r.g.msgs.ordered(msgKey{out.Sender, out.Seq}, out.Index, out.Epoch)
 		if r.holding() {
 			// In durable delivery the log takes it at once when it
 			// follows what the log holds: the group's durable delivery
@@ -421,6 +440,7 @@ func (r *runner) hand(d Delivery, own bool) {
 func (r *runner) handNow(d Delivery, own bool) {
 	g := r.g
 	g.m.delivered(len(d.Payload))
+	g.msgs.delivered(msgKey{d.Sender, d.Seq})
 	if g.h != nil {
 		g.h(d)
 	}

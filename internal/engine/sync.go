@@ -4,7 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 )
+
+// viewReadTimeout bounds one read of the current view for Syncs
+// (viewReads): a Sync that waits longer fails with its context anyway,
+// and the next ones need a read of their own.
+const viewReadTimeout = 10 * time.Second
 
 // syncResult is the loop's answer to a Sync: the index of the last
 // message handed to the application, in view epoch.
@@ -103,18 +110,111 @@ func (g *Group) confirmView(ctx context.Context, epoch uint64) (uint64, error) {
 	if g.mem == nil {
 		return 0, nil
 	}
-	s := g.mem.current()
-	if s == nil {
-		return 0, ErrNotMember
-	}
-	cur, err := s.Current(ctx)
+	cur, err := g.currentEpoch(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("convoy: sync: %w", err)
 	}
-	if cur.Epoch <= epoch {
+	if cur <= epoch {
 		return 0, nil
 	}
-	return cur.Epoch, nil
+	return cur, nil
+}
+
+// viewReads shares etcd reads of the current view among concurrent
+// Syncs: at most one read is in flight, and the Syncs that ask meanwhile
+// share the next one, which starts after they asked — so each Sync's
+// answer comes from a read that began after its barrier passed, as its
+// confirmation needs.
+type viewReads struct {
+	sync.Mutex
+	// next is the read the Syncs asking now wait for (nil: none asked
+	// since the last one started); running says a goroutine reads.
+	next    *viewRead
+	running bool
+	// closed refuses new reads once the group closes, which then waits
+	// for wg.
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// viewRead is one read of the current view, shared by the Syncs that
+// asked before it started.
+type viewRead struct {
+	done chan struct{}
+	// epoch and err are set before done is closed.
+	epoch uint64
+	err   error
+}
+
+// currentEpoch returns the epoch of the group's current view, read from
+// etcd after the call.
+func (g *Group) currentEpoch(ctx context.Context) (uint64, error) {
+	r := &g.viewReads
+	r.Lock()
+	if r.closed {
+		r.Unlock()
+		return 0, ErrClosed
+	}
+	b := r.next
+	if b == nil {
+		b = &viewRead{done: make(chan struct{})}
+		r.next = b
+		if !r.running {
+			r.running = true
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				g.readViews()
+			}()
+		}
+	}
+	r.Unlock()
+	select {
+	case <-b.done:
+		return b.epoch, b.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-g.stop:
+		return 0, ErrClosed
+	}
+}
+
+// closeViewReads waits for the reads in flight, after Close ended the
+// group's context, and refuses later ones.
+func (g *Group) closeViewReads() {
+	g.viewReads.Lock()
+	g.viewReads.closed = true
+	g.viewReads.Unlock()
+	g.viewReads.wg.Wait()
+}
+
+// readViews reads the current view for each batch of Syncs that asked,
+// until none waits.
+func (g *Group) readViews() {
+	r := &g.viewReads
+	for {
+		r.Lock()
+		b := r.next
+		r.next = nil
+		if b == nil {
+			r.running = false
+			r.Unlock()
+			return
+		}
+		r.Unlock()
+		if g.cfg.test.onViewRead != nil {
+			g.cfg.test.onViewRead()
+		}
+		if s := g.mem.current(); s == nil {
+			b.err = ErrNotMember
+		} else {
+			ctx, cancel := context.WithTimeout(g.ctx, viewReadTimeout)
+			cur, err := s.Current(ctx)
+			cancel()
+			b.epoch, b.err = cur.Epoch, err
+		}
+		close(b.done)
+	}
 }
 
 // ended is the error of a group whose context ended.

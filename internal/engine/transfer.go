@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 	"sync/atomic"
@@ -362,43 +361,151 @@ func (r *runner) fetch(v *view) {
 	})
 }
 
-// restored installs the state transferred to this joiner and hands over
-// the deliveries held meanwhile.
+// restored takes the end of this joiner's state transfer for the view:
+// the state it received into its sink is installed (installState), and
+// the deliveries held meanwhile are handed over once it is in.
 func (r *runner) restored(err error) bool {
 	g, v := r.g, r.v
+	// The sink goes with the installation from here on.
 	sink := v.sink
 	v.sink = nil
-	if sink != nil {
-		defer sink.discard()
-	}
-	if err != nil && r.ending() {
-		// The view ends before the state came, and its donors stop
-		// serving as they leave it: the next view, if it keeps this
-		// member, brings the state as of its start (install fetches
-		// again).
-		g.log.Info("state transfer ended with the view", "epoch", v.rec.Epoch, "err", err)
+	if err != nil {
+		if sink != nil {
+			sink.discard()
+		}
+		if r.ending() {
+			// The view ends before the state came, and its donors stop
+			// serving as they leave it: the next view, if it keeps this
+			// member, brings the state as of its start (install fetches
+			// again).
+			g.log.Info("state transfer ended with the view", "epoch", v.rec.Epoch, "err", err)
+			return true
+		}
+		r.excluded(nil, fmt.Sprintf("state transfer for view %d failed: %v", v.rec.Epoch, err))
 		return true
 	}
-	if err == nil {
-		var parts []io.Reader
-		if parts, err = sink.readers(g.ctx); err == nil {
+	in := &stateInstall{v: v, sink: sink}
+	if r.installing {
+		// The state of an earlier view is still being installed: this
+		// one follows it (stateInstalled).
+		r.dropNextInstall()
+		r.nextInstall = in
+		return true
+	}
+	r.installState(in)
+	return true
+}
+
+// stateInstall is a state transferred to this joiner for view v, to
+// install: the sink holds it.
+type stateInstall struct {
+	v    *view
+	sink stateSink
+}
+
+// installState installs the state transferred to this joiner, off the
+// loop: restoring a large state from its sink, and keeping it as the
+// durable log's snapshot, takes longer than the failure detector waits
+// for a heartbeat, and the loop must go on heartbeating (and holding
+// deliveries) meanwhile. The installation owns the sink, and releases it
+// before the loop hears of the end through evInstalled (stateInstalled).
+func (r *runner) installState(in *stateInstall) {
+	g, v, sink := r.g, in.v, in.sink
+	r.installing, r.installingView = true, v
+	start := v.rec.Start
+	g.spawn(func() {
+		parts, err := sink.readers(g.ctx)
+		if err == nil {
 			err = g.cfg.State.Restore(parts)
 		}
 		if err != nil {
 			err = fmt.Errorf("restore: %w", err)
 		}
+		if err == nil && g.disk != nil {
+			// The log holds the state from now on, for a restart: the
+			// parts it received are committed as its snapshot, followed
+			// by the deliveries it took meanwhile (it ends at the view's
+			// start or goes on from there: enter, install) — unless a
+			// later view made this member join again meanwhile, and its
+			// log start over there (logInstall).
+			err = g.logInstall(func() error {
+				err := sink.keep(g.ctx)
+				if err == nil && g.disk.First() <= start {
+					err = g.disk.TrimBefore(g.ctx, start+1)
+				}
+				return err
+			}, v)
+			if err != nil {
+				err = fmt.Errorf("durable log: %w", err)
+			}
+		}
+		// What the log did not keep (all of it, if superseded) goes.
+		sink.discard()
+		g.post(event{kind: evInstalled, v: v, err: err})
+	})
+}
+
+// logInstall runs write, an installed state's write to the durable log,
+// unless view v was superseded first: the loop marks that (supersede)
+// before it makes the log start over at a later view, so that the two
+// writes never land in the wrong order.
+func (g *Group) logInstall(write func() error, v *view) error {
+	g.install.Lock()
+	defer g.install.Unlock()
+	if g.install.superseded == v {
+		return nil
 	}
-	if err == nil && g.disk != nil {
-		// The log holds the state from now on, for a restart, followed
-		// by the deliveries it took meanwhile (it ends at the view's
-		// start or goes on from there: enter, install).
-		start := v.rec.Start
-		if err = sink.keep(g.ctx); err == nil && g.disk.First() <= start {
-			err = g.disk.TrimBefore(g.ctx, start+1)
+	return write()
+}
+
+// supersede marks the state being installed for v, if any, as not to be
+// written to the durable log: a later view brings the state again. It
+// waits for a write in progress.
+func (r *runner) supersede(v *view) {
+	g := r.g
+	g.install.Lock()
+	defer g.install.Unlock()
+	g.install.superseded = v
+}
+
+// dropNextInstall gives up the transfer that waits for the installation
+// in progress, if any: a later view brings the state again, or this
+// incarnation ends.
+func (r *runner) dropNextInstall() {
+	if r.nextInstall != nil {
+		r.nextInstall.sink.discard()
+		r.nextInstall = nil
+	}
+}
+
+// stateInstalled ends the installation of view v's state: if v is still
+// the view, this joiner has its state and takes part; otherwise a later
+// view brings the state again, and whatever transfer ended meanwhile is
+// installed now.
+func (r *runner) stateInstalled(v *view, err error) bool {
+	r.installing, r.installingView = false, nil
+	r.g.install.Lock()
+	r.g.install.superseded = nil
+	r.g.install.Unlock()
+	if next := r.nextInstall; next != nil {
+		r.nextInstall = nil
+		if next.v == r.v && r.restoring {
+			r.installState(next)
+			return true
 		}
-		if err != nil {
-			err = fmt.Errorf("durable log: %w", err)
+		next.sink.discard()
+	}
+	if acts := r.afterInstall; len(acts) > 0 {
+		r.afterInstall = nil
+		for _, a := range acts {
+			if !r.do(a) {
+				return false
+			}
 		}
+		return true
+	}
+	if v != r.v || !r.restoring {
+		return true
 	}
 	if err != nil {
 		// Without its state this member cannot take part: it drops out

@@ -45,6 +45,13 @@ func (r *runner) onState(st *membership.State) bool {
 // when the loop must stop.
 func (r *runner) do(a vsync.Action) bool {
 	g := r.g
+	if r.installing && (a.Kind == vsync.RequestJoin || a.Kind == vsync.Enter) {
+		// An earlier incarnation's state is still being installed: a new
+		// one starts once it is in (stateInstalled), lest two writers
+		// change the application's state and the log at once.
+		r.afterInstall = append(r.afterInstall, a)
+		return true
+	}
 	switch a.Kind {
 	case vsync.Bootstrap:
 		first := *a.View
@@ -362,6 +369,8 @@ func (r *runner) install(rec membership.View) bool {
 	}
 	r.deliver(rest)
 	old.close()
+	// What the old view did not order beyond the cut, it never delivers.
+	g.msgs.abandonUnordered("beyond the view's cut")
 	now := g.cfg.Clock()
 	v, err := g.openView(g.ctx, rec, rank, now)
 	if err != nil {
@@ -381,8 +390,14 @@ func (r *runner) install(rec membership.View) bool {
 		// This member was still waiting for its state: it comes now as of
 		// this view's start, which covers what was held back. Its log
 		// took the previous view's messages up to the cut, and goes on
-		// from there.
+		// from there. An earlier view's state being installed meanwhile
+		// is not to be logged any more, and one waiting to be installed
+		// goes.
 		r.held = nil
+		if r.installing {
+			r.supersede(r.installingView)
+		}
+		r.dropNextInstall()
 		if g.disk != nil && g.disk.Last() != rec.Start {
 			if err := g.disk.InstallSnapshot(g.ctx, rec.Start, nil); err != nil {
 				g.log.Error("durable log: joining again", "epoch", rec.Epoch, "err", err)
@@ -598,6 +613,7 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	r.endChange(attribute.Bool("convoy.excluded", true))
 	r.waitSnapshots()
 	r.waitOwnSnapshot()
+	r.dropNextInstall()
 	r.v.close()
 	r.v, r.pending, r.restoring, r.held, r.pendingDonate = nil, nil, false, nil, nil
 	// Deliveries still waiting to be durable everywhere are not handed

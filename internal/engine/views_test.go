@@ -1427,3 +1427,94 @@ func TestSyncStatelessJoiner(t *testing.T) {
 		t.Errorf("the joiner's status reports delivered %d, below the view's start", st.Delivered)
 	}
 }
+
+// TestViewsSlowRestore: a joiner whose application takes longer to
+// restore the transferred state than the failure detector waits for a
+// heartbeat still joins, and stays. Restoring ran on the loop once,
+// which fell silent meanwhile: the others excluded the joiner, it
+// rejoined, was transferred the state again and excluded again, for as
+// long as its state took that long to restore — under load, with about
+// 100 MB of state, for good.
+func TestViewsSlowRestore(t *testing.T) {
+	c := newVSCluster(t)
+	const suspect = time.Second
+	patient := func(cfg *Config) { cfg.SuspectTimeout = suspect }
+	nodes := c.openAll(3, patient)
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes...)
+	c.waitCount(nodes[0], 100)
+	joiner, err := c.open(4, 1, func(cfg *Config) {
+		patient(cfg)
+		cfg.State = &slowRestore{StateMachine: cfg.State, delay: 3 * suspect}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append(nodes, joiner)
+	c.waitView(2, 4, all...)
+	// It delivers what the group sends after it is in, in view 2.
+	c.waitCount(joiner, joiner.delivered()+100)
+	close(stop)
+	wg.Wait()
+	sameState(t, all...)
+	for _, n := range all {
+		if v, _ := n.lastView(); v.Epoch != 2 || n.wasExcluded() {
+			t.Errorf("member %d: last view %d, excluded %v; want view 2 and never excluded", n.id, v.Epoch, n.wasExcluded())
+		}
+	}
+}
+
+// slowRestore is a state machine whose Restore takes delay.
+type slowRestore struct {
+	StateMachine
+	delay time.Duration
+}
+
+func (s *slowRestore) Restore(parts []io.Reader) error {
+	time.Sleep(s.delay)
+	return s.StateMachine.Restore(parts)
+}
+
+// TestSyncSharesViewReads: concurrent Syncs share their reads of the
+// current view from etcd, each of which starts after the Syncs it serves
+// asked; every Sync still answers with the index delivered before it.
+func TestSyncSharesViewReads(t *testing.T) {
+	c := newVSCluster(t)
+	var reads atomic.Int64
+	nodes := c.openAll(3, func(cfg *Config) {
+		if cfg.Self == 1 {
+			cfg.test.onViewRead = func() { reads.Add(1) }
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	last, err := nodes[1].g.Send(ctx, []byte("set k 1"), WaitDelivered())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const syncs = 100
+	var wg sync.WaitGroup
+	errs := make(chan error, syncs)
+	for range syncs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			idx, err := nodes[0].g.Sync(ctx)
+			if err == nil && idx < last.Index {
+				err = fmt.Errorf("Sync answered %d, below %d delivered before it", idx, last.Index)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d Syncs, %d reads of the view", syncs, reads.Load())
+	if n := reads.Load(); n < 1 || n > syncs/2 {
+		t.Errorf("%d Syncs made %d reads of the view, want them shared", syncs, n)
+	}
+}

@@ -46,6 +46,9 @@ var (
 	// wrapping it wrap the context's error and the last failure too. A
 	// write may or may not have taken effect.
 	ErrUnavailable = errors.New("client: no member available")
+	// ErrUnauthorized: the member wants a bearer token (WithToken), and
+	// the Client sent none or another (HTTP 401).
+	ErrUnauthorized = errors.New("client: unauthorized")
 )
 
 // Entry is one entry of the log.
@@ -73,6 +76,7 @@ type Status struct {
 type Client struct {
 	urls    []string
 	hc      *http.Client
+	token   string
 	backoff time.Duration
 	maxBody int64
 	// id is this client's random 128-bit id, seq counts its writes: a
@@ -86,8 +90,14 @@ type Client struct {
 type Option func(*Client)
 
 // WithHTTPClient makes the Client send its requests with hc (default
-// http.DefaultClient).
+// http.DefaultClient). For members that serve over TLS (https URLs),
+// give hc a Transport that trusts their certificates.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithToken makes the Client send token as a bearer token (the header
+// "Authorization: Bearer <token>") with every request, for members that
+// require one. Send it over TLS only.
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
 
 // WithBackoff sets the pause after a round of members that all failed
 // (default 20ms; it doubles on each round, up to a second).
@@ -254,6 +264,9 @@ func (c *Client) once(ctx context.Context, base, method, path string, body []byt
 	if body != nil {
 		req.Header.Set("Content-Type", "application/octet-stream")
 	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return true, fmt.Errorf("client: %s %s: %w", method, base, err)
@@ -299,6 +312,8 @@ func statusError(status int, body []byte) error {
 		return fmt.Errorf("%w: %s", ErrBadRequest, msg)
 	case status == http.StatusRequestEntityTooLarge:
 		return fmt.Errorf("%w: %s", ErrTooLarge, msg)
+	case status == http.StatusUnauthorized:
+		return fmt.Errorf("%w: %s", ErrUnauthorized, msg)
 	}
 	return fmt.Errorf("client: HTTP %d: %s", status, msg)
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/convoy-gcs/convoy/internal/httpauth"
 )
 
 func TestMain(m *testing.M) {
@@ -240,5 +242,49 @@ func TestRequestIDs(t *testing.T) {
 	random, counter, ok := strings.Cut(id, "-")
 	if !ok || len(random) != 32 || counter != "101" {
 		t.Fatalf("request id %q: want 32 hex digits (128 bits), '-', the counter", id)
+	}
+}
+
+// TestToken: members that serve over TLS behind a bearer token
+// (httpauth, as "convoy node -http-token-file" does) answer a Client
+// with the token, and refuse one without it or with another at once:
+// ErrUnauthorized, with no other member tried, since all want the same
+// token.
+func TestToken(t *testing.T) {
+	const token = "JBSWY3DPEHPK3PXP"
+	var mu sync.Mutex
+	requests := 0
+	guarded, err := httpauth.Bearer(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"tail": 7}`)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		requests++
+		mu.Unlock()
+		guarded.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	hc := srv.Client()
+	defer hc.CloseIdleConnections()
+	urls := []string{srv.URL, srv.URL}
+
+	tail, err := New(urls, WithHTTPClient(hc), WithToken(token)).Tail(t.Context())
+	if err != nil || tail != 7 {
+		t.Fatalf("with the token: tail %d, %v; want 7", tail, err)
+	}
+	for _, opts := range [][]Option{{WithHTTPClient(hc)}, {WithHTTPClient(hc), WithToken("another")}} {
+		mu.Lock()
+		requests = 0
+		mu.Unlock()
+		_, err := New(urls, opts...).Tail(t.Context())
+		mu.Lock()
+		n := requests
+		mu.Unlock()
+		if !errors.Is(err, ErrUnauthorized) || n != 1 {
+			t.Errorf("%d options: %v after %d requests; want ErrUnauthorized after 1", len(opts), err, n)
+		}
 	}
 }

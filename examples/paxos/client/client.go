@@ -56,6 +56,10 @@ var (
 	ErrInvalidValue = errors.New("client: CAS value is not valid UTF-8")
 	// ErrClosed is returned by the methods of a closed Client.
 	ErrClosed = errors.New("client: closed")
+	// ErrUnauthorized is wrapped by the *Error of a 401 answer: the
+	// member wants a bearer token (WithToken), and the Client sent none
+	// or another.
+	ErrUnauthorized = errors.New("client: unauthorized")
 )
 
 // MaxKeyBytes bounds a key (the server's limit).
@@ -73,6 +77,14 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("client: %d %s: %s", e.StatusCode, http.StatusText(e.StatusCode), e.Message)
 }
 
+// Unwrap returns ErrUnauthorized for a 401 answer, nil for others.
+func (e *Error) Unwrap() error {
+	if e.StatusCode == http.StatusUnauthorized {
+		return ErrUnauthorized
+	}
+	return nil
+}
+
 // Status is a member's status (GET /status).
 type Status struct {
 	ID      uint64   `json:"id"`
@@ -88,8 +100,16 @@ type Status struct {
 type Option func(*Client)
 
 // WithHTTPClient makes the Client send requests with hc (default
-// http.DefaultClient).
+// http.DefaultClient). For members that serve over TLS (https URLs),
+// give hc an *http.Transport whose TLSClientConfig trusts their
+// certificates: streams (WithStreams) dial with its DialContext and
+// TLSClientConfig too.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithToken makes the Client send token as a bearer token (the header
+// "Authorization: Bearer <token>") with every request, stream upgrades
+// included, for members that require one. Send it over TLS only.
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
 
 // WithBackoff sets the pause before a retry: it starts at min and
 // doubles up to max, with jitter (default 5ms to 200ms).
@@ -115,6 +135,7 @@ func WithAttemptTimeout(d time.Duration) Option { return func(c *Client) { c.att
 type Client struct {
 	members                []*member
 	hc                     *http.Client
+	token                  string
 	streams                bool
 	minBackoff, maxBackoff time.Duration
 	attempt                time.Duration
@@ -422,6 +443,7 @@ func (c *Client) httpOnce(ctx context.Context, base string, req httpRequest, out
 	if req.json {
 		hreq.Header.Set("Content-Type", "application/json")
 	}
+	c.authorize(hreq.Header)
 	resp, err := c.hc.Do(hreq)
 	if err != nil {
 		return response{}, &retryable{fmt.Errorf("client: %s %s: %w", req.method, base, err)}
@@ -454,6 +476,13 @@ func (c *Client) httpOnce(ctx context.Context, base string, req httpRequest, out
 		return r, &retryable{&Error{StatusCode: code, Message: message(b)}}
 	default:
 		return r, &Error{StatusCode: code, Message: message(b)}
+	}
+}
+
+// authorize adds the bearer token, if any, to a request's header.
+func (c *Client) authorize(h http.Header) {
+	if c.token != "" {
+		h.Set("Authorization", "Bearer "+c.token)
 	}
 }
 

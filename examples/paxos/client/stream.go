@@ -85,6 +85,10 @@ func (c *Client) dialStream(ctx context.Context, base string) (*streamConn, erro
 	var dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	var tlsConfig *tls.Config
 	if t, ok := c.hc.Transport.(*http.Transport); ok {
+		// Clone, not the fields: the transport sets its TLS config up
+		// lazily, on its first request, which may be under way on another
+		// goroutine; Clone waits for that.
+		t = t.Clone()
 		dial, tlsConfig = t.DialContext, t.TLSClientConfig
 	}
 	if dial == nil {
@@ -110,6 +114,8 @@ func (c *Client) dialStream(ctx context.Context, base string) (*streamConn, erro
 		if cfg.ServerName == "" {
 			cfg.ServerName = u.Hostname()
 		}
+		// The upgrade is an HTTP/1.1 request: ALPN must not pick h2.
+		cfg.NextProtos = []string{"http/1.1"}
 		tc := tls.Client(conn, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			conn.Close()
@@ -117,7 +123,7 @@ func (c *Client) dialStream(ctx context.Context, base string) (*streamConn, erro
 		}
 		conn = tc
 	}
-	br, err := upgrade(ctx, conn, base)
+	br, err := c.upgrade(ctx, conn, base)
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -129,7 +135,7 @@ func (c *Client) dialStream(ctx context.Context, base string) (*streamConn, erro
 }
 
 // upgrade asks the member to turn conn into a stream, within ctx.
-func upgrade(ctx context.Context, conn net.Conn, base string) (*bufio.Reader, error) {
+func (c *Client) upgrade(ctx context.Context, conn net.Conn, base string) (*bufio.Reader, error) {
 	if d, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(d)
 		defer conn.SetDeadline(time.Time{})
@@ -142,6 +148,7 @@ func upgrade(ctx context.Context, conn net.Conn, base string) (*bufio.Reader, er
 	}
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", wire.Protocol)
+	c.authorize(req.Header)
 	if err := req.Write(conn); err != nil {
 		return nil, &retryable{fmt.Errorf("client: stream to %s: %w", base, err)}
 	}
