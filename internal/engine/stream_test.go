@@ -181,6 +181,142 @@ func TestViewsJoinSpilled(t *testing.T) {
 	}
 }
 
+// TestViewsJoinSupersededRestore: a later view comes while a durable
+// joiner still restores the state it received for its first view, off
+// its loop. The later view brings the state again, as of its start, into
+// the log's next snapshot; it is installed once the first restore ends,
+// and it is the snapshot the joiner's log keeps (the first state, written
+// into the log as it arrived, is not committed over the log that started
+// again at the later view). The joiner then restarts from its log.
+func TestViewsJoinSupersededRestore(t *testing.T) {
+	c := newVSCluster(t)
+	// (Filled first: openAll opens the members at once.)
+	dirs := map[NodeID]string{}
+	for id := NodeID(1); id <= 5; id++ {
+		dirs[id] = t.TempDir()
+	}
+	opts := func(cfg *Config) {
+		cfg.Durable = &DurableConfig{Dir: dirs[cfg.Self]}
+		// Nobody crashes until the end: a member suspected only because a
+		// loaded machine delayed its heartbeats would change the views
+		// this test expects.
+		cfg.SuspectTimeout = 2 * time.Second
+	}
+	nodes := c.openAll(3, opts)
+	stop := make(chan struct{})
+	wg := c.load(stop, nodes...)
+	c.waitCount(nodes[0], 200)
+
+	release := make(chan struct{})
+	var once sync.Once
+	openGate := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(openGate) // a failed check must not leave the joiner waiting
+	entered := make(chan struct{}, 1)
+	transferred := make(chan uint64, 8)
+	slow := &gatedRestore{entered: entered, release: release}
+	joined := make(chan *vsNode, 1)
+	go func() {
+		n, err := c.open(4, 1, opts, func(cfg *Config) {
+			slow.StateMachine = cfg.State
+			cfg.State = slow
+			cfg.test.onTransferred = func(epoch uint64) { transferred <- epoch }
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		joined <- n
+	}()
+	select {
+	case <-entered:
+	case <-time.After(vsWait):
+		t.Fatal("the joiner does not restore the state of view 2")
+	}
+	// Member 5 joins while member 4 restores: view 3 brings member 4 the
+	// state again, which arrives before the first restore ends.
+	fifth, err := c.open(5, 1, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for epoch := uint64(0); epoch < 3; {
+		select {
+		case epoch = <-transferred:
+		case <-time.After(vsWait):
+			t.Fatal("the joiner does not receive the state of view 3")
+		}
+	}
+	openGate()
+	joiner := <-joined
+	if joiner == nil {
+		t.FailNow()
+	}
+	all := append(nodes, joiner, fifth)
+	c.waitView(3, 5, all...)
+	c.waitCount(joiner, 100)
+	if n := slow.restores.Load(); n != 2 {
+		t.Errorf("the joiner restored %d states, want 2 (view 2's, then view 3's)", n)
+	}
+	first := joiner.firstView()
+	if first.Epoch != 3 {
+		t.Fatalf("the joiner's first view is %d, want 3", first.Epoch)
+	}
+	s, err := joiner.g.disk.ReadSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Index() != first.Start || !bytes.Equal(s.Meta(), snapshotInLog) || s.Parts() != 3*transferSlices {
+		t.Fatalf("the joiner's log keeps a snapshot at %d with metadata %x and %d parts, want view 3's at %d with the %d transferred",
+			s.Index(), s.Meta(), s.Parts(), first.Start, 3*transferSlices)
+	}
+	for _, n := range all {
+		if n.wasExcluded() {
+			t.Errorf("member %d was excluded", n.id)
+		}
+	}
+	// It restarts on its disk, from that snapshot.
+	c.crash(4)
+	again, err := c.open(4, 1, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all[3] = again
+	c.waitMembers(5, all...)
+	close(stop)
+	wg.Wait()
+	c.waitDelivered(nodes, nodes...)
+	c.waitSameIndex(all...)
+	c.check()
+	sameState(t, all...)
+}
+
+// gatedRestore is a state machine whose first Restore waits until
+// release is closed, after saying on entered that it was called.
+type gatedRestore struct {
+	StateMachine
+	entered  chan<- struct{}
+	release  <-chan struct{}
+	restores atomic.Int32
+}
+
+func (s *gatedRestore) Restore(parts []io.Reader) error {
+	if s.restores.Add(1) == 1 {
+		s.entered <- struct{}{}
+		<-s.release
+	}
+	return s.StateMachine.Restore(parts)
+}
+
+// firstView returns the first view n saw.
+func (n *vsNode) firstView() View {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, e := range n.events {
+		if e.view != nil {
+			return *e.view
+		}
+	}
+	return View{}
+}
+
 // TestDurableSnapshotHoldsDeliveries: while the application's Snapshot
 // writes the state, deliveries wait (the state must hold still) and the
 // group goes on; they resume once it returns, or once a Snapshot that

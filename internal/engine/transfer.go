@@ -384,6 +384,9 @@ func (r *runner) restored(err error) bool {
 		r.excluded(nil, fmt.Sprintf("state transfer for view %d failed: %v", v.rec.Epoch, err))
 		return true
 	}
+	if f := g.cfg.test.onTransferred; f != nil {
+		f(v.rec.Epoch)
+	}
 	in := &stateInstall{v: v, sink: sink}
 	if r.installing {
 		// The state of an earlier view is still being installed: this
