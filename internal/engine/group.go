@@ -136,7 +136,8 @@ const (
 )
 
 // event is something for the loop. v names the view it belongs to; the
-// loop ignores events of views it has closed.
+// loop ignores events of views it has closed, except evInstalled, which
+// ends an installation of state whatever became of its view.
 type event struct {
 	kind    eventKind
 	v       *view

@@ -338,7 +338,10 @@ func (r *runner) fetch(v *view) {
 	if g.disk != nil {
 		w, err := g.disk.CreateSnapshot(g.ctx, v.rec.Start, parts)
 		if err != nil {
-			g.post(event{kind: evRestored, v: v, err: fmt.Errorf("durable log: %w", err)})
+			// Posted from another goroutine: this is the loop, which
+			// would wait on itself for room in its own queue.
+			ev := event{kind: evRestored, v: v, err: fmt.Errorf("durable log: %w", err)}
+			g.spawn(func() { g.post(ev) })
 			return
 		}
 		v.sink = &logSink{w: w}
