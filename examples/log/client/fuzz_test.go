@@ -43,8 +43,9 @@ func FuzzAnswer(f *testing.F) {
 		c := New([]string{"http://member:7101"}, WithHTTPClient(&http.Client{Transport: canned{raw, cancel}}),
 			WithBackoff(time.Hour), WithMaxResponseBytes(1<<10))
 
-		// What the answer says, read as the transport reads it.
-		status, body := 0, []byte(nil)
+		// What the answer says, read as the transport reads it (status
+		// -1: it is no response).
+		status, body := -1, []byte(nil)
 		if resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(raw)), nil); err == nil {
 			if b, err := io.ReadAll(resp.Body); err == nil {
 				status, body = resp.StatusCode, b
@@ -87,7 +88,7 @@ func FuzzAnswer(f *testing.F) {
 		if err != nil {
 			// Status asks one member once: it has no failover to end
 			// with ErrUnavailable.
-			if op%7 != 6 || status != 0 && status != http.StatusServiceUnavailable {
+			if op%7 != 6 || status != -1 && status != http.StatusServiceUnavailable {
 				checkAnswerError(t, status, body, err)
 			}
 			return
@@ -112,7 +113,7 @@ func FuzzAnswer(f *testing.F) {
 }
 
 // checkAnswerError checks the error a call returned for an answer of
-// status (0: not a response) with body.
+// status (-1: not a response) with body.
 func checkAnswerError(t *testing.T, status int, body []byte, err error) {
 	t.Helper()
 	var e struct {
@@ -126,7 +127,7 @@ func checkAnswerError(t *testing.T, status int, body []byte, err error) {
 	switch {
 	case len(body) > 1<<10:
 		return // above WithMaxResponseBytes
-	case status == 0, status == http.StatusServiceUnavailable:
+	case status == -1, status == http.StatusServiceUnavailable:
 		want = ErrUnavailable
 	case status == http.StatusNotFound && msg == "unwritten":
 		want = ErrUnwritten

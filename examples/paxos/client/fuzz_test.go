@@ -50,8 +50,9 @@ func FuzzAnswer(f *testing.F) {
 			WithBackoff(time.Hour, time.Hour))
 		defer c.Close()
 
-		// What the answer says, read as the transport reads it.
-		status, body, index := 0, []byte(nil), ""
+		// What the answer says, read as the transport reads it (status
+		// -1: it is no response).
+		status, body, index := -1, []byte(nil), ""
 		if resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(raw)), nil); err == nil {
 			if b, err := io.ReadAll(resp.Body); err == nil {
 				status, body, index = resp.StatusCode, b, resp.Header.Get("X-Convoy-Index")
@@ -118,7 +119,7 @@ func checkAnswerError(t *testing.T, once bool, status int, body []byte, index st
 	switch {
 	case status/100 == 3:
 		return // the HTTP client follows redirects
-	case status == 0, status == http.StatusServiceUnavailable, status == http.StatusBadGateway, status == http.StatusGatewayTimeout:
+	case status == -1, status == http.StatusServiceUnavailable, status == http.StatusBadGateway, status == http.StatusGatewayTimeout:
 		if !once && !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("answer %d %q: %v, want ErrUnavailable", status, body, err)
 		}
