@@ -119,12 +119,13 @@ func checkAnswerError(t *testing.T, once bool, status int, body []byte, index st
 	switch {
 	case status/100 == 3:
 		return // the HTTP client follows redirects
-	case status == -1, status == http.StatusServiceUnavailable, status == http.StatusBadGateway, status == http.StatusGatewayTimeout:
+	case status == -1, status == http.StatusServiceUnavailable, status == http.StatusTooManyRequests,
+		status == http.StatusBadGateway, status == http.StatusGatewayTimeout:
 		if !once && !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("answer %d %q: %v, want ErrUnavailable", status, body, err)
 		}
 		return
-	case status == http.StatusNotFound && index != "" && !once:
+	case status == http.StatusNotFound && index != "":
 		if !errors.Is(err, ErrNotFound) {
 			t.Fatalf("answer %d %q: %v, want ErrNotFound", status, body, err)
 		}
@@ -210,7 +211,7 @@ func FuzzStreamAnswer(f *testing.F) {
 			if !errors.Is(err, ErrNotFound) || r.index != want.Index {
 				t.Fatalf("op %d returned %+v, %v; the answer: %+v", op%5, r, err, want)
 			}
-		case want.Status == http.StatusServiceUnavailable:
+		case want.Status == http.StatusServiceUnavailable, want.Status == http.StatusTooManyRequests:
 			if !errors.Is(err, ErrUnavailable) {
 				t.Fatalf("op %d returned %v; the answer: %+v", op%5, err, want)
 			}
