@@ -41,28 +41,51 @@ type fabConn struct {
 		// (the others failed there), and the peer's records for the stream
 		// are the newest's.
 		peerOpen map[StreamID][]*peerInst
-		// pending holds the signals of peer instances no queue pair here
-		// is paired with yet, npending their number.
-		pending  map[StreamID][]fabSig
+		// pending holds the signals and notices of the peer's newest
+		// instance of each stream while it is paired with no queue pair
+		// here, npending their number.
+		pending  map[StreamID][]ctrlRecord
 		npending int
 		nextInst uint64
-		out      ring[ctrlRecord] // records to send, in order
-		credits  int              // packets the peer has slots for
-		freed    uint32           // control slots freed here, not yet acknowledged
-		timer    *time.Timer      // bounds connection setup
-		backoff  time.Duration    // before the connecting side's next attempt
-		deadline time.Time        // of the connecting side's attempts
-		lastErr  error            // why the connecting side's last attempt failed
+		out      ring[outRecord] // records to send, in order
+		// sent and received count the records sent to and processed from
+		// the peer. An open record carries the count received, so that
+		// the node with the lower id can tell whether the peer's instance
+		// opened before the peer saw the close of one of its own.
+		sent, received uint64
+		// unpairedClose is, on the node with the lower id, the number
+		// (in sent) of the close record of its latest instance of a stream
+		// that closed before it paired: a peer instance that opened
+		// before seeing that record fails there when it comes.
+		unpairedClose map[StreamID]uint64
+		credits       int           // packets the peer has slots for
+		freed         uint32        // control slots freed here, not yet acknowledged
+		timer         *time.Timer   // bounds connection setup
+		backoff       time.Duration // before the connecting side's next attempt
+		deadline      time.Time     // of the connecting side's attempts
+		lastErr       error         // why the connecting side's last attempt failed
 	}
 }
 
 // peerInst is one of the peer's instances of a stream. Each pairs with at
-// most one queue pair here, for its whole life: a queue pair opened after
-// the one it paired with waits for the peer's next instance.
+// most one queue pair here, for its whole life.
+//
+// The node with the lower id decides which instances pair: its open queue
+// pair with the peer's newest instance that has not paired yet, as soon as
+// it knows of both, and it tells the peer with a pair record. The node
+// with the higher id pairs only as told. An instance closed on one side
+// before the other learned of it thus pairs on both sides or on neither:
+// the two never disagree about whom a close record concerns.
 type peerInst struct {
 	inst    uint64
-	used    bool   // a queue pair here paired with it
-	partner *fabQP // that queue pair, while it is open
+	used    bool   // paired with a queue pair here
+	partner *fabQP // that queue pair, while it is open here
+}
+
+// outRecord is a record waiting to be sent.
+type outRecord struct {
+	ctrlRecord
+	unpairedClose bool // the close of an instance that never paired
 }
 
 // maxPeerInstances bounds the instances of one stream a peer may have
@@ -72,17 +95,18 @@ const maxPeerInstances = 8
 func newFabConn(e *FabricEndpoint, peer NodeID) *fabConn {
 	c := &fabConn{e: e, peer: peer, log: e.log.With("peer", peer), lower: e.cfg.ID < peer}
 	c.mu.streams = make(map[StreamID]*fabQP)
-	c.mu.pending = make(map[StreamID][]fabSig)
+	c.mu.pending = make(map[StreamID][]ctrlRecord)
 	c.mu.peerOpen = make(map[StreamID][]*peerInst)
+	c.mu.unpairedClose = make(map[StreamID]uint64)
 	e.mu.cqUsed += 2 * ctrlSlots
 	return c
 }
 
-// addStream registers q, queues its open record, and pairs it with the
-// peer's newest instance of the stream if no queue pair here has paired
-// with it yet: it then returns the instance and the signals that came for
-// it. REQUIRES: q.mu.
-func (c *fabConn) addStream(q *fabQP) (peerInst uint64, paired bool, pending []fabSig, err error) {
+// addStream registers q and queues its open record. On the node with the
+// lower id, q pairs with the peer's newest instance of the stream if it
+// has not paired yet: addStream then returns it and the records that came
+// from it. REQUIRES: q.mu.
+func (c *fabConn) addStream(q *fabQP) (peerInst uint64, paired bool, pending []ctrlRecord, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.mu.state == connBroken {
@@ -95,12 +119,22 @@ func (c *fabConn) addStream(q *fabQP) (peerInst uint64, paired bool, pending []f
 	c.mu.nextInst++
 	q.inst = c.mu.nextInst
 	c.mu.streams[q.stream] = q
-	c.mu.out.push(ctrlRecord{typ: ctrlOpen, stream: q.stream, a: q.inst})
-	if p := c.newestLocked(q.stream); p != nil && !p.used {
-		p.used, p.partner, q.cpaired = true, q, true
-		return p.inst, true, c.takePendingLocked(q.stream), nil
+	c.mu.out.push(outRecord{ctrlRecord: ctrlRecord{typ: ctrlOpen, stream: q.stream, a: q.inst, b: c.mu.received}})
+	if p := c.newestLocked(q.stream); c.lower && p != nil && !p.used {
+		return p.inst, true, c.pairLocked(p, q), nil
 	}
 	return 0, false, nil, nil
+}
+
+// pairLocked pairs the peer's instance p with q, and returns the records
+// that came from p before. On the node with the lower id, it tells the
+// peer. REQUIRES: c.mu.
+func (c *fabConn) pairLocked(p *peerInst, q *fabQP) []ctrlRecord {
+	p.used, p.partner, q.cpaired = true, q, true
+	if c.lower {
+		c.mu.out.push(outRecord{ctrlRecord: ctrlRecord{typ: ctrlPair, stream: q.stream, a: q.inst, b: p.inst}})
+	}
+	return c.takePendingLocked(q.stream)
 }
 
 // newestLocked returns the peer's newest instance of s, or nil.
@@ -113,15 +147,15 @@ func (c *fabConn) newestLocked(s StreamID) *peerInst {
 	return l[len(l)-1]
 }
 
-// takePendingLocked removes and returns the signals held for s.
+// takePendingLocked removes and returns the records held for s.
 // REQUIRES: c.mu.
-func (c *fabConn) takePendingLocked(s StreamID) []fabSig {
-	sigs := c.mu.pending[s]
-	if sigs != nil {
+func (c *fabConn) takePendingLocked(s StreamID) []ctrlRecord {
+	recs := c.mu.pending[s]
+	if recs != nil {
 		delete(c.mu.pending, s)
-		c.mu.npending -= len(sigs)
+		c.mu.npending -= len(recs)
 	}
-	return sigs
+	return recs
 }
 
 // dropStream forgets q, which failed or was closed: its queued records are
@@ -138,8 +172,8 @@ func (c *fabConn) dropStream(q *fabQP) {
 			p.partner = nil
 		}
 	}
-	c.mu.out.filter(func(r *ctrlRecord) bool {
-		return r.stream != q.stream || r.typ == ctrlOpen || r.typ == ctrlClose
+	c.mu.out.filter(func(r *outRecord) bool {
+		return r.stream != q.stream || r.typ == ctrlOpen || r.typ == ctrlPair || r.typ == ctrlClose
 	})
 }
 
@@ -178,9 +212,6 @@ func (c *fabConn) hello(kind fabConnKind, gen uint64) fabHello {
 	return fabHello{kind: kind, immHdr: !c.e.immData, from: c.e.cfg.ID, to: c.peer, gen: gen}
 }
 
-// send queues records and sends what the control credits allow.
-func (c *fabConn) send(recs ...ctrlRecord) { c.queue(true, recs...) }
-
 // queue queues records; with flush, it sends what the control credits
 // allow, and otherwise leaves them for the next packet (credits for
 // receives posted by PostRecv wait for the ready signal that follows).
@@ -191,12 +222,36 @@ func (c *fabConn) queue(flush bool, recs ...ctrlRecord) {
 		return
 	}
 	for _, r := range recs {
-		c.mu.out.push(r)
+		c.mu.out.push(outRecord{ctrlRecord: r})
 	}
 	var err error
 	if flush {
 		err = c.flushLocked()
 	}
+	c.mu.Unlock()
+	if err != nil {
+		c.failLater(err)
+	}
+}
+
+// Reasons of a close record (see fabric_wire.go).
+const (
+	closeClosed = 0 // the queue pair was closed, or failed
+	closeLost   = 1 // its data connection was lost
+)
+
+// sendClose queues the close record of q's instance, with reason.
+func (c *fabConn) sendClose(q *fabQP, reason uint64) {
+	c.mu.Lock()
+	if c.mu.state == connBroken {
+		c.mu.Unlock()
+		return
+	}
+	c.mu.out.push(outRecord{
+		ctrlRecord:    ctrlRecord{typ: ctrlClose, stream: q.stream, a: q.inst, b: reason},
+		unpairedClose: c.lower && !q.cpaired,
+	})
+	err := c.flushLocked()
 	c.mu.Unlock()
 	if err != nil {
 		c.failLater(err)
@@ -223,20 +278,20 @@ func (c *fabConn) flushLocked() error {
 	}
 	var recs [ctrlMaxRecords]ctrlRecord
 	for {
-		ackOnly := c.mu.out.len() == 0
-		if ackOnly && c.mu.freed < ctrlAckAfter {
+		// Records go out while two credits are left: the last is kept
+		// for a packet that only acknowledges freed slots, sent when
+		// enough are free, or at once when records wait for credits
+		// (the peer may be waiting for the same).
+		n := 0
+		switch waiting := c.mu.out.len(); {
+		case waiting > 0 && c.mu.credits >= 2:
+			n = min(waiting, ctrlMaxRecords)
+		case c.mu.credits >= 1 && (c.mu.freed >= ctrlAckAfter || waiting > 0 && c.mu.freed > 0):
+		default:
 			return nil
 		}
-		need := 2 // one for this packet, one kept for acknowledgements
-		if ackOnly {
-			need = 1
-		}
-		if c.mu.credits < need {
-			return nil
-		}
-		n := min(c.mu.out.len(), ctrlMaxRecords)
 		for i := range n {
-			recs[i] = *c.mu.out.at(i)
+			recs[i] = c.mu.out.at(i).ctrlRecord
 		}
 		acks := c.mu.freed
 		size := ctrlHeaderLen + n*ctrlRecordLen
@@ -250,7 +305,11 @@ func (c *fabConn) flushLocked() error {
 			return nil // a send completion flushes again
 		}
 		for range n {
-			c.mu.out.pop()
+			r, _ := c.mu.out.pop()
+			if r.unpairedClose {
+				c.mu.unpairedClose[r.stream] = c.mu.sent
+			}
+			c.mu.sent++
 		}
 		c.mu.credits--
 		c.mu.freed = 0
@@ -545,15 +604,16 @@ func (c *fabConn) ctrlCompletion(p *fep, cp completion, packet []byte) {
 		return
 	}
 	for _, a := range actions {
-		a.q.apply(a.r)
+		a.q.apply(a.r, a.pending)
 	}
 }
 
 // ctrlAction is a record for a queue pair, applied after c.mu is
 // released.
 type ctrlAction struct {
-	q *fabQP
-	r ctrlRecord
+	q       *fabQP
+	r       ctrlRecord
+	pending []ctrlRecord // with a pairing: the records that came before
 }
 
 // receive decodes a control packet, updates c and reposts the slot. It
@@ -563,9 +623,9 @@ func (c *fabConn) receive(p *fep, packet []byte) ([]ctrlAction, error) {
 	defer c.mu.Unlock()
 	var actions []ctrlAction
 	acks, err := decodeCtrlPacket(packet, func(r ctrlRecord) error {
-		q, err := c.recordLocked(r)
+		q, pending, err := c.recordLocked(r)
 		if q != nil {
-			actions = append(actions, ctrlAction{q, r})
+			actions = append(actions, ctrlAction{q, r, pending})
 		}
 		return err
 	})
@@ -591,65 +651,104 @@ func (c *fabConn) receive(p *fep, packet []byte) ([]ctrlAction, error) {
 }
 
 // recordLocked applies a record to c and returns the queue pair it is
-// for, if it has one. REQUIRES: c.mu.
-func (c *fabConn) recordLocked(r ctrlRecord) (*fabQP, error) {
+// for, if it has one, and with a pairing the records that came before.
+// REQUIRES: c.mu.
+func (c *fabConn) recordLocked(r ctrlRecord) (q *fabQP, pending []ctrlRecord, err error) {
+	c.mu.received++
 	s := r.stream
 	list := c.mu.peerOpen[s]
-	switch r.typ {
-	case ctrlOpen:
+	find := func(inst uint64) *peerInst {
 		for _, p := range list {
-			if p.inst == r.a {
-				return nil, protocolError(c.peer, s, rejectStream, fmt.Sprintf("instance %d of stream %d opened twice", r.a, s))
+			if p.inst == inst {
+				return p
 			}
 		}
+		return nil
+	}
+	switch r.typ {
+	case ctrlOpen:
+		if find(r.a) != nil {
+			return nil, nil, protocolError(c.peer, s, rejectStream, fmt.Sprintf("instance %d of stream %d opened twice", r.a, s))
+		}
 		if len(list) >= maxPeerInstances {
-			return nil, protocolError(c.peer, s, rejectStream, fmt.Sprintf("more than %d instances of stream %d open", maxPeerInstances, s))
+			return nil, nil, protocolError(c.peer, s, rejectStream, fmt.Sprintf("more than %d instances of stream %d open", maxPeerInstances, s))
 		}
 		p := &peerInst{inst: r.a}
 		c.mu.peerOpen[s] = append(list, p)
 		c.takePendingLocked(s) // an older instance's, which failed there
-		if q := c.mu.streams[s]; q != nil && !q.cpaired {
-			p.used, p.partner, q.cpaired = true, q, true
-			return q, nil
+		if k, ok := c.mu.unpairedClose[s]; ok {
+			if r.b <= k {
+				// It opened before the peer saw the close of an instance
+				// of this node's that never paired: that close fails it
+				// there (see ctrlClose), so nothing here pairs with it.
+				p.used = true
+				return nil, nil, nil
+			}
+			delete(c.mu.unpairedClose, s)
 		}
-		return nil, nil
+		if q := c.mu.streams[s]; c.lower && q != nil && !q.cpaired {
+			return q, c.pairLocked(p, q), nil
+		}
+		return nil, nil, nil
+	case ctrlPair:
+		p := find(r.a)
+		if c.lower || p == nil || p.used || p != c.newestLocked(s) {
+			return nil, nil, protocolError(c.peer, s, rejectStream, fmt.Sprintf("pairing of instance %d of stream %d, which cannot pair", r.a, s))
+		}
+		if q := c.mu.streams[s]; q != nil && q.inst == r.b && !q.cpaired {
+			return q, c.pairLocked(p, q), nil
+		}
+		// The queue pair it pairs with is gone here, and so are its
+		// records: the peer learns of it from its close record.
+		p.used = true
+		c.takePendingLocked(s)
+		return nil, nil, nil
 	case ctrlClose:
-		i := slices.IndexFunc(list, func(p *peerInst) bool { return p.inst == r.a })
-		if i < 0 {
-			return nil, protocolError(c.peer, s, rejectStream, fmt.Sprintf("close of instance %d of stream %d, which is not open", r.a, s))
+		if r.b != closeClosed && r.b != closeLost {
+			return nil, nil, protocolError(c.peer, s, rejectMalformed, fmt.Sprintf("close of stream %d for unknown reason %d", s, r.b))
 		}
-		p := list[i]
-		if i == len(list)-1 {
-			c.takePendingLocked(s) // signals it sent before closing are stale now
+		p := find(r.a)
+		if p == nil {
+			return nil, nil, protocolError(c.peer, s, rejectStream, fmt.Sprintf("close of instance %d of stream %d, which is not open", r.a, s))
 		}
-		if list = slices.Delete(list, i, i+1); len(list) == 0 {
+		partner := p.partner
+		if p == c.newestLocked(s) {
+			c.takePendingLocked(s) // what it sent before closing is stale now
+			if q := c.mu.streams[s]; !p.used && q != nil && !q.cpaired {
+				// The peer's instance closed before it paired, while a
+				// queue pair here was open and unpaired too: as on tcp,
+				// where a close fails whatever queue pair has the stream
+				// open, that queue pair fails. (Only on the node with the
+				// higher id: on the other, a queue pair pairs as soon as
+				// both are open.)
+				partner = q
+			}
+		}
+		if list = slices.DeleteFunc(list, func(x *peerInst) bool { return x == p }); len(list) == 0 {
 			delete(c.mu.peerOpen, s)
 		} else {
 			c.mu.peerOpen[s] = list
 		}
-		return p.partner, nil
+		return partner, nil, nil
 	}
 	p := c.newestLocked(s)
 	switch {
 	case p == nil:
-		return nil, protocolError(c.peer, s, rejectStream, fmt.Sprintf("%v for stream %d, which the peer never opened", r.typ, s))
+		return nil, nil, protocolError(c.peer, s, rejectStream, fmt.Sprintf("%v for stream %d, which the peer never opened", r.typ, s))
 	case p.partner != nil:
-		return p.partner, nil
+		return p.partner, nil, nil
 	case p.used:
-		return nil, nil // for a queue pair here that is gone
+		return nil, nil, nil // for a queue pair here that is gone
+	case r.typ == ctrlCredit:
+		return nil, nil, protocolError(c.peer, s, rejectStream, fmt.Sprintf("credit for stream %d before it paired", s))
 	}
-	switch r.typ {
-	case ctrlSignal:
-		if c.mu.npending >= maxPendingSignals {
-			return nil, protocolError(c.peer, s, rejectStream, fmt.Sprintf("more than %d signals for streams not open here", maxPendingSignals))
-		}
-		c.mu.pending[s] = append(c.mu.pending[s], fabSig{seq: r.a, imm: r.b})
-		c.mu.npending++
-		return nil, nil
-	case ctrlNotice:
-		return nil, protocolError(c.peer, s, rejectStream, fmt.Sprintf("%d-byte transfer for stream %d, which was never opened here", r.b, s))
+	// A signal or notice for the queue pair the instance will pair with.
+	if c.mu.npending >= maxPendingSignals {
+		return nil, nil, protocolError(c.peer, s, rejectStream, fmt.Sprintf("more than %d signals and notices for streams not open here", maxPendingSignals))
 	}
-	return nil, protocolError(c.peer, s, rejectStream, fmt.Sprintf("credit for stream %d, which was never opened here", s))
+	c.mu.pending[s] = append(c.mu.pending[s], r)
+	c.mu.npending++
+	return nil, nil, nil
 }
 
 // shutdown breaks c. Every queue pair on it fails with qpErr or, if qpErr

@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // FabricBuilt reports whether this program was built with the fabric
@@ -56,9 +57,12 @@ type FabricEndpoint struct {
 
 	mu struct {
 		sync.Mutex
-		closed  bool
-		conns   map[NodeID]*fabConn // the current connection to each peer
-		eps     map[uint64]*fep     // every libfabric endpoint not yet freed, by id
+		closed bool
+		conns  map[NodeID]*fabConn // the current connection to each peer
+		eps    map[uint64]*fep     // every libfabric endpoint not yet freed, by id
+		// doomed holds endpoints to close and free, which the event loop
+		// does between events.
+		doomed  []*fep
 		nextID  uint64
 		nextKey uint64
 		cqUsed  int // completion queue entries reserved by queues
@@ -186,7 +190,7 @@ func (e *FabricEndpoint) Open(ctx context.Context, peer NodeID, stream StreamID,
 	var c *fabConn
 	var isNew bool
 	var peerInst uint64
-	var pending []fabSig
+	var pending []ctrlRecord
 	var paired bool
 	for {
 		c = e.mu.conns[peer]
@@ -289,19 +293,17 @@ func (e *FabricEndpoint) Close() error {
 	e.f.wakeEQ()
 	e.wg.Wait()
 
-	// Nothing reads completions any more: close what is left, endpoints
-	// before the registrations and queues they use.
+	// Nothing reads completions or events any more: close what is left,
+	// endpoints before the registrations and queues they use.
 	e.mu.Lock()
 	eps := make([]*fep, 0, len(e.mu.eps))
 	for _, p := range e.mu.eps {
 		eps = append(eps, p)
 	}
+	e.mu.doomed = nil
 	e.mu.Unlock()
 	for _, p := range eps {
-		p.mu.Lock()
-		p.mu.state = fepDown
-		p.mu.Unlock()
-		p.finalize()
+		p.free()
 	}
 	e.regs.closeAll()
 	e.f.close()
@@ -362,7 +364,8 @@ func (e *FabricEndpoint) pollLoop() {
 		n, err := e.f.pollCQ(comps, pollTimeoutMS)
 		if err != nil {
 			e.log.Error("rdma: reading the completion queue failed", "err", err)
-			return
+			e.pause()
+			continue
 		}
 		for i := range n {
 			e.complete(&comps[i])
@@ -425,15 +428,48 @@ func (e *FabricEndpoint) eventLoop() {
 	defer e.wg.Done()
 	var ev fiEvent
 	for !e.stopped.Load() {
+		e.freeDoomed()
 		ok, err := e.f.readEQ(&ev, pollTimeoutMS)
 		if err != nil {
 			e.log.Error("rdma: reading the event queue failed", "err", err)
-			return
+			e.pause()
+			continue
 		}
 		if !ok || ev.err == 0 && uint32(ev.event) == eqNotify {
 			continue // a wake-up (FI_NOTIFY is 0, as is an error's event)
 		}
 		e.event(&ev)
+	}
+}
+
+// pause waits a little after an unexpected error of a loop, so that one
+// that persists does not spin.
+func (e *FabricEndpoint) pause() {
+	t := time.NewTimer(10 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-e.ctx.Done():
+	case <-t.C:
+	}
+}
+
+// doom hands p to the event loop to close and free.
+func (e *FabricEndpoint) doom(p *fep) {
+	e.mu.Lock()
+	e.mu.doomed = append(e.mu.doomed, p)
+	e.mu.Unlock()
+	e.f.wakeEQ()
+}
+
+// freeDoomed closes and frees the endpoints handed to doom. It runs on
+// the event loop only.
+func (e *FabricEndpoint) freeDoomed() {
+	e.mu.Lock()
+	doomed := e.mu.doomed
+	e.mu.doomed = nil
+	e.mu.Unlock()
+	for _, p := range doomed {
+		p.free()
 	}
 }
 

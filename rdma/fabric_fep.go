@@ -88,8 +88,7 @@ func (e *FabricEndpoint) newFep(kind fabConnKind, c *fabConn, q *fabQP, info fiI
 	}
 	ep, err := e.f.openEP(info, p.id, txN, rxN)
 	if err != nil {
-		p.mu.state = fepDown
-		p.finalize()
+		p.free()
 		return nil, err
 	}
 	p.ep = ep
@@ -194,8 +193,8 @@ func (p *fep) shutdown() bool {
 	return true
 }
 
-// finalize closes a down endpoint whose operations are all complete and
-// frees its memory. It runs once.
+// finalize hands a down endpoint whose operations are all complete to the
+// event loop, which closes and frees it. It runs once.
 func (p *fep) finalize() {
 	p.mu.Lock()
 	if p.mu.finalized {
@@ -204,6 +203,13 @@ func (p *fep) finalize() {
 	}
 	p.mu.finalized = true
 	p.mu.Unlock()
+	p.e.doom(p)
+}
+
+// free closes p and frees its memory. Only the event loop calls it (or
+// Close, once the loops have stopped): an event read for p is then always
+// handled before p goes.
+func (p *fep) free() {
 	if p.ep.p != nil {
 		_ = p.ep.close()
 	}

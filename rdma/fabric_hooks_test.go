@@ -3,8 +3,10 @@
 package rdma
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 )
@@ -52,8 +54,37 @@ type fabricNet struct {
 	eps map[NodeID]*FabricEndpoint
 }
 
+// newFabricNet returns a net whose endpoints start from base. Unless base
+// has a logger, their debug logs are kept and shown if the test fails.
 func newFabricNet(t *testing.T, base FabricConfig) *fabricNet {
+	if base.Logger == nil {
+		var logs testLogs
+		base.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the endpoints' logs:\n%s", logs.String())
+			}
+		})
+	}
 	return &fabricNet{t: t, base: base, listen: ListenFabric, eps: make(map[NodeID]*FabricEndpoint)}
+}
+
+// testLogs collects log lines from several goroutines.
+type testLogs struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *testLogs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *testLogs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 func (n *fabricNet) resolve(id NodeID) (string, error) {

@@ -205,7 +205,8 @@ static int cv_cq_poll(struct fid_cq *cq, cv_comp *out, int max, int timeout) {
 	ssize_t n = fi_cq_read(cq, e, max);
 	if (n == -FI_EAGAIN && timeout != 0)
 		n = fi_cq_sread(cq, e, max, NULL, timeout);
-	if (n == -FI_EAGAIN)
+	// A signal (the Go runtime's, to preempt) interrupts the wait.
+	if (n == -FI_EAGAIN || n == -FI_EINTR)
 		return 0;
 	if (n == -FI_EAVAIL) {
 		struct fi_cq_err_entry err;
@@ -239,7 +240,9 @@ static int cv_cq_poll(struct fid_cq *cq, cv_comp *out, int max, int timeout) {
 static int cv_cq_signal(struct fid_cq *cq) { return fi_cq_signal(cq); }
 
 // cv_eq_read reads one event into ev, waiting up to timeout milliseconds.
-// It returns 1 for an event, 0 for none, or a negative error.
+// It returns 1 for an event, 0 for none, or a negative error. The fid of
+// an event is dereferenced for its context: endpoints are closed only on
+// the goroutine that reads events, so it is never one already freed.
 static int cv_eq_read(struct fid_eq *eq, cv_eqev *ev, int timeout) {
 	struct {
 		struct fi_eq_cm_entry e;
@@ -248,7 +251,7 @@ static int cv_eq_read(struct fid_eq *eq, cv_eqev *ev, int timeout) {
 	uint32_t event = 0;
 	memset(ev, 0, sizeof *ev);
 	ssize_t n = fi_eq_sread(eq, &event, &buf, sizeof buf, timeout, 0);
-	if (n == -FI_EAGAIN)
+	if (n == -FI_EAGAIN || n == -FI_EINTR)
 		return 0;
 	if (n == -FI_EAVAIL) {
 		struct fi_eq_err_entry err;
@@ -309,6 +312,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"unsafe"
 )
 
@@ -368,10 +372,18 @@ func fiStrerror(code int) string { return C.GoString(C.fi_strerror(C.int(code)))
 // first is used. Free releases it.
 type fiInfo struct{ p *C.struct_fi_info }
 
+// getInfoMu serializes fi_getinfo. Its provider discovery works on
+// process-wide state, and concurrent calls have been seen to crash
+// (ofiwg/libfabric#5860): the lock guards that process-wide library, so it
+// is process-wide too.
+var getInfoMu sync.Mutex
+
 // getInfo asks libfabric for a connected endpoint of provider at
 // node:service (a local address with source set, else a peer's), in the
 // given fabric and domain if they are not empty.
 func getInfo(provider, node, service string, source bool, fabric, domain string) (fiInfo, error) {
+	getInfoMu.Lock()
+	defer getInfoMu.Unlock()
 	cprov := C.CString(provider)
 	defer C.free(unsafe.Pointer(cprov))
 	var cnode, cservice, cfabric, cdomain *C.char

@@ -4,6 +4,7 @@ package rdma
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 )
 
@@ -41,13 +42,18 @@ type fabQP struct {
 
 	// The fields below are guarded by qpCore.mu (q.mu).
 
-	cqReserved bool     // q holds its share of the completion queue
-	closeSent  bool     // the close record for this instance was queued
-	paired     bool     // the peer has the stream open: peerInst is known
-	peerInst   uint64   // the peer's open instance
-	fep        *fep     // the data endpoint, once connecting
-	heldReq    fiInfo   // a data connection request waiting for pairing
-	heldHello  fabHello // its hello
+	cqReserved bool // q holds its share of the completion queue
+	closeSent  bool // the close record for this instance was queued
+	// lost is set when the data connection failed under the open queue
+	// pair: q waits for the peer's close record to learn why (lostCause
+	// is this side's view).
+	lost      bool
+	lostCause error
+	paired    bool     // the peer has the stream open: peerInst is known
+	peerInst  uint64   // the peer's open instance
+	fep       *fep     // the data endpoint, once connecting
+	heldReq   fiInfo   // a data connection request waiting for pairing
+	heldHello fabHello // its hello
 
 	// Receiving. Invariants: delivered ≤ posted; posted - delivered =
 	// len(heldData) + len(rq) + len(waiting).
@@ -165,7 +171,7 @@ func (q *fabQP) Signal(imm uint64) error {
 	if !q.openLocked() {
 		return q.stateErrLocked()
 	}
-	q.c.send(ctrlRecord{typ: ctrlSignal, stream: q.stream, a: q.sendSeq, b: imm})
+	q.sendLocked(true, ctrlRecord{typ: ctrlSignal, stream: q.stream, a: q.sendSeq, b: imm})
 	q.sendSeq++
 	q.e.metrics.add(q.e.metrics.framesSent, 1)
 	return nil
@@ -186,7 +192,7 @@ func (q *fabQP) Close() error {
 	if wasOpen {
 		q.teardownLocked(true)
 	} else {
-		q.sendCloseLocked()
+		q.sendCloseLocked(closeClosed)
 	}
 	return nil
 }
@@ -204,12 +210,22 @@ func (q *fabQP) failLocked(err error, notify bool) bool {
 	return q.push(qpEvent{kind: evFailed, err: err})
 }
 
-// sendCloseLocked tells the peer that this instance is gone, once.
-// REQUIRES: q.mu.
-func (q *fabQP) sendCloseLocked() {
+// sendLocked queues records of this instance for the peer (and with
+// flush sends them), unless its close record went out: after that the
+// peer knows nothing of the instance, and a queue pair that waits for the
+// peer's close record (lost) sends nothing more. REQUIRES: q.mu.
+func (q *fabQP) sendLocked(flush bool, recs ...ctrlRecord) {
+	if !q.closeSent {
+		q.c.queue(flush, recs...)
+	}
+}
+
+// sendCloseLocked tells the peer that this instance is gone, once, and
+// why. REQUIRES: q.mu.
+func (q *fabQP) sendCloseLocked(reason uint64) {
 	if !q.closeSent {
 		q.closeSent = true
-		q.c.send(ctrlRecord{typ: ctrlClose, stream: q.stream, a: q.inst})
+		q.c.sendClose(q, reason)
 	}
 }
 
@@ -223,10 +239,38 @@ func (q *fabQP) protocolFailLocked(reason string) bool {
 	return q.failLocked(perr, false)
 }
 
-// dataFailLocked fails q because its data endpoint failed, and tells the
-// peer. REQUIRES: q.mu.
+// dataFailLocked fails q because its data endpoint could not be set up
+// or used here, and tells the peer. REQUIRES: q.mu.
 func (q *fabQP) dataFailLocked(cause error) bool {
-	return q.failLocked(&connError{peer: q.peer, cause: fmt.Errorf("stream %d: %w", q.stream, cause)}, true)
+	if q.openLocked() {
+		q.sendCloseLocked(closeLost)
+	}
+	return q.failLocked(q.lostError(cause), true)
+}
+
+// lostError is the error of a queue pair whose data connection was lost.
+func (q *fabQP) lostError(cause error) error {
+	return &connError{peer: q.peer, cause: fmt.Errorf("stream %d: data connection: %w", q.stream, cause)}
+}
+
+// dataLostLocked handles the loss of the data connection under an open
+// queue pair. The peer may have closed its side: its close record is then
+// on the way on the control connection, and the connection lost here only
+// shows it. So q does not fail yet: it tells the peer that it lost the
+// data connection (a peer that still has the stream open fails it and
+// answers with a close record) and fails when the peer's close record
+// comes, with ErrPeerClosed or ErrConnectionLost as it says, or when the
+// control connection breaks. REQUIRES: q.mu.
+func (q *fabQP) dataLostLocked(cause error) {
+	if !q.openLocked() || q.lost {
+		return
+	}
+	q.lost, q.lostCause = true, cause
+	q.c.log.Debug("rdma: data connection lost; waiting for the peer's word", "stream", q.stream, "err", cause)
+	q.sendCloseLocked(closeLost)
+	if q.fep != nil {
+		q.fep.shutdown()
+	}
 }
 
 // teardownLocked releases what an open queue pair holds as it fails or
@@ -250,7 +294,7 @@ func (q *fabQP) teardownLocked(notify bool) {
 	}
 	q.c.dropStream(q)
 	if notify {
-		q.sendCloseLocked()
+		q.sendCloseLocked(closeClosed)
 	}
 	if q.fep != nil {
 		q.fep.shutdown()
@@ -282,19 +326,33 @@ func (q *fabQP) connBroken(err error) {
 }
 
 // apply applies a control record for q.
-func (q *fabQP) apply(r ctrlRecord) {
+func (q *fabQP) apply(r ctrlRecord, pending []ctrlRecord) {
 	q.mu.Lock()
 	var mustRun bool
 	if q.openLocked() {
 		switch r.typ {
 		case ctrlOpen:
 			if !q.paired {
-				mustRun = q.pairLocked(r.a, nil)
+				mustRun = q.pairLocked(r.a, pending)
+			}
+		case ctrlPair:
+			if !q.paired {
+				mustRun = q.pairLocked(r.a, pending)
 			}
 		case ctrlClose:
 			// The peer's instance is gone; so is this one, which it
 			// learns from the close record.
-			mustRun = q.failLocked(peerClosedError(q.peer, q.stream), true)
+			var err error
+			switch {
+			case r.b == closeClosed:
+				err = peerClosedError(q.peer, q.stream)
+			case q.lost:
+				err = q.lostError(q.lostCause)
+			default:
+				err = q.lostError(errors.New("lost by the peer"))
+			}
+			q.sendCloseLocked(r.b)
+			mustRun = q.failLocked(err, true)
 		case ctrlSignal:
 			if q.heldSig.len() >= maxPendingSignals {
 				mustRun = q.protocolFailLocked(fmt.Sprintf("more than %d signals ahead of a transfer", maxPendingSignals))
@@ -320,15 +378,19 @@ func (q *fabQP) apply(r ctrlRecord) {
 	}
 }
 
-// pairLocked records that the peer has the stream open as instance
-// peerInst, takes the signals that came before, and connects or accepts
-// the data endpoint. It reports whether the caller must run the event
-// queue. REQUIRES: q.mu.
-func (q *fabQP) pairLocked(peerInst uint64, pending []fabSig) bool {
+// pairLocked pairs q with the peer's instance peerInst, takes the records
+// that came from it before, and connects or accepts the data endpoint. It
+// reports whether the caller must run the event queue. REQUIRES: q.mu.
+func (q *fabQP) pairLocked(peerInst uint64, pending []ctrlRecord) bool {
 	q.paired = true
 	q.peerInst = peerInst
-	for _, s := range pending {
-		q.heldSig.push(s)
+	for _, r := range pending {
+		switch r.typ {
+		case ctrlSignal:
+			q.heldSig.push(fabSig{seq: r.a, imm: r.b})
+		case ctrlNotice:
+			q.notices.push(fabNotice{seq: r.a, n: r.b})
+		}
 	}
 	mustRun := q.drainLocked()
 	switch {
@@ -440,12 +502,13 @@ func (q *fabQP) dataConnected(p *fep, data []byte) {
 	}
 }
 
-// dataDown handles the failure or shutdown of q's data endpoint p. While q
-// is open, that is the peer closing its side (its close record is on the
-// way) or the connection breaking (the control connection breaks too):
-// the control connection tells which, so q waits for it.
+// dataDown handles the failure or shutdown of q's data endpoint p.
 func (q *fabQP) dataDown(p *fep, cause error) {
-	q.c.log.Debug("rdma: data connection down", "stream", q.stream, "err", cause)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.fep == p {
+		q.dataLostLocked(cause)
+	}
 }
 
 // fillLocked moves waiting receives into the data endpoint's receive
@@ -472,7 +535,7 @@ func (q *fabQP) fillLocked(flush bool) {
 		recs = append(recs, ctrlRecord{typ: ctrlCredit, stream: q.stream, a: uint64(len(q.rq.at(q.rq.len() - 1).buf))})
 	}
 	if len(recs) > 0 {
-		q.c.queue(flush, recs...)
+		q.sendLocked(flush, recs...)
 	}
 }
 
@@ -492,12 +555,12 @@ func (q *fabQP) pumpLocked() bool {
 		if q.credits.len() == 0 {
 			if !q.noticed || q.noticedSeq != s.seq {
 				q.noticed, q.noticedSeq = true, s.seq
-				q.c.send(ctrlRecord{typ: ctrlNotice, stream: q.stream, a: s.seq, b: uint64(len(s.buf))})
+				q.sendLocked(true, ctrlRecord{typ: ctrlNotice, stream: q.stream, a: s.seq, b: uint64(len(s.buf))})
 			}
 			break
 		}
 		if len(s.buf) > *q.credits.peek() {
-			q.c.send(ctrlRecord{typ: ctrlNotice, stream: q.stream, a: s.seq, b: uint64(len(s.buf))})
+			q.sendLocked(true, ctrlRecord{typ: ctrlNotice, stream: q.stream, a: s.seq, b: uint64(len(s.buf))})
 			q.poisoned = true
 			continue
 		}
@@ -619,7 +682,8 @@ func (q *fabQP) recvCompletionLocked(p *fep, cp completion, hdr []byte) bool {
 		return false
 	}
 	if cp.err != 0 {
-		return q.dataFailLocked(fmt.Errorf("receive: %s", cp.errText))
+		q.dataLostLocked(fmt.Errorf("receive: %s", cp.errText))
+		return false
 	}
 	n := cp.n - q.e.hdrLen
 	if n < 0 || n > len(r.buf) || len(hdr) < q.e.hdrLen {
@@ -659,8 +723,8 @@ func (q *fabQP) sendCompletionLocked(p *fep, cp completion) bool {
 	}
 	q.e.regs.release(s.reg)
 	s.reg, s.done = nil, true
-	if cp.err != 0 && !cp.canceled() && q.openLocked() {
-		return q.dataFailLocked(fmt.Errorf("send: %s", cp.errText))
+	if cp.err != 0 && !cp.canceled() {
+		q.dataLostLocked(fmt.Errorf("send: %s", cp.errText))
 	}
 	mustRun := q.completeSendsLocked()
 	return q.pumpLocked() || mustRun

@@ -47,11 +47,14 @@ import (
 //	16     8    a
 //	24     8    b
 //
-// with, by type: open (a: instance), close (a: instance), signal (a:
+// with, by type: open (a: instance; b: the records the sender had
+// received on the connection when it opened it), close (a: instance; b: 0 if the
+// queue pair was closed or failed, 1 if its data connection was lost), signal (a:
 // sequence number, b: immediate value), credit (a: length of a receive
 // buffer now posted), notice (a: sequence number of a transfer the sender
 // holds for want of a credit, or because the credited buffer is too
-// small; b: its length).
+// small; b: its length), pair (sent by the node with the lower id only;
+// a: its instance, b: the peer's instance it pairs with).
 //
 // A data connection carries one stream's transfers: each is a header
 // gathered in front of the payload, and lands, scattered the same way, in
@@ -157,6 +160,7 @@ const (
 	ctrlSignal ctrlType = 3
 	ctrlCredit ctrlType = 4
 	ctrlNotice ctrlType = 5
+	ctrlPair   ctrlType = 6
 )
 
 func (t ctrlType) String() string {
@@ -171,6 +175,8 @@ func (t ctrlType) String() string {
 		return "credit"
 	case ctrlNotice:
 		return "notice"
+	case ctrlPair:
+		return "pair"
 	}
 	return fmt.Sprintf("ctrlType(%d)", uint8(t))
 }
@@ -223,7 +229,7 @@ func decodeCtrlPacket(b []byte, rec func(ctrlRecord) error) (acks uint32, err er
 	}
 	for i := range n {
 		p := b[ctrlHeaderLen+i*ctrlRecordLen:][:ctrlRecordLen]
-		if t := ctrlType(p[0]); t < ctrlOpen || t > ctrlNotice {
+		if t := ctrlType(p[0]); t < ctrlOpen || t > ctrlPair {
 			return 0, fmt.Errorf("unknown control record type %d", p[0])
 		}
 		for _, x := range p[1:8] {
