@@ -37,8 +37,9 @@ func nodeIDs(n int) []rdma.NodeID {
 // a handful per trial.
 const eventQueueLen = 1024
 
-// loopbackFleet runs every node in this process, each with its own tcp
-// endpoint on 127.0.0.1: real TCP connections over the loopback device.
+// loopbackFleet runs every node in this process, each with its own
+// endpoint (tcp, or fabric over libfabric's tcp provider) on 127.0.0.1:
+// real TCP connections over the loopback device.
 type loopbackFleet struct {
 	nodes []*node
 	ev    chan nodeEvent
@@ -71,23 +72,16 @@ func (b *addrBook) resolve(id rdma.NodeID) (string, error) {
 	return addr, nil
 }
 
-func newLoopbackFleet(n, block, sockBuf int, log *slog.Logger, tamper func(rdma.NodeID, []byte)) (*loopbackFleet, error) {
+func newLoopbackFleet(transport, provider string, n, block, sockBuf int, log *slog.Logger, tamper func(rdma.NodeID, []byte)) (*loopbackFleet, error) {
 	f := &loopbackFleet{ev: make(chan nodeEvent, eventQueueLen), done: make(chan struct{})}
 	book := &addrBook{}
 	for i := range n {
 		id := nodeID(i)
-		ep, err := rdma.ListenTCP(rdma.TCPConfig{
-			ID:                id,
-			ListenAddr:        "127.0.0.1:0",
-			Resolve:           book.resolve,
-			MaxFrameBytes:     frameBytes(block),
-			SocketBufferBytes: sockBuf,
-			Logger:            log.With("node", id),
-		})
+		ep, addr, err := listenBench(transport, provider, id, "127.0.0.1:0", book.resolve, block, sockBuf, log.With("node", id))
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("node %d: %w", id, err), f.Close())
 		}
-		book.set(id, ep.Addr().String())
+		book.set(id, addr)
 		nd := newNode(ep, log, f.emit)
 		if tamper != nil {
 			nd.tamper = func(msg []byte) { tamper(id, msg) }

@@ -10,10 +10,12 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/convoy-gcs/convoy/internal/benchout"
 	"github.com/convoy-gcs/convoy/multicast"
+	"github.com/convoy-gcs/convoy/rdma"
 )
 
 const multicastUsage = `Usage:
@@ -31,25 +33,41 @@ By default every node runs in this process with its own TCP endpoint on
 127.0.0.1. With -netns (root only), each node is a process in its own
 network namespace, behind an emulated switch whose links are shaped to
 -rate Mbit/s in each direction.
+
+With -transport fabric (a program built with -tags fabric), every
+measurement runs on two fleets in turn: one on the fabric backend
+(libfabric's tcp provider, or -provider's) and one on the tcp backend, each
+line reporting its transport, and the fabric lines how fast they are
+against tcp (tcp's time over fabric's).
 `
 
 // multicastBench is a parsed "convoy bench multicast" command line.
 type multicastBench struct {
-	algos    []multicast.Algorithm
-	nodes    []int
-	size     int
-	block    int
-	sockBuf  int // TCPConfig.SocketBufferBytes of every node; 0 for the system's
-	reps     int
-	json     bool
-	netns    bool
-	rateMbit int
-	timeout  time.Duration
-	verbose  bool
+	// transports are the fleets every measurement runs on, tcp first.
+	transports []string
+	provider   string // the fabric fleet's libfabric provider
+	algos      []multicast.Algorithm
+	nodes      []int
+	size       int
+	block      int
+	sockBuf    int // TCPConfig.SocketBufferBytes of every node; 0 for the system's
+	reps       int
+	json       bool
+	netns      bool
+	rateMbit   int
+	timeout    time.Duration
+	verbose    bool
 }
 
 // multicastResult is one output line.
-type multicastResult = benchout.Multicast
+type multicastResult struct {
+	benchout.Multicast
+	// Transport is the fleet's transport, with -transport fabric.
+	Transport string `json:"transport,omitempty"`
+	// VsTCP, on a fabric line, is the tcp line's time over this one's:
+	// how many times faster fabric delivered the message.
+	VsTCP float64 `json:"vs_tcp,omitempty"`
+}
 
 func runBenchMulticast(ctx context.Context, args []string, c *cli) error {
 	b, err := parseMulticastBench(args, c)
@@ -66,7 +84,9 @@ func parseMulticastBench(args []string, c *cli) (*multicastBench, error) {
 	size := fs.String("size", "64MiB", "message size (with a KiB, MiB or GiB suffix, or bytes)")
 	block := fs.String("block", "1MiB", "block size")
 	sockBuf := fs.String("sockbuf", "", "kernel send and receive buffer size of every connection (such as 128KiB); unset leaves the system's automatic tuning")
+	transport := fs.String("transport", transportTCP, "tcp, or fabric: run every measurement on the fabric backend and on tcp (needs a program built with -tags fabric)")
 	b := &multicastBench{}
+	fs.StringVar(&b.provider, "provider", rdma.DefaultFabricProvider, "with -transport fabric: the libfabric provider (tcp, sockets, or verbs on RDMA hardware)")
 	fs.IntVar(&b.reps, "reps", 5, "repetitions of each measurement; the median is reported")
 	fs.BoolVar(&b.json, "json", false, "print one JSON object per line instead of a table")
 	fs.BoolVar(&b.netns, "netns", false, "run each node as a process in its own network namespace behind a shaped switch (root only)")
@@ -77,6 +97,17 @@ func parseMulticastBench(args []string, c *cli) (*multicastBench, error) {
 		return nil, err
 	}
 
+	switch *transport {
+	case transportTCP:
+		b.transports = []string{transportTCP}
+	case transportFabric:
+		if !rdma.FabricBuilt {
+			return nil, usagef("-transport fabric: %v", rdma.ErrFabricUnavailable)
+		}
+		b.transports = []string{transportTCP, transportFabric}
+	default:
+		return nil, usagef("-transport: %q is neither tcp nor fabric", *transport)
+	}
 	var err error
 	if b.algos, err = parseList(*algos, multicast.ParseAlgorithm); err != nil {
 		return nil, usagef("-algos: %v", err)
@@ -106,10 +137,16 @@ func parseMulticastBench(args []string, c *cli) (*multicastBench, error) {
 	case b.rateMbit < 0:
 		return nil, usagef("-rate must not be negative")
 	}
-	rateSet := false
-	fs.Visit(func(f *flag.Flag) { rateSet = rateSet || f.Name == "rate" })
+	rateSet, providerSet := false, false
+	fs.Visit(func(f *flag.Flag) {
+		rateSet = rateSet || f.Name == "rate"
+		providerSet = providerSet || f.Name == "provider"
+	})
 	if rateSet && !b.netns {
 		return nil, usagef("-rate needs -netns")
+	}
+	if providerSet && *transport != transportFabric {
+		return nil, usagef("-provider needs -transport fabric")
 	}
 	return b, nil
 }
@@ -118,47 +155,64 @@ func parseMulticastBench(args []string, c *cli) (*multicastBench, error) {
 // prints a line for each as soon as it is known.
 func (b *multicastBench) run(ctx context.Context, c *cli) (err error) {
 	log := newLogger(c.stderr, b.verbose)
-	f, err := b.newFleet(ctx, c, log)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("teardown: %w", cerr))
+	runners := make([]*trialRunner, len(b.transports))
+	for i, t := range b.transports {
+		f, err := b.newFleet(ctx, c, log, t)
+		if err != nil {
+			return fmt.Errorf("%s fleet: %w", t, err)
 		}
-	}()
-	r := &trialRunner{fleet: f, log: log, timeout: b.timeout}
+		defer func() {
+			if cerr := f.Close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("teardown of the %s fleet: %w", t, cerr))
+			}
+		}()
+		runners[i] = &trialRunner{fleet: f, log: log, timeout: b.timeout}
+	}
 	if !b.json {
 		b.printHeader(c.stdout)
 	}
 	for _, algo := range b.algos {
 		for _, n := range b.nodes {
-			res, err := b.measure(ctx, r, algo, n)
-			if err != nil {
-				return err
-			}
-			if err := b.print(c.stdout, res); err != nil {
-				return err
+			var tcp multicastResult
+			for i, r := range runners {
+				res, err := b.measure(ctx, r, algo, n)
+				if err != nil {
+					return fmt.Errorf("%s: %w", b.transports[i], err)
+				}
+				if len(runners) > 1 {
+					res.Transport = b.transports[i]
+				}
+				switch {
+				case i == 0:
+					tcp = res
+				case res.Seconds > 0:
+					res.VsTCP = tcp.Seconds / res.Seconds
+				}
+				if err := b.print(c.stdout, res); err != nil {
+					return err
+				}
 			}
 		}
 	}
 	return nil
 }
 
-func (b *multicastBench) newFleet(ctx context.Context, c *cli, log *slog.Logger) (fleet, error) {
+func (b *multicastBench) newFleet(ctx context.Context, c *cli, log *slog.Logger, transport string) (fleet, error) {
 	n := slices.Max(b.nodes)
 	if !b.netns {
-		return newLoopbackFleet(n, b.block, b.sockBuf, log, c.tamper)
+		return newLoopbackFleet(transport, b.provider, n, b.block, b.sockBuf, log, c.tamper)
 	}
 	return newNetnsFleet(ctx, netnsOptions{
-		nodes:    n,
-		rateMbit: b.rateMbit,
-		block:    b.block,
-		sockBuf:  b.sockBuf,
-		verbose:  b.verbose,
-		self:     c.self,
-		stderr:   c.stderr,
-		log:      log,
+		nodes:     n,
+		rateMbit:  b.rateMbit,
+		block:     b.block,
+		sockBuf:   b.sockBuf,
+		transport: transport,
+		provider:  b.provider,
+		verbose:   b.verbose,
+		self:      c.self,
+		stderr:    c.stderr,
+		log:       log,
 	})
 }
 
@@ -188,14 +242,14 @@ func (b *multicastBench) measure(ctx context.Context, r *trialRunner, algo multi
 		}
 		us = append(us, d)
 	}
-	res := multicastResult{
+	res := multicastResult{Multicast: benchout.Multicast{
 		Algo:           algo.String(),
 		Nodes:          n,
 		Bytes:          b.size,
 		BlockBytes:     b.block,
 		Seconds:        median(ms).Seconds(),
 		UnicastSeconds: median(us).Seconds(),
-	}
+	}}
 	if res.UnicastSeconds > 0 {
 		res.Ratio = res.Seconds / res.UnicastSeconds
 	}
@@ -214,6 +268,11 @@ func (b *multicastBench) printHeader(w io.Writer) {
 		where += fmt.Sprintf(", %s socket buffers", formatSize(b.sockBuf))
 	}
 	fmt.Fprintf(w, "# %s messages in %s blocks, median of %d; %s\n", formatSize(b.size), formatSize(b.block), b.reps, where)
+	if len(b.transports) > 1 {
+		fmt.Fprintf(w, "# transports: %s; vs-tcp is tcp's time over fabric's\n", strings.Join(b.transports, ", "))
+		fmt.Fprintf(w, "%-10s %5s %-9s %10s %10s %7s %7s\n", "algo", "nodes", "transport", "seconds", "unicast", "ratio", "vs-tcp")
+		return
+	}
 	fmt.Fprintf(w, "%-10s %5s %10s %10s %7s\n", "algo", "nodes", "seconds", "unicast", "ratio")
 }
 
@@ -224,6 +283,14 @@ func (b *multicastBench) print(w io.Writer, r multicastResult) error {
 			return err
 		}
 		_, err = fmt.Fprintf(w, "%s\n", line)
+		return err
+	}
+	if len(b.transports) > 1 {
+		vs := ""
+		if r.VsTCP > 0 {
+			vs = fmt.Sprintf("%7.2f", r.VsTCP)
+		}
+		_, err := fmt.Fprintf(w, "%-10s %5d %-9s %10.3f %10.3f %7.2f %7s\n", r.Algo, r.Nodes, r.Transport, r.Seconds, r.UnicastSeconds, r.Ratio, vs)
 		return err
 	}
 	_, err := fmt.Fprintf(w, "%-10s %5d %10.3f %10.3f %7.2f\n", r.Algo, r.Nodes, r.Seconds, r.UnicastSeconds, r.Ratio)

@@ -37,14 +37,16 @@ type netnsFleet struct {
 
 // netnsOptions configures a netnsFleet.
 type netnsOptions struct {
-	nodes    int
-	rateMbit int
-	block    int
-	sockBuf  int // TCPConfig.SocketBufferBytes; 0 for the system's
-	verbose  bool
-	self     selfExec
-	stderr   io.Writer // the node processes' logs
-	log      *slog.Logger
+	nodes     int
+	rateMbit  int
+	block     int
+	sockBuf   int    // TCPConfig.SocketBufferBytes; 0 for the system's
+	transport string // of every node: tcp or fabric
+	provider  string // libfabric's, for fabric
+	verbose   bool
+	self      selfExec
+	stderr    io.Writer // the node processes' logs
+	log       *slog.Logger
 }
 
 // newNetnsFleet builds the switch and starts one node process per host,
@@ -82,6 +84,8 @@ func newNetnsFleet(ctx context.Context, o netnsOptions) (_ *netnsFleet, err erro
 			"-peers", strings.Join(peers, ","),
 			"-block", strconv.Itoa(o.block),
 			"-sockbuf", strconv.Itoa(o.sockBuf),
+			"-transport", o.transport,
+			"-provider", o.provider,
 		}
 		if o.verbose {
 			args = append(args, "-v")

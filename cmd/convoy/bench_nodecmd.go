@@ -28,6 +28,8 @@ func runBenchNode(ctx context.Context, args []string, c *cli) error {
 	peersFlag := fs.String("peers", "", "every node's address, as id=host:port,...")
 	block := fs.Int("block", 1<<20, "the largest block, in bytes")
 	sockBuf := fs.Int("sockbuf", 0, "kernel send and receive buffer size of every connection, in bytes; 0 leaves the system's automatic tuning")
+	transport := fs.String("transport", transportTCP, "the rdma backend: tcp or fabric")
+	provider := fs.String("provider", rdma.DefaultFabricProvider, "the libfabric provider of -transport fabric")
 	verbose := fs.Bool("v", false, "log debug messages")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -56,14 +58,7 @@ func runBenchNode(ctx context.Context, args []string, c *cli) error {
 		}
 	}
 
-	ep, err := rdma.ListenTCP(rdma.TCPConfig{
-		ID:                rdma.NodeID(*id),
-		ListenAddr:        *listen,
-		Resolve:           book.resolve,
-		MaxFrameBytes:     frameBytes(*block),
-		SocketBufferBytes: *sockBuf,
-		Logger:            log,
-	})
+	ep, _, err := listenBench(*transport, *provider, rdma.NodeID(*id), *listen, book.resolve, *block, *sockBuf, log)
 	if err != nil {
 		return err
 	}
