@@ -6,9 +6,10 @@
 //
 //   - An [Endpoint] is one node's attachment to the fabric. Between any two
 //     nodes there is at most one underlying connection, shared by every
-//     [QueuePair] opened between them; queue pairs are told apart by a
-//     [StreamID] that both sides choose (multicast uses one stream per group
-//     and channel).
+//     [QueuePair] opened between them (on fabric, a control connection with
+//     a data endpoint per queue pair under it); queue pairs are told apart
+//     by a [StreamID] that both sides choose (multicast uses one stream per
+//     group and channel).
 //   - A receiver posts buffers with [QueuePair.PostRecv]; each incoming
 //     transfer on that queue pair fills the oldest posted buffer, in order,
 //     and completes with [Handler.RecvComplete] carrying the byte count and
@@ -24,9 +25,11 @@
 //     Opening a new queue pair to the same peer makes a new connection.
 //
 // Backends: "tcp" (the default, a software emulation over one TCP
-// connection per node pair) and "mem" (in-process, deterministic for a
-// given seed, with fault injection for tests). Nothing above this package
-// knows which one runs.
+// connection per node pair), "mem" (in-process, deterministic for a given
+// seed, with fault injection for tests) and "fabric" (RDMA through
+// libfabric, [ListenFabric]: cgo, built only with the build tag fabric;
+// its "verbs" provider drives RDMA NICs, its "tcp" provider any host).
+// Nothing above this package knows which one runs.
 //
 // A receiver posts buffers, then tells the sender it is ready; the sender
 // sends only after that:
@@ -57,6 +60,23 @@
 // connection with a *ProtocolError; a transfer with no posted buffer fails
 // only its queue pair. Frames for streams closed here are dropped, and
 // signals for streams not yet opened wait for Open, both within bounds.
+//
+// fabric: each pair of nodes has a control connection (the lower id
+// connects; the hello in its connection data names both nodes), and each
+// queue pair a connected data endpoint of its own, made once both sides
+// have opened the stream. A receive queue is one FIFO per endpoint, so
+// only an endpoint per stream lets a transfer land straight in the buffer
+// its stream posted (RDMC too creates queue pairs for each group);
+// signals, and credits announcing each posted buffer, go on
+// the control connection into slots of its own, and sequence numbers
+// merge the two into one ordered stream. A sender sends only against a
+// credit, so no transfer finds its receive queue empty; it announces one
+// it cannot send with a notice, which the receiver checks where the
+// transfer would have arrived, failing its queue pair with a
+// *ProtocolError as tcp does. Buffers are registered with the NIC (and
+// pinned) once and the registration reused. There is no TLS: the fabric
+// backend is for trusted RDMA fabrics. fabric_wire.go describes the
+// protocol.
 //
 // mem: a MemFabric keeps each direction of each connection as a FIFO and
 // picks the next connection to deliver from at random, from a seed. In

@@ -129,10 +129,27 @@ func (c *fabConn) addStream(q *fabQP) (peerInst uint64, paired bool, pending []c
 // pairLocked pairs the peer's instance p with q, and returns the records
 // that came from p before. On the node with the lower id, it tells the
 // peer. REQUIRES: c.mu.
+//
+// The pair record goes ahead of the records queued before it, right
+// behind q's open record if that is still queued: the peer holds q's
+// records until it learns the pairing, so they should not wait behind
+// one another, and the peer then holds no more than were in flight.
 func (c *fabConn) pairLocked(p *peerInst, q *fabQP) []ctrlRecord {
 	p.used, p.partner, q.cpaired = true, q, true
 	if c.lower {
-		c.mu.out.push(outRecord{ctrlRecord: ctrlRecord{typ: ctrlPair, stream: q.stream, a: q.inst, b: p.inst}})
+		pair := outRecord{ctrlRecord: ctrlRecord{typ: ctrlPair, stream: q.stream, a: q.inst, b: p.inst}}
+		queued := make([]outRecord, 0, c.mu.out.len()+1)
+		at := 0
+		for r, ok := c.mu.out.pop(); ok; r, ok = c.mu.out.pop() {
+			queued = append(queued, r)
+			if r.typ == ctrlOpen && r.stream == q.stream && r.a == q.inst {
+				at = len(queued)
+			}
+		}
+		queued = slices.Insert(queued, at, pair)
+		for _, r := range queued {
+			c.mu.out.push(r)
+		}
 	}
 	return c.takePendingLocked(q.stream)
 }

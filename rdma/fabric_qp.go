@@ -118,6 +118,11 @@ const (
 	dataHeaderLen = 16
 )
 
+// maxCredits bounds the credits a peer may grant and the sender hold: a
+// peer's receive queue may be deeper than this node's, but not deeper
+// than any provider's.
+const maxCredits = 1 << 16
+
 // openLocked reports whether q is open. REQUIRES: q.mu.
 func (q *fabQP) openLocked() bool { return q.mu.state == qpOpen }
 
@@ -232,8 +237,8 @@ func (q *fabQP) sendCloseLocked(reason uint64) {
 // protocolFailLocked fails q for bad input from the peer. As on tcp, the
 // peer is not told: its side carries on, and what it sends is dropped,
 // until Close here tells it. REQUIRES: q.mu.
-func (q *fabQP) protocolFailLocked(reason string) bool {
-	perr := protocolError(q.peer, q.stream, rejectReceiveBuffer, reason)
+func (q *fabQP) protocolFailLocked(kind rejectReason, reason string) bool {
+	perr := protocolError(q.peer, q.stream, kind, reason)
 	q.e.metrics.reject(perr.kind)
 	q.c.log.Warn("rdma: bad transfer from peer; failing its queue pair", "err", perr)
 	return q.failLocked(perr, false)
@@ -355,14 +360,14 @@ func (q *fabQP) apply(r ctrlRecord, pending []ctrlRecord) {
 			mustRun = q.failLocked(err, true)
 		case ctrlSignal:
 			if q.heldSig.len() >= maxPendingSignals {
-				mustRun = q.protocolFailLocked(fmt.Sprintf("more than %d signals ahead of a transfer", maxPendingSignals))
+				mustRun = q.protocolFailLocked(rejectStream, fmt.Sprintf("more than %d signals ahead of a transfer", maxPendingSignals))
 				break
 			}
 			q.heldSig.push(fabSig{seq: r.a, imm: r.b})
 			mustRun = q.drainLocked()
 		case ctrlCredit:
-			if q.credits.len() >= q.e.depth {
-				mustRun = q.protocolFailLocked("more credits than receive queue entries")
+			if q.credits.len() >= maxCredits {
+				mustRun = q.protocolFailLocked(rejectMalformed, fmt.Sprintf("more than %d credits unused", maxCredits))
 				break
 			}
 			q.credits.push(int(r.a))
@@ -488,7 +493,7 @@ func (q *fabQP) dataConnected(p *fep, data []byte) {
 			h, err := decodeFabHello(data)
 			if err != nil || h.kind != fabKindData || h.from != q.peer || h.to != q.e.cfg.ID ||
 				h.stream != q.stream || h.connInst != q.inst || h.accInst != q.peerInst {
-				mustRun = q.protocolFailLocked("the answer to a data connection does not match it")
+				mustRun = q.protocolFailLocked(rejectHandshake, "the answer to a data connection does not match it")
 			}
 		}
 		if q.openLocked() {
@@ -624,7 +629,7 @@ func (q *fabQP) drainLocked() bool {
 			q.heldSig.pop()
 			q.recvSeq++
 		case d != nil && d.seq < q.recvSeq, s != nil && s.seq < q.recvSeq:
-			return q.protocolFailLocked("a sequence number repeated in the stream") || mustRun
+			return q.protocolFailLocked(rejectMalformed, "a sequence number repeated in the stream") || mustRun
 		case n != nil && n.seq < q.recvSeq:
 			q.notices.pop() // its transfer has come
 		case n != nil && n.seq == q.recvSeq:
@@ -639,10 +644,10 @@ func (q *fabQP) drainLocked() bool {
 				next = q.waiting.peek()
 			}
 			if next == nil {
-				return q.protocolFailLocked(fmt.Sprintf("transfer of %d bytes with no posted receive buffer", nt.n)) || mustRun
+				return q.protocolFailLocked(rejectReceiveBuffer, fmt.Sprintf("transfer of %d bytes with no posted receive buffer", nt.n)) || mustRun
 			}
 			if uint64(len(next.buf)) < nt.n {
-				return q.protocolFailLocked(fmt.Sprintf("transfer of %d bytes into a posted receive buffer of %d bytes", nt.n, len(next.buf))) || mustRun
+				return q.protocolFailLocked(rejectReceiveBuffer, fmt.Sprintf("transfer of %d bytes into a posted receive buffer of %d bytes", nt.n, len(next.buf))) || mustRun
 			}
 		default:
 			return mustRun
@@ -687,12 +692,12 @@ func (q *fabQP) recvCompletionLocked(p *fep, cp completion, hdr []byte) bool {
 	}
 	n := cp.n - q.e.hdrLen
 	if n < 0 || n > len(r.buf) || len(hdr) < q.e.hdrLen {
-		return q.protocolFailLocked(fmt.Sprintf("transfer of %d bytes into a receive of %d", cp.n, len(r.buf)+q.e.hdrLen))
+		return q.protocolFailLocked(rejectReceiveBuffer, fmt.Sprintf("transfer of %d bytes into a receive of %d", cp.n, len(r.buf)+q.e.hdrLen))
 	}
 	d := fabData{seq: binary.BigEndian.Uint64(hdr[0:8]), wr: r.wr, n: n}
 	if q.e.immData {
 		if cp.flags&fiRemoteData == 0 {
-			return q.protocolFailLocked("transfer without its immediate value")
+			return q.protocolFailLocked(rejectMalformed, "transfer without its immediate value")
 		}
 		d.imm = cp.data
 	} else {
