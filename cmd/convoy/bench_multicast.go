@@ -35,7 +35,8 @@ network namespace, behind an emulated switch whose links are shaped to
 -rate Mbit/s in each direction.
 
 With -transport fabric (a program built with -tags fabric), every
-measurement runs on two fleets in turn: one on the fabric backend
+measurement runs on two fleets, taking turns within each repetition: one
+on the fabric backend
 (libfabric's tcp provider, or -provider's) and one on the tcp backend, each
 line reporting its transport, and the fabric lines how fast they are
 against tcp (tcp's time over fabric's).
@@ -173,20 +174,16 @@ func (b *multicastBench) run(ctx context.Context, c *cli) (err error) {
 	}
 	for _, algo := range b.algos {
 		for _, n := range b.nodes {
-			var tcp multicastResult
-			for i, r := range runners {
-				res, err := b.measure(ctx, r, algo, n)
-				if err != nil {
-					return fmt.Errorf("%s: %w", b.transports[i], err)
-				}
+			results, err := b.measure(ctx, runners, algo, n)
+			if err != nil {
+				return err
+			}
+			for i, res := range results {
 				if len(runners) > 1 {
 					res.Transport = b.transports[i]
 				}
-				switch {
-				case i == 0:
-					tcp = res
-				case res.Seconds > 0:
-					res.VsTCP = tcp.Seconds / res.Seconds
+				if i > 0 && res.Seconds > 0 {
+					res.VsTCP = results[0].Seconds / res.Seconds
 				}
 				if err := b.print(c.stdout, res); err != nil {
 					return err
@@ -216,44 +213,55 @@ func (b *multicastBench) newFleet(ctx context.Context, c *cli, log *slog.Logger,
 	})
 }
 
-// measure runs the trials for one algorithm and group size, alternating
-// multicast and unicast so that both see the same conditions.
-func (b *multicastBench) measure(ctx context.Context, r *trialRunner, algo multicast.Algorithm, n int) (multicastResult, error) {
+// measure runs the trials for one algorithm and group size on every
+// fleet, alternating multicast and unicast, and fleet after fleet within
+// each repetition, so that all see the same conditions. It returns one
+// result per fleet.
+func (b *multicastBench) measure(ctx context.Context, runners []*trialRunner, algo multicast.Algorithm, n int) ([]multicastResult, error) {
 	multi := trialSpec{members: n, algo: algo, size: b.size, block: b.block}
 	uni := multi
 	uni.members = 2
 
 	// Warm up: open the connections the schedule uses before timing.
-	for _, s := range []trialSpec{multi, uni} {
-		s.size = min(s.size, 2*s.block)
-		if _, err := r.run(ctx, s); err != nil {
-			return multicastResult{}, fmt.Errorf("warm-up: %w", err)
+	for i, r := range runners {
+		for _, s := range []trialSpec{multi, uni} {
+			s.size = min(s.size, 2*s.block)
+			if _, err := r.run(ctx, s); err != nil {
+				return nil, fmt.Errorf("%s: warm-up: %w", b.transports[i], err)
+			}
 		}
 	}
-	var ms, us []time.Duration
+	ms := make([][]time.Duration, len(runners))
+	us := make([][]time.Duration, len(runners))
 	for range b.reps {
-		d, err := r.run(ctx, multi)
-		if err != nil {
-			return multicastResult{}, err
+		for i, r := range runners {
+			d, err := r.run(ctx, multi)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", b.transports[i], err)
+			}
+			ms[i] = append(ms[i], d)
+			if d, err = r.run(ctx, uni); err != nil {
+				return nil, fmt.Errorf("%s: %w", b.transports[i], err)
+			}
+			us[i] = append(us[i], d)
 		}
-		ms = append(ms, d)
-		if d, err = r.run(ctx, uni); err != nil {
-			return multicastResult{}, err
+	}
+	results := make([]multicastResult, len(runners))
+	for i := range runners {
+		res := multicastResult{Multicast: benchout.Multicast{
+			Algo:           algo.String(),
+			Nodes:          n,
+			Bytes:          b.size,
+			BlockBytes:     b.block,
+			Seconds:        median(ms[i]).Seconds(),
+			UnicastSeconds: median(us[i]).Seconds(),
+		}}
+		if res.UnicastSeconds > 0 {
+			res.Ratio = res.Seconds / res.UnicastSeconds
 		}
-		us = append(us, d)
+		results[i] = res
 	}
-	res := multicastResult{Multicast: benchout.Multicast{
-		Algo:           algo.String(),
-		Nodes:          n,
-		Bytes:          b.size,
-		BlockBytes:     b.block,
-		Seconds:        median(ms).Seconds(),
-		UnicastSeconds: median(us).Seconds(),
-	}}
-	if res.UnicastSeconds > 0 {
-		res.Ratio = res.Seconds / res.UnicastSeconds
-	}
-	return res, nil
+	return results, nil
 }
 
 func (b *multicastBench) printHeader(w io.Writer) {
