@@ -48,7 +48,7 @@ type FabricConfig struct {
 	// ID is this node's id.
 	ID NodeID
 	// Provider names the libfabric provider, as fi_info -p takes it:
-	// "verbs" on RDMA hardware, "tcp" or "sockets" anywhere. It must
+	// "verbs" on RDMA hardware, "tcp" anywhere (the one tested). It must
 	// offer connected endpoints (FI_EP_MSG); utility providers that build
 	// reliable-datagram endpoints ("verbs;ofi_rxm") do not apply.
 	// Default DefaultFabricProvider.

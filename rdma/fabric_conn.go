@@ -75,7 +75,12 @@ type fabConn struct {
 // it knows of both, and it tells the peer with a pair record. The node
 // with the higher id pairs only as told. An instance closed on one side
 // before the other learned of it thus pairs on both sides or on neither:
-// the two never disagree about whom a close record concerns.
+// the two never disagree about whom a close record concerns. One case
+// keeps tcp's rule that a close fails whatever queue pair has the stream
+// open: when the peer's newest instance closes unpaired while a queue
+// pair here is open and unpaired (on the node with the higher id only),
+// that queue pair fails; the node with the lower id learns it from the
+// record counts in open records, and pairs nothing with it.
 type peerInst struct {
 	inst    uint64
 	used    bool   // paired with a queue pair here

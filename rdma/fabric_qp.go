@@ -49,7 +49,7 @@ type fabQP struct {
 	// is this side's view).
 	lost      bool
 	lostCause error
-	paired    bool     // the peer has the stream open: peerInst is known
+	paired    bool     // q is paired with the peer's instance peerInst
 	peerInst  uint64   // the peer's open instance
 	fep       *fep     // the data endpoint, once connecting
 	heldReq   fiInfo   // a data connection request waiting for pairing

@@ -87,7 +87,7 @@ func parseMulticastBench(args []string, c *cli) (*multicastBench, error) {
 	sockBuf := fs.String("sockbuf", "", "kernel send and receive buffer size of every connection (such as 128KiB); unset leaves the system's automatic tuning")
 	transport := fs.String("transport", transportTCP, "tcp, or fabric: run every measurement on the fabric backend and on tcp (needs a program built with -tags fabric)")
 	b := &multicastBench{}
-	fs.StringVar(&b.provider, "provider", rdma.DefaultFabricProvider, "with -transport fabric: the libfabric provider (tcp, sockets, or verbs on RDMA hardware)")
+	fs.StringVar(&b.provider, "provider", rdma.DefaultFabricProvider, "with -transport fabric: the libfabric provider (tcp, or verbs on RDMA hardware)")
 	fs.IntVar(&b.reps, "reps", 5, "repetitions of each measurement; the median is reported")
 	fs.BoolVar(&b.json, "json", false, "print one JSON object per line instead of a table")
 	fs.BoolVar(&b.netns, "netns", false, "run each node as a process in its own network namespace behind a shaped switch (root only)")
