@@ -326,15 +326,21 @@ func (c *fabConn) flushLocked() error {
 		if !ok {
 			return nil // a send completion flushes again
 		}
-		for range n {
-			r, _ := c.mu.out.pop()
-			if r.unpairedClose {
-				c.mu.unpairedClose[r.stream] = c.mu.sent
-			}
-			c.mu.sent++
-		}
+		c.sentLocked(n)
 		c.mu.credits--
 		c.mu.freed = 0
+	}
+}
+
+// sentLocked removes the first n queued records, which were sent, and
+// counts them. REQUIRES: c.mu.
+func (c *fabConn) sentLocked(n int) {
+	for range n {
+		r, _ := c.mu.out.pop()
+		if r.unpairedClose {
+			c.mu.unpairedClose[r.stream] = c.mu.sent
+		}
+		c.mu.sent++
 	}
 }
 
