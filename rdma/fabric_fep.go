@@ -175,8 +175,12 @@ func (p *fep) completed(slot int) {
 
 // shutdown takes p down: fi_shutdown flushes its outstanding operations,
 // and once their completions are in, p is closed and freed. It reports
-// whether p was not down already. When it returns, the provider no longer
-// writes into the buffers of p's receives.
+// whether p was not down already. When it returns, the provider places no
+// more data into the buffers of p's receives: the tcp provider shuts down
+// under the endpoint's lock, which its receive path holds; verbs moves the
+// queue pair to the error state, in which the NIC places nothing (not
+// exercised here). The buffers stay pinned until their flushed
+// completions come in.
 func (p *fep) shutdown() bool {
 	p.mu.Lock()
 	if p.mu.state == fepDown {
