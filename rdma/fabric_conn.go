@@ -64,6 +64,10 @@ type fabConn struct {
 		backoff       time.Duration // before the connecting side's next attempt
 		deadline      time.Time     // of the connecting side's attempts
 		lastErr       error         // why the connecting side's last attempt failed
+		// addr is the address this node connected to, once up; "" for a
+		// connection the peer made. dialing is that of the attempt under
+		// way.
+		addr, dialing string
 	}
 }
 
@@ -440,6 +444,7 @@ func (c *fabConn) attempt() {
 	c.mu.peerInfo = info
 	c.mu.ctrl = p
 	c.mu.gen = gen
+	c.mu.dialing = addr
 	var b [fabHelloLen]byte
 	encodeFabHello(b[:], c.hello(fabKindControl, gen))
 	err = p.ep.connect(info, b[:])
@@ -488,6 +493,14 @@ func (c *fabConn) connectFailed(p *fep, cause error) {
 	if current && c.lower {
 		c.retryLater(cause)
 	}
+}
+
+// dialedElsewhere reports whether c is a connection this node made to
+// another address than addr.
+func (c *fabConn) dialedElsewhere(addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.addr != "" && c.mu.addr != addr
 }
 
 // giveUp fails a pending connection: the peer is unreachable.
@@ -567,6 +580,7 @@ func (c *fabConn) ctrlConnected(p *fep, data []byte) {
 		}
 	}
 	c.mu.state = connUp
+	c.mu.addr = c.mu.dialing
 	c.mu.credits = ctrlSlots
 	if c.mu.timer != nil {
 		c.mu.timer.Stop()
@@ -729,7 +743,7 @@ func (c *fabConn) recordLocked(r ctrlRecord) (q *fabQP, pending []ctrlRecord, er
 		// The queue pair it pairs with is gone here, and so are its
 		// records: the peer learns of it from its close record.
 		p.used = true
-		c.takePendingLocked(s)
+		c.e.metrics.add(c.e.metrics.late, int64(len(c.takePendingLocked(s))))
 		return nil, nil, nil
 	case ctrlClose:
 		if r.b != closeClosed && r.b != closeLost {
@@ -766,7 +780,8 @@ func (c *fabConn) recordLocked(r ctrlRecord) (q *fabQP, pending []ctrlRecord, er
 	case p.partner != nil:
 		return p.partner, nil, nil
 	case p.used:
-		return nil, nil, nil // for a queue pair here that is gone
+		c.e.metrics.add(c.e.metrics.late, 1) // for a queue pair here that is gone
+		return nil, nil, nil
 	case r.typ == ctrlCredit:
 		return nil, nil, protocolError(c.peer, s, rejectStream, fmt.Sprintf("credit for stream %d before it paired", s))
 	}

@@ -175,6 +175,14 @@ func (e *FabricEndpoint) Open(ctx context.Context, peer NodeID, stream StreamID,
 	}
 	q := &fabQP{e: e}
 	q.init(peer, stream, h)
+	// A peer that this node connects to may have moved (restarted
+	// elsewhere) while the connection to where it was stays up: a process
+	// left behind there, say, which must not get the new queue pair.
+	var addr string
+	if e.cfg.ID < peer && e.cfg.Resolve != nil {
+		addr, _ = e.cfg.Resolve(peer)
+	}
+	var stale *fabConn
 	q.mu.Lock()
 	e.mu.Lock()
 	if e.mu.closed {
@@ -186,6 +194,10 @@ func (e *FabricEndpoint) Open(ctx context.Context, peer NodeID, stream StreamID,
 		e.mu.Unlock()
 		q.mu.Unlock()
 		return nil, fmt.Errorf("rdma: node %d: the completion queue (CQSize %d) has no room for another stream's queues", e.cfg.ID, e.cfg.CQSize)
+	}
+	if old := e.mu.conns[peer]; old != nil && addr != "" && old.dialedElsewhere(addr) {
+		stale = old
+		delete(e.mu.conns, peer)
 	}
 	var c *fabConn
 	var isNew bool
@@ -227,6 +239,10 @@ func (e *FabricEndpoint) Open(ctx context.Context, peer NodeID, stream StreamID,
 	q.mu.Unlock()
 	c.flush()
 
+	if stale != nil {
+		err := &connError{peer: peer, cause: fmt.Errorf("the peer moved to %s", addr)}
+		stale.shutdown(err, err)
+	}
 	if isNew && !dial {
 		c.awaitInbound()
 	}

@@ -3,12 +3,16 @@
 package rdma
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"testing"
 
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // The pairing of stream instances, step by step: two connections' control
@@ -24,9 +28,16 @@ type pairNet struct {
 	lo, hi *fabConn
 }
 
-func newPairNet(t *testing.T) *pairNet {
+func newPairNet(t *testing.T) *pairNet { return newPairNetMetered(t, noop.NewMeterProvider()) }
+
+// newPairNetMetered is newPairNet with node 2's metrics going to mp.
+func newPairNetMetered(t *testing.T, mp metric.MeterProvider) *pairNet {
 	end := func(id, peer NodeID) *fabConn {
-		m, err := newTCPMetrics(noop.NewMeterProvider())
+		var p metric.MeterProvider = noop.NewMeterProvider()
+		if id == 2 {
+			p = mp
+		}
+		m, err := newTCPMetrics(p)
 		must(t, err)
 		e := &FabricEndpoint{cfg: FabricConfig{ID: id}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: m}
 		e.mu.conns = make(map[NodeID]*fabConn)
@@ -192,5 +203,55 @@ func TestFabricPairSignalsBeforePairing(t *testing.T) {
 				t.Fatalf("%s: %v, want signals %v", c.end.r.name, got, c.want)
 			}
 		}
+	}
+}
+
+// Records that arrive for a queue pair this node closed (sent before the
+// peer learned of the close) are dropped and counted as late, as are the
+// records held for a pairing with a queue pair that is gone; they count as
+// no bad input.
+func TestFabricLateRecords(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	n := newPairNetMetered(t, mp)
+
+	// Paired, then node 2 closes: node 1's two signals meanwhile are late.
+	a := n.open(n.lo, "a")
+	b := n.open(n.hi, "b")
+	n.deliver(n.lo)
+	n.deliver(n.hi)
+	n.deliver(n.lo)
+	if !paired(a, b) {
+		t.Fatal("a and b did not pair")
+	}
+	must(t, b.qp.Close())
+	must(t, a.qp.Signal(1))
+	must(t, a.qp.Signal(2))
+	n.deliver(n.lo)
+	// Node 2's next instance closes before it learns of node 1's
+	// pairing with it: the signal held for it is late too.
+	n.deliver(n.hi) // close b: a fails and closes
+	a2 := n.open(n.lo, "a2")
+	must(t, a2.qp.Signal(3))
+	b2 := n.open(n.hi, "b2")
+	n.deliver(n.hi) // open b2: a2 pairs with it
+	must(t, b2.qp.Close())
+	n.deliver(n.lo) // close a, open a2, signal 3 (held), pair a2-b2 (b2 gone)
+
+	var rm metricdata.ResourceMetrics
+	must(t, reader.Collect(context.Background(), &rm))
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, dp := range sum.DataPoints {
+					got[m.Name] += dp.Value
+				}
+			}
+		}
+	}
+	if got["convoy.rdma.late.frames"] != 3 || got["convoy.rdma.rejected.frames"] != 0 {
+		t.Errorf("late and rejected frames = %d, %d; want 3, 0", got["convoy.rdma.late.frames"], got["convoy.rdma.rejected.frames"])
 	}
 }

@@ -355,3 +355,27 @@ func TestFabricControlFlow(t *testing.T) {
 		}
 	}
 }
+
+// A peer that restarts elsewhere while the process it left behind still
+// holds the connection (a member restarted as a new incarnation, its old
+// one still running): the next queue pair to it goes to where Resolve
+// says it is now, and the connection to the old place is dropped, failing
+// the queue pairs on it.
+func TestFabricPeerMoved(t *testing.T) {
+	n := newFabricNet(t, FabricConfig{})
+	a := n.endpoint(1)
+	old := n.fabricEndpoint(2, func(*FabricConfig) {})
+	pa, pb := openPair(t, a, old, 1)
+	transfer(t, pa, pb, []int{10})
+
+	moved := n.fabricEndpoint(2, func(*FabricConfig) {}) // Resolve gives its address from now on
+	qa, qb := openPair(t, a, moved, 2)
+	transfer(t, qa, qb, []int{10})
+	if err := pa.r.waitFailed(ErrConnectionLost); !strings.Contains(err.Error(), "moved to "+moved.Addr()) {
+		t.Fatalf("the queue pair to where the peer was: %v", err)
+	}
+	pb.r.waitFailed(ErrConnectionLost)
+	if got := old.numConns(); got != 0 {
+		t.Fatalf("the peer left behind holds %d connections", got)
+	}
+}
