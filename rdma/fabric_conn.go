@@ -214,15 +214,18 @@ func (c *fabConn) streamFor(gen uint64, stream StreamID) *fabQP {
 	return c.mu.streams[stream]
 }
 
-// peerAddr returns the peer's address and the generation, for connecting
-// a data endpoint; ok is false unless c is up and this node connects.
-func (c *fabConn) peerAddr() (info fiInfo, gen uint64, ok bool) {
+// peerAddr returns a copy of the peer's address, which the caller frees,
+// and the generation, for connecting a data endpoint; ok is false unless
+// c is up and this node connects. (The connection's own copy goes when it
+// breaks, which may be while the caller uses it.)
+func (c *fabConn) peerAddr() (info fiInfo, gen uint64, ok bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.mu.state != connUp || c.mu.peerInfo.p == nil {
-		return fiInfo{}, 0, false
+		return fiInfo{}, 0, false, nil
 	}
-	return c.mu.peerInfo, c.mu.gen, true
+	info, err = c.mu.peerInfo.dup()
+	return info, c.mu.gen, err == nil, err
 }
 
 // acceptable reports whether an inbound control connection may be

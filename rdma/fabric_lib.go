@@ -423,6 +423,15 @@ func (i fiInfo) free() {
 	}
 }
 
+// dup returns a copy of i, which the caller frees.
+func (i fiInfo) dup() (fiInfo, error) {
+	d := C.fi_dupinfo(i.p)
+	if d == nil {
+		return fiInfo{}, &fiError{op: "fi_dupinfo", code: int(C.FI_ENOMEM)}
+	}
+	return fiInfo{d}, nil
+}
+
 func (i fiInfo) provName() string   { return C.GoString(C.cv_prov_name(i.p)) }
 func (i fiInfo) fabricName() string { return C.GoString(C.cv_fabric_name(i.p)) }
 func (i fiInfo) domainName() string { return C.GoString(C.cv_domain_name(i.p)) }

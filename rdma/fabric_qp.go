@@ -418,10 +418,15 @@ func (q *fabQP) connectLocked() {
 	if q.fep != nil || !q.openLocked() {
 		return
 	}
-	info, gen, ok := q.c.peerAddr()
+	info, gen, ok, err := q.c.peerAddr()
+	if err != nil {
+		q.dataFailLocked(err)
+		return
+	}
 	if !ok {
 		return
 	}
+	defer info.free()
 	p, err := q.e.newFep(fabKindData, q.c, q, info, q.e.depth, q.e.depth, q.e.hdrLen)
 	if err != nil {
 		q.dataFailLocked(err)
