@@ -8,14 +8,19 @@ import "context"
 // backend (the fabric build tag).
 const FabricBuilt = false
 
-// FabricEndpoint is an endpoint of the fabric backend. This program was
-// built without it: ListenFabric returns ErrFabricUnavailable.
+// FabricEndpoint is an endpoint of the fabric backend: RDMA through
+// libfabric, each peer with a control connection and each queue pair with
+// a connected endpoint of its own (see the package documentation). It
+// exists in programs built with the fabric build tag; in this one, built
+// without it, ListenFabric returns ErrFabricUnavailable.
 type FabricEndpoint struct{}
 
 var _ Endpoint = (*FabricEndpoint)(nil)
 
-// ListenFabric returns ErrFabricUnavailable: the program was built without
-// the fabric build tag.
+// ListenFabric opens cfg.Provider's fabric and listens on cfg.ListenAddr,
+// in a program built with the fabric build tag. In this one, built
+// without it, it returns ErrFabricUnavailable (or the mistake in cfg,
+// such as ErrFabricTLS).
 func ListenFabric(cfg FabricConfig) (*FabricEndpoint, error) {
 	if _, err := cfg.WithDefaults(); err != nil {
 		return nil, err
