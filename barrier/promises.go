@@ -133,6 +133,19 @@ func (p *Promises) checkPending(rank int, s *senderState, seq uint64, ts Timesta
 // Beacon records sender rank's promise (n, t): after its message #n,
 // nothing of it is stamped below t. It applies once messages 1..n are held.
 func (p *Promises) Beacon(rank int, n uint64, t Timestamp) error {
+	if err := p.CheckBeacon(rank, n, t); err != nil {
+		return err
+	}
+	s := &p.senders[rank]
+	s.lastBeacon = t
+	s.add(beacon{n, t}, p.early)
+	return nil
+}
+
+// CheckBeacon returns the error Beacon would return for the promise
+// (n, t) of sender rank, and changes nothing: a record that carries
+// promises for several senders is checked whole before any applies.
+func (p *Promises) CheckBeacon(rank int, n uint64, t Timestamp) error {
 	s, err := p.sender(rank)
 	if err != nil {
 		return err
@@ -158,8 +171,6 @@ func (p *Promises) Beacon(rank int, n uint64, t Timestamp) error {
 			return fmt.Errorf("%w: sender %d promised %d after message %d, but its message %d is stamped %d", ErrBelowPromise, rank, t, n, seq, ts)
 		}
 	}
-	s.lastBeacon = t
-	s.add(beacon{n, t}, p.early)
 	return nil
 }
 
