@@ -23,7 +23,9 @@ var (
 	ErrSequenceGap = errors.New("barrier: sequence number out of window")
 	// ErrBelowPromise: a message stamped below a promise its sender made.
 	ErrBelowPromise = errors.New("barrier: message stamped below its sender's promise")
-	// ErrBackwards: a promise or frontier lower than one already made.
+	// ErrBackwards: a promise or frontier lower than one already made, or
+	// a message stamped at or above a later message or promise of its
+	// sender.
 	ErrBackwards = errors.New("barrier: promise went backwards")
 	// ErrUnknownMember: a rank outside the group.
 	ErrUnknownMember = errors.New("barrier: unknown member")
@@ -119,12 +121,27 @@ func (p *Promises) Hold(rank int, seq uint64, ts Timestamp) error {
 	return nil
 }
 
-// checkPending rejects a message that contradicts a beacon already
-// received: a beacon (n, T) with n < seq promised seq would be at or above T.
+// checkPending rejects a message that contradicts what its sender sent
+// and this member holds out of order. A sender's stamps increase with its
+// sequence numbers (its clock issues strictly increasing stamps), so:
+//   - a beacon (n, T) with n < seq promised seq would be at or above T;
+//   - a beacon (n, T) with n ≥ seq came after seq, which is below T;
+//   - a message after seq already held is stamped above seq.
+//
+// A receiver delivers each sender's messages in sequence order and all of
+// them in stamp order, which must therefore agree.
 func (p *Promises) checkPending(rank int, s *senderState, seq uint64, ts Timestamp) error {
 	for _, b := range s.pending {
-		if b.n < seq && ts < b.t {
+		switch {
+		case b.n < seq && ts < b.t:
 			return fmt.Errorf("%w: sender %d message %d stamped %d, promised %d after message %d", ErrBelowPromise, rank, seq, ts, b.t, b.n)
+		case b.n >= seq && ts >= b.t:
+			return fmt.Errorf("%w: sender %d message %d stamped %d, at or above the promise %d made after message %d", ErrBackwards, rank, seq, ts, b.t, b.n)
+		}
+	}
+	for n, t := range s.early {
+		if n > seq && ts >= t {
+			return fmt.Errorf("%w: sender %d message %d stamped %d, not below its message %d stamped %d", ErrBackwards, rank, seq, ts, n, t)
 		}
 	}
 	return nil

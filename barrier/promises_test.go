@@ -248,6 +248,26 @@ func TestPromises(t *testing.T) {
 			held:    []uint64{0}, applied: []Timestamp{0}, frontier: 0,
 		},
 		{
+			// Message 3 held out of order, then 2 stamped above it: each
+			// sender's stamps increase with its sequence numbers.
+			name:    "an early message's predecessor stamped above it",
+			senders: 1,
+			ops:     []promiseOp{hold(0, 3, 20), hold(0, 2, 30).fails(ErrBackwards)},
+			held:    []uint64{0}, applied: []Timestamp{0}, frontier: 0,
+		},
+		{
+			name:    "an early message's predecessor stamped as it",
+			senders: 1,
+			ops:     []promiseOp{hold(0, 2, 20), hold(0, 1, 20).fails(ErrBackwards)},
+			held:    []uint64{0}, applied: []Timestamp{0}, frontier: 0,
+		},
+		{
+			name:    "a message stamped at a later promise of its sender",
+			senders: 1,
+			ops:     []promiseOp{beaconOp(0, 2, 40), hold(0, 2, 40).fails(ErrBackwards), hold(0, 1, 50).fails(ErrBackwards)},
+			held:    []uint64{0}, applied: []Timestamp{0}, frontier: 0,
+		},
+		{
 			// A pending (n, T) says nothing of messages up to n.
 			name:    "a pending promise does not bind messages up to its n",
 			senders: 1,
