@@ -194,6 +194,11 @@ type Config struct {
 	// OnView, if set, receives every view this member takes part in, in
 	// order with the deliveries, on the same goroutine as the Handler.
 	OnView func(View)
+	// Topics are the group's topics (see Group.Publish), each with its
+	// subscribers, in a group with fixed membership (Members), where the
+	// subscriptions are for good; every member must be given the same
+	// list. At most MaxTopics; not yet with Durable or Etcd.
+	Topics []Topic
 
 	// Mode is the delivery guarantee (default Atomic).
 	Mode Mode
@@ -349,6 +354,9 @@ func (c Config) engine() engine.Config {
 		MeterProvider:     c.MeterProvider,
 		TracerProvider:    c.TracerProvider,
 		TraceMessages:     c.TraceMessages,
+	}
+	for _, t := range c.Topics {
+		ec.Topics = append(ec.Topics, engine.Topic(t))
 	}
 	if c.Etcd != nil {
 		e := engine.EtcdConfig(*c.Etcd)

@@ -35,6 +35,14 @@ type view struct {
 	// net carries the view's records and control signals.
 	net  viewNet
 	core *ordering.Core
+	// topics are the view's topics by number (from 1) less one, topicIDs
+	// their numbers by name; sets are their distinct non-empty subscriber
+	// sets (viewTopic.set); pubs[t-1] are this member's messages on topic
+	// t not yet held by every subscriber.
+	topics   []viewTopic
+	topicIDs map[string]int
+	sets     [][]int
+	pubs     []ownPubs
 	// det watches the neighbours; nil in a group with fixed membership.
 	// nbrs are their ranks, and nbrLag[i] how far neighbour nbrs[i]
 	// trailed this member's receive frontier at its last heartbeat, in
@@ -80,10 +88,17 @@ func (g *Group) openView(ctx context.Context, rec membership.View, self int, now
 	for _, m := range rec.Members {
 		v.ids = append(v.ids, NodeID(m.ID))
 	}
+	topics, err := v.initTopics()
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range v.topics {
+		v.pubs = append(v.pubs, ownPubs{first: t.sent[self] + 1})
+	}
 	core, err := ordering.NewCore(ordering.Config{
 		Self: self, Members: len(rec.Members), Mode: g.cfg.Mode, Epoch: rec.Epoch, Start: rec.Start,
 		BeaconInterval: g.cfg.BeaconInterval, BeaconGap: g.cfg.BeaconGap, FanOut: g.cfg.FanOut, MaxPayload: g.cfg.MaxMessageBytes,
-		Plant: g.cfg.test.plant,
+		Topics: topics, Plant: g.cfg.test.plant,
 	}, now)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,98 @@
+package convoy
+
+import (
+	"context"
+
+	"github.com/convoy-gcs/convoy/internal/engine"
+)
+
+// Topic declares one of a group's topics (Config.Topics): pub/sub within
+// the group, in the group's one order.
+type Topic struct {
+	// Name names the topic: not empty, at most MaxTopicName bytes,
+	// unique in the group.
+	Name string
+	// Mode is how the topic's messages are delivered: Atomic (the
+	// default; a message is delivered once every subscriber holds it) or
+	// TotalOrder (best effort, below the subscriber's own receive
+	// frontier).
+	Mode Mode
+	// Subscribers lists the members that receive the topic's messages;
+	// only their links carry its bytes.
+	Subscribers []NodeID
+}
+
+// TopicInfo describes a topic of the current view (Group.Topics).
+type TopicInfo struct {
+	Name        string
+	Mode        Mode
+	Subscribers []NodeID
+	// Subscribed says this member is one of the Subscribers.
+	Subscribed bool
+}
+
+// Limits on topics.
+const (
+	// MaxTopics bounds a group's topics.
+	MaxTopics = engine.MaxTopics
+	// MaxTopicName bounds a topic's name, in bytes.
+	MaxTopicName = engine.MaxTopicName
+)
+
+// Errors about topics.
+var (
+	// ErrUnknownTopic is returned by Publish and Subscribe for a topic the
+	// group does not have (or a name no topic can have).
+	ErrUnknownTopic = engine.ErrUnknownTopic
+	// ErrNotSubscribed is returned by Subscribe for a topic this member
+	// does not subscribe to.
+	ErrNotSubscribed = engine.ErrNotSubscribed
+)
+
+// Publish multicasts payload on topic to the topic's subscribers only,
+// in the group's one order: every member delivers the messages of the
+// group and of its topics interleaved in one sequence, and any two
+// messages that two members both deliver come in the same relative order
+// at both. The subscribers of a topic deliver its messages in the same
+// order, with the same Delivery.Index; a member that does not subscribe
+// receives none of its bytes.
+//
+// Publish waits as Send does: until the message is accepted (the window
+// of undelivered messages is shared with Send), or with WaitStable until
+// every subscriber holds it, or with WaitDelivered until this member
+// delivered it (when it does not subscribe to the topic, until every
+// subscriber holds it). The Receipt numbers the message among this
+// member's on the topic.
+//
+// It returns ErrUnknownTopic for a topic the group does not have, and
+// the errors Send returns.
+func (g *Group) Publish(ctx context.Context, topic string, payload []byte, opts ...SendOption) (Receipt, error) {
+	r, err := g.e.Publish(ctx, topic, payload, opts...)
+	return Receipt(r), err
+}
+
+// Subscribe hands the messages of topic, which this member subscribes
+// to, to h instead of the group's handler (nil: to the group's handler
+// again), from the next message on; h runs on the group's goroutine as
+// the Handler does, in order with every other delivery. The
+// subscriptions of a group with fixed membership are those of
+// Config.Topics, for good: Subscribe returns ErrNotSubscribed for a topic
+// this member does not subscribe to, and ErrUnknownTopic for one the
+// group does not have.
+func (g *Group) Subscribe(topic string, h Handler) error {
+	var eh engine.Handler
+	if h != nil {
+		eh = func(d engine.Delivery) { h(Delivery(d)) }
+	}
+	return g.e.Subscribe(topic, eh)
+}
+
+// Topics returns the topics of the current view, by name.
+func (g *Group) Topics() []TopicInfo {
+	ts := g.e.Topics()
+	out := make([]TopicInfo, len(ts))
+	for i, t := range ts {
+		out[i] = TopicInfo(t)
+	}
+	return out
+}
