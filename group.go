@@ -68,6 +68,9 @@ type View struct {
 	// leader's log holds the entry its own log ends with, completed with
 	// the messages it missed.
 	Excluded bool
+	// Topics are the view's topics with their subscribers, fixed for the
+	// view (see Group.Subscribe).
+	Topics []Topic
 }
 
 func (v View) String() string { return fmt.Sprintf("view %d (%d members)", v.Epoch, len(v.Members)) }
@@ -79,6 +82,9 @@ func publicView(v engine.View) View {
 		for i, m := range v.Members {
 			pv.Members[i] = Member(m)
 		}
+	}
+	for _, t := range v.Topics {
+		pv.Topics = append(pv.Topics, Topic(t))
 	}
 	return pv
 }

@@ -44,10 +44,20 @@ var (
 	// ErrUnknownTopic is returned by Publish and Subscribe for a topic the
 	// group does not have (or a name no topic can have).
 	ErrUnknownTopic = engine.ErrUnknownTopic
-	// ErrNotSubscribed is returned by Subscribe for a topic this member
-	// does not subscribe to.
+	// ErrNotSubscribed is returned by Subscribe, in a group with fixed
+	// membership, for a topic this member does not subscribe to.
 	ErrNotSubscribed = engine.ErrNotSubscribed
+	// ErrFixedTopics is returned by Unsubscribe in a group with fixed
+	// membership, whose subscriptions are for good.
+	ErrFixedTopics = engine.ErrFixedTopics
 )
+
+// TopicOption changes how Subscribe creates a topic.
+type TopicOption = engine.TopicOption
+
+// WithTopicMode sets the mode of a topic that Subscribe creates, in a
+// view-managed group (default Atomic).
+func WithTopicMode(m Mode) TopicOption { return engine.WithTopicMode(m) }
 
 // Publish multicasts payload on topic to the topic's subscribers only,
 // in the group's one order: every member delivers the messages of the
@@ -71,20 +81,39 @@ func (g *Group) Publish(ctx context.Context, topic string, payload []byte, opts 
 	return Receipt(r), err
 }
 
-// Subscribe hands the messages of topic, which this member subscribes
-// to, to h instead of the group's handler (nil: to the group's handler
-// again), from the next message on; h runs on the group's goroutine as
-// the Handler does, in order with every other delivery. The
-// subscriptions of a group with fixed membership are those of
-// Config.Topics, for good: Subscribe returns ErrNotSubscribed for a topic
-// this member does not subscribe to, and ErrUnknownTopic for one the
-// group does not have.
-func (g *Group) Subscribe(topic string, h Handler) error {
+// Subscribe makes this member a subscriber of topic and hands the
+// topic's messages to h instead of the group's handler (nil: to the
+// group's handler); h runs on the group's goroutine as the Handler does,
+// in order with every other delivery.
+//
+// In a view-managed group, Subscribe asks for the subscription in etcd —
+// creating the topic, in the mode WithTopicMode gives (default Atomic),
+// if the group lacks it — and returns once the view that makes this
+// member a subscriber is installed. A subscription, and an Unsubscribe,
+// takes effect at a view boundary, the point in the group's sequence
+// every member agrees on: the topic's subscribers of a view are fixed
+// for the view (View.Topics lists them), and h receives the topic's
+// messages from the view's start on. The request stands: a member
+// excluded and rejoining as a new incarnation subscribes again.
+//
+// In a group with fixed membership the subscriptions are those of
+// Config.Topics, for good: Subscribe only attaches h, and returns
+// ErrNotSubscribed for a topic this member does not subscribe to, and
+// ErrUnknownTopic for one the group does not have.
+func (g *Group) Subscribe(ctx context.Context, topic string, h Handler, opts ...TopicOption) error {
 	var eh engine.Handler
 	if h != nil {
 		eh = func(d engine.Delivery) { h(Delivery(d)) }
 	}
-	return g.e.Subscribe(topic, eh)
+	return g.e.Subscribe(ctx, topic, eh, opts...)
+}
+
+// Unsubscribe ends this member's subscription to topic, in a
+// view-managed group: it asks for it in etcd and returns once the view
+// without it is installed. In a group with fixed membership it returns
+// ErrFixedTopics.
+func (g *Group) Unsubscribe(ctx context.Context, topic string) error {
+	return g.e.Unsubscribe(ctx, topic)
 }
 
 // Topics returns the topics of the current view, by name.

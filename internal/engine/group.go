@@ -108,8 +108,12 @@ type Group struct {
 		// pubSeq is, per topic, the number of the last message published
 		// on it that Publish accepted (numbered as nextSeq, per topic).
 		pubSeq map[string]uint64
-		// topics is the current view's topic table (Publish's check).
+		// topics is the current view's topic table (Publish's check);
+		// topicsSet is closed when it is replaced; wanted holds the topic
+		// requests of a member of a view-managed group, by topic.
 		topics    map[string]*membership.Topic
+		topicsSet chan struct{}
+		wanted    map[string]membership.TopicRequest
 		delivered uint64 // highest own seq delivered locally
 		stable    uint64 // highest own seq held by every member
 		// durable is the highest index on every member's disk, in durable
@@ -249,6 +253,8 @@ func newGroup(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 	g.mu.nextSeq = 1
 	g.mu.waiters = make(map[msgID][]waiter)
 	g.mu.pubSeq = make(map[string]uint64)
+	g.mu.topicsSet = make(chan struct{})
+	g.wantTopics()
 	g.tr = c.TracerProvider.Tracer("github.com/convoy-gcs/convoy")
 	g.msgs = newMsgTracer(g.tr, c.traceEvery(), c.identity())
 	if g.m, err = newMetrics(c.MeterProvider, c.Mode); err != nil {

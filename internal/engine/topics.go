@@ -38,6 +38,9 @@ var (
 	// membership, for a topic this member does not subscribe to (its
 	// subscriptions are those of Config.Topics).
 	ErrNotSubscribed = errors.New("convoy: not a subscriber of the topic")
+	// ErrFixedTopics is returned by Unsubscribe in a group with fixed
+	// membership, whose subscriptions are for good.
+	ErrFixedTopics = errors.New("convoy: a group with fixed membership has fixed subscriptions")
 )
 
 // checkTopics reports the mistakes in c.Topics to bad.
@@ -50,9 +53,6 @@ func (c Config) checkTopics(bad func(field, format string, args ...any)) {
 	}
 	if c.Durable != nil {
 		bad("Topics", "durable delivery of topics is not supported yet")
-	}
-	if c.Etcd != nil {
-		bad("Topics", "a view-managed group's topics are not supported yet")
 	}
 	if len(c.Topics) > MaxTopics {
 		bad("Topics", "%d topics, at most %d", len(c.Topics), MaxTopics)
@@ -80,7 +80,10 @@ func (c Config) checkTopics(bad func(field, format string, args ...any)) {
 				bad(field+".Subscribers", "member %d listed twice", id)
 			}
 			seen[id] = true
-			if !members[id] {
+			switch {
+			case c.Etcd != nil && id != c.Self:
+				bad(field+".Subscribers", "%d: in a view-managed group a member subscribes only itself", id)
+			case c.Etcd == nil && !members[id]:
 				bad(field+".Subscribers", "%d is not a member", id)
 			}
 		}
@@ -223,7 +226,8 @@ func (g *Group) canPublishLocked(topic string) error {
 	return nil
 }
 
-// setTopics records view rec's topic table for Publish and Topics.
+// setTopics records view rec's topic table for Publish and Topics, and
+// wakes the Subscribes waiting for a view.
 func (g *Group) setTopics(rec *membership.View) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -231,7 +235,66 @@ func (g *Group) setTopics(rec *membership.View) {
 	for i := range rec.Topics {
 		g.mu.topics[rec.Topics[i].Name] = &rec.Topics[i]
 	}
+	if g.mu.topicsSet != nil {
+		close(g.mu.topicsSet)
+	}
+	g.mu.topicsSet = make(chan struct{})
 }
+
+// subscribedLocked reports whether the current view has this member
+// subscribe to topic.
+func (g *Group) subscribedLocked(topic string) bool {
+	t, ok := g.mu.topics[topic]
+	return ok && g.mu.epoch != 0 && slices.Contains(t.Subscribers, uint64(g.cfg.Self))
+}
+
+// wantTopics records the topics of Config.Topics that this member of a
+// view-managed group asks for (see topicRequests).
+func (g *Group) wantTopics() {
+	g.mu.wanted = make(map[string]membership.TopicRequest)
+	if g.cfg.Etcd == nil {
+		return
+	}
+	for _, t := range g.cfg.Topics {
+		g.mu.wanted[t.Name] = membership.TopicRequest{
+			Topic: t.Name, Mode: t.Mode.String(), Subscribe: slices.Contains(t.Subscribers, g.cfg.Self),
+		}
+	}
+}
+
+// topicRequests returns the topic requests of incarnation self: what
+// Config.Topics, Subscribe and Unsubscribe asked for. Every incarnation
+// makes them again, as it registers.
+func (g *Group) topicRequests(self membership.Member) []membership.TopicRequest {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]membership.TopicRequest, 0, len(g.mu.wanted))
+	for _, r := range g.mu.wanted {
+		r.Member = self
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b membership.TopicRequest) int { return cmp.Compare(a.Topic, b.Topic) })
+	return out
+}
+
+// putTopicRequests writes reqs to the store.
+func putTopicRequests(ctx context.Context, s *membership.Store, reqs []membership.TopicRequest) error {
+	for _, r := range reqs {
+		if err := s.PutTopicRequest(ctx, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TopicOption changes how Subscribe creates a topic.
+type TopicOption func(*topicOptions)
+
+type topicOptions struct{ mode Mode }
+
+// WithTopicMode sets the mode of a topic that Subscribe creates (default
+// Atomic).
+func WithTopicMode(m Mode) TopicOption { return func(o *topicOptions) { o.mode = m } }
 
 // TopicInfo is convoy.TopicInfo: a topic of the current view.
 type TopicInfo struct {
@@ -285,23 +348,104 @@ func (t *topicHandlers) set(topic string, h Handler) {
 	t.h[topic] = h
 }
 
-// Subscribe hands the messages of topic, which this member subscribes
-// to, to h (nil: to the group's handler again). In a group with fixed
-// membership the subscriptions are those of Config.Topics, for good:
-// Subscribe returns ErrNotSubscribed for a topic this member does not
-// subscribe to, and ErrUnknownTopic for one the group does not have.
-func (g *Group) Subscribe(topic string, h Handler) error {
-	g.mu.Lock()
-	t, ok := g.mu.topics[topic]
-	g.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("%w: %q", ErrUnknownTopic, topic)
+// Subscribe makes this member a subscriber of topic and hands the
+// topic's messages to h (nil: to the group's handler).
+//
+// In a view-managed group it asks for the subscription in etcd — creating
+// the topic, in the mode WithTopicMode gives (default Atomic), if the
+// group lacks it — and returns once the view that makes this member a
+// subscriber is installed: the subscription takes effect at that view's
+// start, the point in the group's sequence every member agrees on, and h
+// receives the topic's messages from there on. The request stands: a
+// member excluded and rejoining as a new incarnation subscribes again.
+//
+// In a group with fixed membership the subscriptions are those of
+// Config.Topics, for good: Subscribe only attaches h, and returns
+// ErrNotSubscribed for a topic this member does not subscribe to, and
+// ErrUnknownTopic for one the group does not have.
+func (g *Group) Subscribe(ctx context.Context, topic string, h Handler, opts ...TopicOption) error {
+	if err := checkTopicName(topic); err != nil {
+		return err
 	}
-	if !slices.Contains(t.Subscribers, uint64(g.cfg.Self)) {
-		return fmt.Errorf("%w: %q", ErrNotSubscribed, topic)
+	if !g.dynamic() {
+		g.mu.Lock()
+		t, ok := g.mu.topics[topic]
+		g.mu.Unlock()
+		if !ok {
+			return fmt.Errorf("%w: %q", ErrUnknownTopic, topic)
+		}
+		if !slices.Contains(t.Subscribers, uint64(g.cfg.Self)) {
+			return fmt.Errorf("%w: %q", ErrNotSubscribed, topic)
+		}
+		g.handlers.set(topic, h)
+		return nil
+	}
+	o := topicOptions{mode: Atomic}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.mode != Atomic && o.mode != TotalOrder {
+		return fmt.Errorf("%w: topic mode %v, want atomic or total order", ErrInvalidConfig, o.mode)
 	}
 	g.handlers.set(topic, h)
+	return g.requestTopic(ctx, membership.TopicRequest{Topic: topic, Mode: o.mode.String(), Subscribe: true})
+}
+
+// Unsubscribe stops this member's subscription to topic, in a
+// view-managed group: it asks for it in etcd and returns once the view
+// without it is installed (the topic's messages of the views before it
+// have been handed out). In a group with fixed membership it returns
+// ErrFixedTopics.
+func (g *Group) Unsubscribe(ctx context.Context, topic string) error {
+	if err := checkTopicName(topic); err != nil {
+		return err
+	}
+	if !g.dynamic() {
+		return ErrFixedTopics
+	}
+	if err := g.requestTopic(ctx, membership.TopicRequest{Topic: topic, Subscribe: false}); err != nil {
+		return err
+	}
+	g.handlers.set(topic, nil)
 	return nil
+}
+
+// requestTopic records req as this member's wish, writes it for its
+// current incarnation, and waits for a view that fulfils it.
+func (g *Group) requestTopic(ctx context.Context, req membership.TopicRequest) error {
+	g.mu.Lock()
+	g.mu.wanted[req.Topic] = req
+	g.mu.Unlock()
+	g.mem.mu.Lock()
+	req.Member = g.mem.mu.self
+	g.mem.mu.Unlock()
+	if err := g.mem.current().PutTopicRequest(ctx, req); err != nil {
+		return fmt.Errorf("convoy: topic request: %w", err)
+	}
+	for {
+		g.mu.Lock()
+		done := g.mu.epoch != 0 && g.subscribedLocked(req.Topic) == req.Subscribe
+		closed, failed := g.mu.closed, g.mu.err
+		set := g.mu.topicsSet
+		g.mu.Unlock()
+		switch {
+		case done:
+			return nil
+		case closed:
+			return ErrClosed
+		case failed != nil:
+			return failed
+		}
+		// Out of the views meanwhile, this member asks again as its next
+		// incarnation registers.
+		select {
+		case <-set:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-g.ctx.Done():
+			return cmp.Or(g.Err(), ErrClosed)
+		}
+	}
 }
 
 // ownPublished settles own messages on topic up to seq (numbered as

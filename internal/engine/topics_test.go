@@ -57,16 +57,19 @@ func TestTopicsMem(t *testing.T) {
 		groups[i] = g
 	}
 	// Member 2 takes topic b's messages on a handler of their own.
-	if err := groups[1].Subscribe("b", bRecs[1].handle); err != nil {
+	ctx := context.Background()
+	if err := groups[1].Subscribe(ctx, "b", bRecs[1].handle); err != nil {
 		t.Fatal(err)
 	}
-	if err := groups[0].Subscribe("b", bRecs[0].handle); !errors.Is(err, ErrNotSubscribed) {
+	if err := groups[0].Subscribe(ctx, "b", bRecs[0].handle); !errors.Is(err, ErrNotSubscribed) {
 		t.Fatalf("Subscribe to a topic not subscribed to: %v, want ErrNotSubscribed", err)
 	}
-	if err := groups[0].Subscribe("nope", nil); !errors.Is(err, ErrUnknownTopic) {
+	if err := groups[0].Subscribe(ctx, "nope", nil); !errors.Is(err, ErrUnknownTopic) {
 		t.Fatalf("Subscribe to a topic the group lacks: %v, want ErrUnknownTopic", err)
 	}
-	ctx := context.Background()
+	if err := groups[0].Unsubscribe(ctx, "a"); !errors.Is(err, ErrFixedTopics) {
+		t.Fatalf("Unsubscribe in a group with fixed membership: %v, want ErrFixedTopics", err)
+	}
 	if _, err := groups[0].Publish(ctx, "nope", []byte("x")); !errors.Is(err, ErrUnknownTopic) {
 		t.Fatalf("Publish on a topic the group lacks: %v, want ErrUnknownTopic", err)
 	}

@@ -18,6 +18,7 @@ type View struct {
 	Members      []Member
 	Joined, Left []NodeID
 	Excluded     bool
+	Topics       []Topic
 }
 
 // view is one view's machinery on this member: its traffic (the
@@ -167,6 +168,14 @@ func publicView(rec *membership.View, prev *membership.View) View {
 		for _, m := range prev.Members {
 			was[m.ID] = true
 		}
+	}
+	for _, t := range rec.Topics {
+		mode, _ := ordering.ParseMode(t.Mode)
+		pt := Topic{Name: t.Name, Mode: mode}
+		for _, id := range t.Subscribers {
+			pt.Subscribers = append(pt.Subscribers, NodeID(id))
+		}
+		out.Topics = append(out.Topics, pt)
 	}
 	now := make(map[uint64]bool)
 	for _, m := range rec.Members {

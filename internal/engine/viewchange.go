@@ -60,8 +60,12 @@ func (r *runner) do(a vsync.Action) bool {
 	case vsync.RequestJoin:
 		self := r.vs.Self()
 		pos, fromLog := r.logPos()
+		reqs := g.topicRequests(self)
 		r.async("join request", func(ctx context.Context, s *membership.Store) error {
 			if err := s.Register(ctx, self); err != nil {
+				return err
+			}
+			if err := putTopicRequests(ctx, s, reqs); err != nil {
 				return err
 			}
 			if fromLog {
@@ -199,7 +203,10 @@ func (r *runner) endChange(attrs ...attribute.KeyValue) {
 // report writes this member's final report for the wedged view.
 func (r *runner) report() {
 	g, v := r.g, r.v
-	rep := membership.Report{Epoch: v.rec.Epoch, Member: r.vs.Self(), Held: v.core.Held(), Delivered: v.core.Index(), Hears: r.hears()}
+	rep := membership.Report{
+		Epoch: v.rec.Epoch, Member: r.vs.Self(), Held: v.core.Held(), TopicHeld: v.core.HeldTopics(),
+		Delivered: v.core.Index(), Hears: r.hears(),
+	}
 	g.log.Debug("final report", "epoch", v.rec.Epoch, "hears", rep.Hears)
 	if r.change != nil {
 		r.change.AddEvent("final report", trace.WithAttributes(attribute.Int("convoy.hears", len(rep.Hears))))
@@ -208,7 +215,7 @@ func (r *runner) report() {
 	if g.cfg.test.plant.Has(plant.EarlyDelivery) {
 		// The planted fault: the member delivers what it holds as if that
 		// were the cut, before the cut is committed.
-		ds, _, _ := v.core.Finish(ordering.Cut{Senders: rep.Held, Topics: v.core.HeldTopics()})
+		ds, _, _ := v.core.Finish(ordering.Cut{Senders: rep.Held, Topics: rep.TopicHeld})
 		r.deliver(ds)
 	}
 }
@@ -384,6 +391,7 @@ func (r *runner) install(rec membership.View) bool {
 		return false
 	}
 	r.v, r.pendingDonate = v, nil
+	g.setTopics(&rec)
 	// The old view's report (if it was not needed) and held-back decision
 	// are moot: the core forgets them, or a deadline in the past would
 	// wake the loop again and again.
@@ -525,7 +533,13 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 		return false
 	}
 	r.v = v
+	g.setTopics(rec)
 	r.vs.Entered(rec)
+	// The incarnation's topic requests (a joiner's went with its join
+	// request, but a founder of the group or of its restart makes none).
+	if reqs := g.topicRequests(r.vs.Self()); len(reqs) > 0 {
+		r.async("topic requests", func(ctx context.Context, s *membership.Store) error { return putTopicRequests(ctx, s, reqs) })
+	}
 	g.mu.Lock()
 	g.mu.epoch, g.mu.out = rec.Epoch, nil
 	g.mu.Unlock()
@@ -714,8 +728,12 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	wait := r.vs.Excluded(g.cfg.Clock(), self)
 	m.setSelf(self)
 	g.log.Info("rejoining as a new incarnation", "incarnation", self.Incarnation, "after", wait)
+	reqs := g.topicRequests(self)
 	r.asyncAfter(wait, "rejoin", func(ctx context.Context, s *membership.Store) error {
 		if err := s.Register(ctx, self); err != nil {
+			return err
+		}
+		if err := putTopicRequests(ctx, s, reqs); err != nil {
 			return err
 		}
 		return s.RequestJoin(ctx, self)
