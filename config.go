@@ -69,6 +69,15 @@ const (
 // member needs: see Config.State.
 type StateMachine = membership.StateMachine
 
+// Checkpointer is implemented by a StateMachine whose snapshots need not
+// hold deliveries back: it fixes the state at a point (Checkpoint,
+// between two deliveries) and writes it from there (StateSnapshot) while
+// deliveries go on. See membership.Checkpointer.
+type Checkpointer = membership.Checkpointer
+
+// StateSnapshot is the state as of a Checkpoint.
+type StateSnapshot = membership.StateSnapshot
+
 // EtcdConfig says where a view-managed group keeps its views, and how
 // it reaches that etcd: either the group dials it itself (Endpoints,
 // with TLS, DialTimeout, Username and Password as etcd's client takes
@@ -179,7 +188,11 @@ type Config struct {
 	// State, if set, is the application state that joiners receive
 	// (snapshot at the end of the view before the one that admits them,
 	// streamed in parts from up to MaxDonors members, default
-	// DefaultMaxDonors, 4).
+	// DefaultMaxDonors, 4). No member holds a large state in memory for
+	// it: a donor writes each part it snapshots beyond 1 MiB to a file in
+	// the system's temporary directory and sends it from there, and a
+	// joiner writes what it receives to its durable log (Durable) or,
+	// without one, to such files, and restores from there.
 	State     StateMachine
 	MaxDonors int
 	// TransferStall is how long a donor may make no progress — taking

@@ -210,11 +210,18 @@ func (g *Group) WaitDurable(ctx context.Context, index uint64) error {
 // snapshot and replays only the entries after it. It returns the index
 // the snapshot reflects.
 //
-// Deliveries wait while StateMachine.Snapshot runs (it writes the whole
-// state as one part); the log write and the trim do not hold them up.
-// Errors: ErrNotDurable without Config.Durable, ErrNoState without
-// Config.State, ErrNotMember while this member takes part in no view or
-// waits for its state, ErrClosed, ctx's, and the log's errors.
+// The state streams into the log as StateMachine.Snapshot writes it, in
+// chunks, so that a state of any size costs little memory. Deliveries
+// wait while StateMachine.Snapshot runs (it writes the whole state as
+// one part, on the caller's goroutine), unless the state machine is a
+// Checkpointer: its checkpoint is taken between two deliveries, and
+// deliveries go on while the checkpoint is written. Either way the
+// member's loop goes on, and the log's commit and the trim do not hold
+// deliveries up. One snapshot is taken at a time: a call waits for the
+// one in progress. Errors: ErrNotDurable without Config.Durable,
+// ErrNoState without Config.State, ErrNotMember while this member takes
+// part in no view or waits for its state, ErrClosed, ctx's, the
+// application's, and the log's errors.
 func (g *Group) Snapshot(ctx context.Context) (uint64, error) { return g.e.Snapshot(ctx) }
 
 // Status is a member's account of itself and its group, as Group.Status

@@ -40,5 +40,9 @@
 // Joiners receive the application's state ([StateMachine]) streamed in
 // parallel from several members ([Donor], [Fetch]): each donor snapshots
 // its part, and the next one as a backup, exactly at the end of the view
-// before the one that admits the joiner.
+// before the one that admits the joiner (from a checkpoint taken there,
+// if the state machine is a [Checkpointer]). Neither side needs to hold a
+// part in memory: a donor may read it as it sends it
+// ([Donor.AddPartReader]), and a joiner may hand it to a sink as it
+// arrives ([FetchConfig.Sink]).
 package membership

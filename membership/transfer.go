@@ -8,6 +8,10 @@ package membership
 // all k parts at once, one from each donor, and re-requests a part from
 // the previous donor on the ring when its donor fails or stalls.
 //
+// Neither side need hold a large part in memory: a donor may read a part
+// as it sends it (AddPartReader), a chunk at a time, and a joiner may
+// hand each chunk to a sink as it arrives (FetchConfig.Sink).
+//
 // # Wire protocol
 //
 // One queue pair per (donor, joiner) pair, on the transfer stream of the
@@ -82,10 +86,42 @@ type StateMachine interface {
 	// the delivery handler's, for several parts one after the other; no
 	// delivery reaches the application while it runs, but it must not
 	// modify the state and must synchronize with the application's own
-	// readers of it.
+	// readers of it. What it writes is streamed (to a joiner, to a file,
+	// to the durable log) and need not fit in memory. A StateMachine that
+	// also implements Checkpointer is never held still this way.
 	Snapshot(w io.Writer, part, of int) error
 	// Restore installs the state from all parts of a snapshot, in order.
+	// The parts stream from where they were kept (memory, a file, the
+	// durable log): a part is read as Restore reads it.
 	Restore(parts []io.Reader) error
+}
+
+// Checkpointer is implemented by a StateMachine that can fix its state
+// at a point and write it from there while deliveries go on changing it:
+// a copy-on-write structure cloned, or a storage engine's snapshot. The
+// runtime then takes its snapshots (for joiners, and for a durable
+// group's Snapshot) without holding deliveries back.
+type Checkpointer interface {
+	// Checkpoint returns the state as it is now: as of the last message
+	// delivered, exactly where StateMachine.Snapshot would write it. The
+	// runtime calls it on the delivery goroutine, between two
+	// deliveries, and must be quick: deliveries wait for it, not for the
+	// checkpoint's Snapshot.
+	Checkpoint() (StateSnapshot, error)
+}
+
+// StateSnapshot is the state as of a Checkpoint.
+type StateSnapshot interface {
+	// Snapshot writes part `part` of `of` parts of the state as of the
+	// checkpoint, as StateMachine.Snapshot does of the state when it is
+	// called. The runtime calls it on goroutines of its own, for one or
+	// several parts one after the other, while deliveries change the
+	// state; calls for different checkpoints may run at once.
+	Snapshot(w io.Writer, part, of int) error
+	// Release says the runtime is done with the checkpoint: what the
+	// application keeps for it may go. The runtime calls it once, after
+	// the last Snapshot of it has returned.
+	Release()
 }
 
 // Errors of state transfer.
@@ -121,6 +157,10 @@ const (
 	transferCredits = 4
 	// maxDonorCredits bounds the credits a donor accepts from one joiner.
 	maxDonorCredits = 1024
+	// maxDonorBuffers bounds the chunks a donor has in flight to one
+	// joiner from a part it reads as it sends (AddPartReader): each
+	// needs a buffer of its own until its send completes.
+	maxDonorBuffers = 2 * transferCredits
 )
 
 // Immediate value layout; see the package comment on the wire protocol.
@@ -319,9 +359,9 @@ type DonorConfig struct {
 	// slices; they must not be modified while it runs.
 	Parts map[int][]byte
 	// Pending lists parts this donor will serve once they are handed to
-	// AddPart: requests for them wait (in order) instead of being answered
-	// "missing", so that a donor can start serving its first part while it
-	// still snapshots the next.
+	// AddPart or AddPartReader: requests for them wait (in order) instead
+	// of being answered "missing", so that a donor can start serving its
+	// first part while it still snapshots the next.
 	Pending []int
 	// Of is the number of parts of the snapshot.
 	Of int
@@ -403,7 +443,7 @@ type Donor struct {
 	// parts holds the parts served, pending those announced but not yet
 	// added. Lock order: a donorConn's mu, then partsMu.
 	partsMu sync.Mutex
-	parts   map[int][]byte
+	parts   map[int]partSource
 	pending map[int]bool
 
 	mu struct {
@@ -466,12 +506,17 @@ type donorConn struct {
 		credits   int
 		requested map[int]bool
 		queue     []donorRequest // requests not yet answered, oldest first
-		// The part being sent: cur is its data, or nil if none.
-		cur      []byte
+		// The part being sent, if sending: src, from offset off.
+		sending  bool
+		src      partSource
 		curPart  int
 		curChunk int
-		off      int
+		off      int64
 		wr       uint64
+		// inflight are the sends of the current queue pair whose buffers
+		// the transport holds, oldest first; free are buffers to reuse.
+		inflight []donorSend
+		free     [][]byte
 	}
 }
 
@@ -479,6 +524,21 @@ type donorConn struct {
 type donorRequest struct {
 	part  int
 	chunk int
+}
+
+// partSource is a part a donor serves: bytes in memory, or size bytes
+// read from r as they are sent.
+type partSource struct {
+	data []byte
+	r    io.ReaderAt
+	size int64
+}
+
+// donorSend is a chunk read from a part's io.ReaderAt and posted, whose
+// buffer the transport holds until the send completes.
+type donorSend struct {
+	wr  uint64
+	buf []byte
 }
 
 // NewDonor opens a queue pair to each joiner on cfg.Stream and serves the
@@ -493,13 +553,13 @@ func NewDonor(ctx context.Context, cfg DonorConfig) (*Donor, error) {
 	d := &Donor{
 		cfg:     c,
 		log:     c.Logger.With("node", c.Endpoint.ID(), "stream", c.Stream),
-		parts:   make(map[int][]byte, len(c.Parts)),
+		parts:   make(map[int]partSource, len(c.Parts)),
 		pending: make(map[int]bool, len(c.Pending)),
 		done:    make(chan struct{}),
 	}
 	d.mu.tasks = make(map[*donorTask]bool)
 	for p, b := range c.Parts {
-		d.parts[p] = b
+		d.parts[p] = partSource{data: b, size: int64(len(b))}
 	}
 	for _, p := range c.Pending {
 		d.pending[p] = true
@@ -557,10 +617,29 @@ func (dc *donorConn) open(ctx context.Context) error {
 }
 
 // AddPart hands the donor a part announced in DonorConfig.Pending and
-// answers the requests that waited for it.
+// answers the requests that waited for it. The donor keeps and reads
+// data; it must not be modified while the donor runs.
 func (d *Donor) AddPart(part int, data []byte) error {
-	if len(data) > maxTransferPartSize {
-		return fmt.Errorf("membership: donor part %d of %d bytes is too large", part, len(data))
+	return d.addPart(part, partSource{data: data, size: int64(len(data))})
+}
+
+// AddPartReader is AddPart for a part of size bytes that the donor reads
+// from r a chunk at a time, as it sends them, so that a large part need
+// not be held in memory: each joiner costs the donor a few chunk buffers
+// at most. r must hold the part unchanged while the donor runs (its
+// ReadAt may be called concurrently, for several joiners); a read that
+// fails ends the transfer of that joiner from this donor, who then asks
+// the part's other holder.
+func (d *Donor) AddPartReader(part int, r io.ReaderAt, size int64) error {
+	if size < 0 {
+		return fmt.Errorf("membership: donor part %d of %d bytes", part, size)
+	}
+	return d.addPart(part, partSource{r: r, size: size})
+}
+
+func (d *Donor) addPart(part int, src partSource) error {
+	if src.size > maxTransferPartSize {
+		return fmt.Errorf("membership: donor part %d of %d bytes is too large", part, src.size)
 	}
 	d.partsMu.Lock()
 	if !d.pending[part] {
@@ -568,7 +647,7 @@ func (d *Donor) AddPart(part int, data []byte) error {
 		return fmt.Errorf("membership: donor part %d was not pending", part)
 	}
 	delete(d.pending, part)
-	d.parts[part] = data
+	d.parts[part] = src
 	d.partsMu.Unlock()
 	d.pumpAll()
 	return nil
@@ -605,11 +684,11 @@ func (d *Donor) pumpAll() {
 
 // part returns part p, whether it is held, and whether it is still
 // pending.
-func (d *Donor) part(p int) (data []byte, ok, pending bool) {
+func (d *Donor) part(p int) (src partSource, ok, pending bool) {
 	d.partsMu.Lock()
 	defer d.partsMu.Unlock()
-	data, ok = d.parts[p]
-	return data, ok, d.pending[p]
+	src, ok = d.parts[p]
+	return src, ok, d.pending[p]
 }
 
 // Done is closed once every joiner's transfer has ended: the joiner closed
@@ -672,7 +751,8 @@ func (dc *donorConn) endLocked(err error) {
 	}
 	dc.mu.ended = true
 	dc.mu.queue = nil
-	dc.mu.cur = nil
+	dc.mu.sending, dc.mu.src = false, partSource{}
+	dc.mu.inflight, dc.mu.free = nil, nil
 	d := dc.d
 	switch {
 	case err == nil:
@@ -712,7 +792,10 @@ func (dc *donorConn) failLocked(err error) {
 		dc.mu.credits = 0
 		dc.mu.requested = make(map[int]bool)
 		dc.mu.queue = nil
-		dc.mu.cur = nil
+		dc.mu.sending, dc.mu.src = false, partSource{}
+		// The old queue pair's sends are abandoned with it, and their
+		// buffers with them.
+		dc.mu.inflight = nil
 	} else {
 		dc.endLocked(err)
 	}
@@ -784,12 +867,12 @@ func (dc *donorConn) pumpLocked() {
 		return
 	}
 	for {
-		if dc.mu.cur == nil {
+		if !dc.mu.sending {
 			if len(dc.mu.queue) == 0 {
 				return
 			}
 			req := dc.mu.queue[0]
-			data, ok, pending := dc.d.part(req.part)
+			src, ok, pending := dc.d.part(req.part)
 			if pending {
 				return // answered once AddPart brings it
 			}
@@ -799,42 +882,74 @@ func (dc *donorConn) pumpLocked() {
 				dc.d.log.Debug("membership: donor: part not held", "joiner", dc.peer, "part", req.part)
 				err = qp.Signal(encodeTransferImm(transferImm{kind: transferMissing, part: req.part}))
 			} else {
-				err = qp.Signal(encodeTransferImm(transferImm{kind: transferBegin, part: req.part, arg: uint64(len(data))}))
+				err = qp.Signal(encodeTransferImm(transferImm{kind: transferBegin, part: req.part, arg: uint64(src.size)}))
 			}
 			if err != nil {
 				dc.failLocked(err)
 				return
 			}
-			if len(data) == 0 {
+			if src.size == 0 {
 				continue
 			}
-			dc.mu.cur, dc.mu.curPart, dc.mu.curChunk, dc.mu.off = data, req.part, req.chunk, 0
+			dc.mu.sending, dc.mu.src, dc.mu.curPart, dc.mu.curChunk, dc.mu.off = true, src, req.part, req.chunk, 0
 		}
 		if dc.mu.credits == 0 {
 			return
 		}
-		data, off := dc.mu.cur, dc.mu.off
-		n := min(dc.mu.curChunk, len(data)-off)
-		last := off+n == len(data)
+		src, off := dc.mu.src, dc.mu.off
+		n := min(int64(dc.mu.curChunk), src.size-off)
+		last := off+n == src.size
 		var flag uint64
 		if last {
 			flag = 1
 		}
+		var buf []byte
+		if src.r == nil {
+			buf = src.data[off : off+n : off+n]
+		} else {
+			if len(dc.mu.inflight) >= maxDonorBuffers {
+				return // SendComplete frees a buffer and pumps again
+			}
+			buf = dc.bufferLocked(int(n))
+			if k, err := src.r.ReadAt(buf, off); k < len(buf) {
+				if err == nil || err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				dc.failLocked(fmt.Errorf("membership: donor: reading part %d at %d: %w", dc.mu.curPart, off, err))
+				return
+			}
+		}
 		dc.mu.wr++
 		imm := encodeTransferImm(transferImm{kind: transferChunk, part: dc.mu.curPart, arg: flag})
-		if err := qp.PostSend(data[off:off+n:off+n], imm, dc.mu.wr); err != nil {
+		if err := qp.PostSend(buf, imm, dc.mu.wr); err != nil {
 			dc.failLocked(err)
 			return
+		}
+		if src.r != nil {
+			dc.mu.inflight = append(dc.mu.inflight, donorSend{wr: dc.mu.wr, buf: buf})
 		}
 		dc.mu.credits--
 		dc.mu.off += n
 		if last {
-			dc.mu.cur = nil
+			dc.mu.sending, dc.mu.src = false, partSource{}
 		}
 		if on := dc.d.cfg.OnSent; on != nil {
-			on(n)
+			on(int(n))
 		}
 	}
+}
+
+// bufferLocked returns a buffer of n bytes for a chunk read from a part.
+// REQUIRES: dc.mu.
+func (dc *donorConn) bufferLocked(n int) []byte {
+	for len(dc.mu.free) > 0 {
+		b := dc.mu.free[len(dc.mu.free)-1]
+		dc.mu.free = dc.mu.free[:len(dc.mu.free)-1]
+		if cap(b) >= n {
+			return b[:n]
+		}
+	}
+	return make([]byte, n, dc.mu.curChunk)
 }
 
 // RecvComplete cannot happen: a donor posts no receive buffers, so the
@@ -848,8 +963,26 @@ func (l *donorLink) RecvComplete(wr uint64, n int, imm uint64) {
 	}
 }
 
-// SendComplete needs no action: part data stays with the donor.
-func (l *donorLink) SendComplete(wr uint64) {}
+// SendComplete hands back the buffers of chunks read from a part, and
+// sends more if it waited for one; other part data stays with the donor.
+func (l *donorLink) SendComplete(wr uint64) {
+	dc := l.dc
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	if !l.current() || len(dc.mu.inflight) == 0 {
+		return
+	}
+	n := 0
+	for n < len(dc.mu.inflight) && dc.mu.inflight[n].wr <= wr {
+		dc.mu.free = append(dc.mu.free, dc.mu.inflight[n].buf)
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	dc.mu.inflight = slices.Delete(dc.mu.inflight, 0, n)
+	dc.pumpLocked()
+}
 
 // Failed drops the queue pair: the transfer ends, or goes on on a new one
 // if the connection broke.
@@ -905,6 +1038,37 @@ type FetchConfig struct {
 	// twice included), for metrics. It is called with the transfer's lock
 	// held: it must return quickly and not call the transfer.
 	OnReceived func(bytes int)
+	// Sink, if set, receives the parts as they arrive, in place of Fetch
+	// holding them in memory: the transfer then ends with no parts
+	// (nil), and the state is in what the sink's writers completed.
+	Sink PartSink
+}
+
+// PartSink receives the parts of a state transfer as they arrive
+// (FetchConfig.Sink).
+type PartSink interface {
+	// Begin starts receiving part `part`, of size bytes, from one donor:
+	// its chunks go to the writer returned, in order, and the writer is
+	// closed once they are all in, or aborted if the donor fails before.
+	// A part may be begun more than once, from several donors, even at
+	// once: the transfer closes the first attempt that completes and
+	// aborts the others. An error fails the transfer. Begin is called
+	// with the transfer's lock held: it must return quickly and not call
+	// the transfer.
+	Begin(part int, size int64) (PartWriter, error)
+}
+
+// PartWriter receives one attempt at a part (PartSink.Begin). Write and
+// Close are called one at a time, by the handler of the queue pair the
+// part arrives on; Abort may come from another goroutine, also while a
+// Write runs, after which Writes may fail. An error from Write or Close
+// fails the transfer, unless the attempt was aborted meanwhile.
+type PartWriter interface {
+	io.Writer
+	// Close completes the attempt: the part is what was written.
+	Close() error
+	// Abort gives the attempt up. It must not block.
+	Abort()
 }
 
 func (c FetchConfig) withDefaults() (FetchConfig, error) {
@@ -968,8 +1132,8 @@ func (c FetchConfig) withDefaults() (FetchConfig, error) {
 // that holds, or answered that it does not hold a part is not asked again
 // (for that part).
 //
-// Fetch returns the parts in order, or an error wrapping ErrTransfer if
-// some part has no donor left to ask. It waits through broken connections
+// Fetch returns the parts in order (none with a Sink), or an error
+// wrapping ErrTransfer if some part has no donor left to ask. It waits through broken connections
 // for as long as ctx lasts; when ctx ends first, the
 // error wraps ErrTransfer, the context's error, and why the donors asked
 // for the missing parts did not deliver. The caller bounds the transfer.
@@ -1006,8 +1170,8 @@ func Fetch(ctx context.Context, cfg FetchConfig) ([][]byte, error) {
 type Transfer struct{ f *fetcher }
 
 // StartFetch starts the transfer Fetch makes, and returns at once. done is
-// called once, when the transfer ends: with the parts in order, or with
-// the error Fetch would return (Stop in place of ctx's end). It is called
+// called once, when the transfer ends: with the parts in order (nil with
+// a Sink), or with the error Fetch would return (Stop in place of ctx's end). It is called
 // on one of cfg.Clock's calls, after every queue pair of the transfer was
 // closed. ctx bounds only the setup of queue pairs (rdma.Endpoint.Open):
 // Stop ends the transfer. If ctx has ended already, or cfg is invalid,
@@ -1111,8 +1275,11 @@ type fetcher struct {
 		finished  bool
 		parts     []fetchPart
 		remaining int
-		err       error // set when a part has no donor left
-		stopped   error // Stop's cause
+		// closing counts the sink's writers being closed: the transfer
+		// does not end before they are.
+		closing int
+		err     error // set when a part has no donor left, or the sink failed
+		stopped error // Stop's cause
 		// timer calls poll at timerAt (nil: no call is pending). polling:
 		// poll runs; again: something changed meanwhile, and it looks
 		// again before it ends.
@@ -1165,7 +1332,12 @@ type fetchConn struct {
 		pending  []int            // requested parts not yet answered, oldest first
 		last     time.Time        // last progress, or when it began to owe
 		cur      int              // part being received, or -1
-		buf      []byte           // its bytes; filled only by handler calls
+		// Part cur's size, and where its bytes go: buf, filled only by
+		// handler calls, or without one, the sink's writer pw (nil once
+		// another donor completed the part first: the rest is dropped).
+		size     int
+		buf      []byte
+		pw       PartWriter
 		got      int
 		received int64 // bytes received, for logs
 		// stalls counts the stall timeouts since the donor's last progress
@@ -1369,8 +1541,7 @@ func (fc *fetchConn) failLocked(err error) {
 	f := fc.f
 	owed := fc.owedLocked()
 	fc.mu.pending = nil
-	fc.mu.cur = -1
-	fc.mu.buf = nil
+	fc.abortLocked()
 	if fc.mu.qp != nil {
 		fc.mu.toClose = append(fc.mu.toClose, fc.mu.qp)
 		fc.mu.qp = nil
@@ -1427,8 +1598,18 @@ func (fc *fetchConn) progressLocked() {
 	fc.mu.backoff.reset()
 }
 
-// completeLocked records part p. REQUIRES: f.mu.
-func (fc *fetchConn) completeLocked(p int, data []byte) {
+// abortLocked ends the part fc is receiving, if any, giving up its
+// sink's attempt. REQUIRES: f.mu.
+func (fc *fetchConn) abortLocked() {
+	if fc.mu.pw != nil {
+		fc.mu.pw.Abort()
+	}
+	fc.mu.cur, fc.mu.size, fc.mu.buf, fc.mu.pw, fc.mu.got = -1, 0, nil, nil, 0
+}
+
+// completeLocked records part p, of size bytes: data, or in the sink.
+// REQUIRES: f.mu.
+func (fc *fetchConn) completeLocked(p int, data []byte, size int) {
 	f := fc.f
 	part := &f.mu.parts[p]
 	if part.done {
@@ -1436,8 +1617,15 @@ func (fc *fetchConn) completeLocked(p int, data []byte) {
 	}
 	part.done = true
 	part.data = data
+	// Another donor still sending p sends for nothing.
+	for _, other := range f.conns {
+		if other.mu.cur == p && other.mu.pw != nil {
+			other.mu.pw.Abort()
+			other.mu.pw = nil
+		}
+	}
 	f.mu.remaining--
-	f.log.Debug("membership: fetch: part received", "part", p, "donor", fc.peer, "bytes", len(data))
+	f.log.Debug("membership: fetch: part received", "part", p, "donor", fc.peer, "bytes", size)
 	if f.mu.remaining == 0 {
 		f.wakeUpLocked()
 	}
@@ -1473,13 +1661,28 @@ func (l *fetchLink) Signal(imm uint64) {
 			return
 		}
 		fc.answeredLocked()
+		var pw PartWriter
+		if sink := f.cfg.Sink; sink != nil && !f.mu.parts[m.part].done {
+			var err error
+			if pw, err = sink.Begin(m.part, int64(m.arg)); err != nil {
+				f.sinkFailedLocked(m.part, err)
+				return
+			}
+		}
 		if m.arg == 0 {
-			fc.completeLocked(m.part, []byte{})
+			if pw != nil {
+				if err := pw.Close(); err != nil { // an empty part: nothing to wait for
+					f.sinkFailedLocked(m.part, err)
+					return
+				}
+			}
+			fc.completeLocked(m.part, []byte{}, 0)
 			return
 		}
-		fc.mu.cur = m.part
-		fc.mu.buf = make([]byte, m.arg)
-		fc.mu.got = 0
+		fc.mu.cur, fc.mu.size, fc.mu.pw, fc.mu.got = m.part, int(m.arg), pw, 0
+		if f.cfg.Sink == nil {
+			fc.mu.buf = make([]byte, m.arg)
+		}
 	case transferMissing:
 		if !fc.answerLocked(m) {
 			return
@@ -1517,29 +1720,42 @@ func (l *fetchLink) RecvComplete(wr uint64, n int, imm uint64) {
 		fc.protocolLocked("chunk of part %d while receiving %d", m.part, fc.mu.cur)
 	case n == 0:
 		fc.protocolLocked("empty chunk of part %d", m.part)
-	case fc.mu.got+n > len(fc.mu.buf):
-		fc.protocolLocked("chunk of part %d ends at %d, past its size %d", m.part, fc.mu.got+n, len(fc.mu.buf))
-	case (m.arg == 1) != (fc.mu.got+n == len(fc.mu.buf)):
-		fc.protocolLocked("chunk of part %d ends at %d of %d with final flag %d", m.part, fc.mu.got+n, len(fc.mu.buf), m.arg)
+	case fc.mu.got+n > fc.mu.size:
+		fc.protocolLocked("chunk of part %d ends at %d, past its size %d", m.part, fc.mu.got+n, fc.mu.size)
+	case (m.arg == 1) != (fc.mu.got+n == fc.mu.size):
+		fc.protocolLocked("chunk of part %d ends at %d of %d with final flag %d", m.part, fc.mu.got+n, fc.mu.size, m.arg)
 	}
 	if !l.current() {
 		f.mu.Unlock()
 		return
 	}
-	qp, buf, got := fc.mu.qp, fc.mu.buf, fc.mu.got
+	qp, buf, pw, got := fc.mu.qp, fc.mu.buf, fc.mu.pw, fc.mu.got
 	f.mu.Unlock()
 
 	// Only this queue pair's handler calls, which never overlap, touch buf
-	// (a new queue pair gets a new buffer).
-	copy(buf[got:got+n], l.bufs[wr][:n])
+	// and write to pw (a new queue pair gets a new buffer or attempt).
+	var werr error
+	switch {
+	case buf != nil:
+		copy(buf[got:got+n], l.bufs[wr][:n])
+	case pw != nil:
+		_, werr = pw.Write(l.bufs[wr][:n])
+	}
 	postErr := qp.PostRecv(l.bufs[wr], wr)
 	if postErr == nil {
 		postErr = qp.Signal(encodeTransferImm(transferImm{kind: transferCredit, arg: 1}))
 	}
 
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if !l.current() {
+		f.mu.Unlock()
+		return
+	}
+	if werr != nil && fc.mu.pw == pw {
+		// (Unless the attempt was aborted meanwhile: another donor
+		// completed the part.)
+		f.sinkFailedLocked(m.part, werr)
+		f.mu.Unlock()
 		return
 	}
 	fc.mu.got += n
@@ -1548,14 +1764,50 @@ func (l *fetchLink) RecvComplete(wr uint64, n int, imm uint64) {
 		on(n)
 	}
 	fc.progressLocked()
-	if fc.mu.got == len(fc.mu.buf) {
-		p, data := fc.mu.cur, fc.mu.buf
-		fc.mu.cur, fc.mu.buf, fc.mu.got = -1, nil, 0
-		fc.completeLocked(p, data)
+	var closing PartWriter
+	if fc.mu.got == fc.mu.size {
+		p, data, size := fc.mu.cur, fc.mu.buf, fc.mu.size
+		pw = fc.mu.pw
+		fc.mu.cur, fc.mu.size, fc.mu.buf, fc.mu.pw, fc.mu.got = -1, 0, nil, nil, 0
+		if pw != nil && f.mu.parts[p].done {
+			pw.Abort()
+			pw = nil
+		}
+		fc.completeLocked(p, data, size)
+		if pw != nil {
+			// The attempt is complete: the part is done unless closing it
+			// fails. Closing may take a while (the sink writes what it
+			// buffered, say), so not under the lock; meanwhile the part
+			// counts as done, an attempt that completes later is
+			// aborted, and the transfer does not end.
+			closing = pw
+			f.mu.closing++
+		}
 	}
 	if postErr != nil {
 		fc.failLocked(postErr)
 	}
+	f.mu.Unlock()
+	if closing == nil {
+		return
+	}
+	cerr := closing.Close()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.closing--
+	if cerr != nil {
+		f.sinkFailedLocked(m.part, cerr)
+	}
+	f.wakeUpLocked()
+}
+
+// sinkFailedLocked fails the transfer: the sink could not take part p.
+// REQUIRES: f.mu.
+func (f *fetcher) sinkFailedLocked(p int, err error) {
+	if f.mu.err == nil {
+		f.mu.err = fmt.Errorf("%w: part %d: %w", ErrTransfer, p, err)
+	}
+	f.wakeUpLocked()
 }
 
 // SendComplete is never called: the joiner only signals.
@@ -1658,14 +1910,18 @@ func (f *fetcher) poll() {
 // REQUIRES: f.mu.
 func (f *fetcher) endedLocked() (parts [][]byte, err error, ended bool) {
 	switch {
+	case f.mu.closing > 0:
+		return nil, nil, false
+	case f.mu.err != nil:
+		return nil, f.mu.err, true
+	case f.mu.remaining == 0 && f.cfg.Sink != nil:
+		return nil, nil, true
 	case f.mu.remaining == 0:
 		out := make([][]byte, len(f.mu.parts))
 		for i := range f.mu.parts {
 			out[i] = f.mu.parts[i].data
 		}
 		return out, nil, true
-	case f.mu.err != nil:
-		return nil, f.mu.err, true
 	case f.mu.stopped != nil:
 		var errs []error
 		for p, part := range f.mu.parts {
@@ -1688,6 +1944,7 @@ func (f *fetcher) finishLocked() []rdma.QueuePair {
 	}
 	var qps []rdma.QueuePair
 	for _, fc := range f.conns {
+		fc.abortLocked()
 		qps = append(qps, fc.mu.toClose...)
 		fc.mu.toClose = nil
 		if fc.mu.qp != nil {

@@ -193,18 +193,30 @@ func startDonors(t testing.TB, ep func(rdma.NodeID) rdma.Endpoint, s *partsState
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := NewDonor(context.Background(), DonorConfig{
+		cfg := DonorConfig{
 			Endpoint:   ep(id),
 			Stream:     testStream,
 			Joiners:    joiners,
 			Parts:      parts,
 			Of:         k,
 			ChunkBytes: testChunkBytes,
-		})
+		}
+		if streamedTransfers {
+			// Served from readers, as they are read.
+			cfg.Parts, cfg.Pending = nil, DonorParts(i, k)
+		}
+		d, err := NewDonor(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { d.Close() })
+		if streamedTransfers {
+			for _, p := range cfg.Pending {
+				if err := d.AddPartReader(p, bytes.NewReader(parts[p]), int64(len(parts[p]))); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 		donors[i] = d
 	}
 	return donors
@@ -262,7 +274,7 @@ func TestTransferSizes(t *testing.T) {
 				n := newMemNet(t, int64(k))
 				startDonors(t, n.endpoint, s, []rdma.NodeID{testJoiner})
 				ep := &countingEndpoint{Endpoint: n.endpoint(testJoiner)}
-				got, err := Fetch(context.Background(), fetchConfig(ep, k))
+				got, err := fetch(t, context.Background(), fetchConfig(ep, k))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -326,7 +338,7 @@ func TestTransferTwoJoiners(t *testing.T) {
 	for i, j := range joiners {
 		ep := n.endpoint(j)
 		wg.Go(func() {
-			results[i], errs[i] = Fetch(context.Background(), fetchConfig(ep, k))
+			results[i], errs[i] = fetch(t, context.Background(), fetchConfig(ep, k))
 		})
 	}
 	wg.Wait()
@@ -367,7 +379,7 @@ func TestTransferDonorCrash(t *testing.T) {
 					}
 				}
 			}
-			got, err := Fetch(context.Background(), fetchConfig(ep, k))
+			got, err := fetch(t, context.Background(), fetchConfig(ep, k))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -451,7 +463,7 @@ func TestTransferConnectionBreaks(t *testing.T) {
 				}
 				cfg := fetchConfig(ep, 1)
 				cfg.StallTimeout = 10 * time.Second
-				got, err := Fetch(context.Background(), cfg)
+				got, err := fetch(t, context.Background(), cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -546,7 +558,7 @@ func TestTransferStalledDonor(t *testing.T) {
 				ep := &countingEndpoint{Endpoint: n.endpoint(testJoiner)}
 				cfg := fetchConfig(ep, k)
 				cfg.StallTimeout = 50 * time.Millisecond
-				got, err := Fetch(context.Background(), cfg)
+				got, err := fetch(t, context.Background(), cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -642,7 +654,7 @@ func TestTransferBadDonorInput(t *testing.T) {
 			startFakeDonor(t, n.endpoint(1), tc.onRequest)
 			cfg := fetchConfig(n.endpoint(testJoiner), 1)
 			cfg.MaxPartBytes = 1 << 20
-			_, err := Fetch(context.Background(), cfg)
+			_, err := fetch(t, context.Background(), cfg)
 			if !errors.Is(err, ErrTransfer) {
 				t.Fatalf("Fetch: %v, want ErrTransfer", err)
 			}
@@ -662,7 +674,7 @@ func TestTransferBadDonorInput(t *testing.T) {
 		ep := &countingEndpoint{Endpoint: n.endpoint(testJoiner)}
 		cfg := fetchConfig(ep, 2)
 		cfg.MaxPartBytes = 1 << 20
-		got, err := Fetch(context.Background(), cfg)
+		got, err := fetch(t, context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -787,7 +799,7 @@ func TestTransferTCP(t *testing.T) {
 	}
 	s := randomParts(29, 3<<20, 1, 2<<20+5)
 	startDonors(t, ep, s, []rdma.NodeID{testJoiner})
-	got, err := Fetch(context.Background(), fetchConfig(joiner, k))
+	got, err := fetch(t, context.Background(), fetchConfig(joiner, k))
 	if err != nil {
 		t.Fatal(err)
 	}

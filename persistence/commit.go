@@ -12,6 +12,11 @@ import (
 // commit policy says so (see take), until the log is closed or fails.
 func (l *Log) run() {
 	defer close(l.done)
+	defer func() {
+		if l.batch != nil {
+			_ = l.batch.Close()
+		}
+	}()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -59,6 +64,9 @@ func (l *Log) take(busy bool) (ops []op, wait time.Duration, stop bool) {
 			if o.done != nil {
 				o.done <- l.mu.err
 			}
+			if o.written != nil {
+				o.written(l.mu.err)
+			}
 		}
 		l.mu.pending, l.mu.pendingBytes, l.mu.urgent = nil, 0, 0
 		return nil, 0, true
@@ -91,10 +99,17 @@ func (l *Log) take(busy bool) (ops []op, wait time.Duration, stop bool) {
 	return ops, 0, false
 }
 
-// commit writes ops as one batch with pebble.Sync, then advances Synced,
-// wakes waiters and answers requests; on failure it fails the log.
+// commit writes ops as one batch with pebble.Sync (without, for a batch
+// of snapshot chunks only), then advances Synced, wakes waiters and
+// answers requests; on failure it fails the log.
 func (l *Log) commit(ops []op) {
-	b := l.db.NewBatch()
+	// One batch, reset and reused, so that its buffer is too: a batch
+	// made for each commit would allocate a new one, growing to the
+	// batch's size, each time (Pebble keeps none beyond a megabyte).
+	if l.batch == nil {
+		l.batch = l.db.NewBatch(pebble.WithMaxRetainedSizeBytes(2 * l.opts.MaxBatchBytes))
+	}
+	b := l.batch
 	size, entries := 0, 0
 	var synced uint64
 	for i := range ops {
@@ -104,7 +119,7 @@ func (l *Log) commit(ops []op) {
 			_ = b.DeleteRange(o.key, o.end, nil)
 		} else {
 			_ = b.Set(o.key, o.value, nil)
-			if o.done == nil {
+			if o.done == nil && o.written == nil {
 				entries++
 			}
 		}
@@ -118,9 +133,10 @@ func (l *Log) commit(ops []op) {
 	// the throughput or more.
 	// A batch that writes the mark itself (an installed snapshot's) must
 	// not have it overwritten by the older one held here.
-	urgent, marked := false, false
+	urgent, marked, chunks := false, false, true
 	for i := range ops {
 		urgent = urgent || ops[i].done != nil
+		chunks = chunks && ops[i].written != nil
 		if ops[i].mark {
 			marked, l.durableWritten = true, ops[i].markAt
 		}
@@ -130,20 +146,40 @@ func (l *Log) commit(ops []op) {
 		_ = b.Set(k, v, nil)
 		l.durableWritten = d
 	}
+	// Snapshot chunks alone need no fsync: the snapshot's commit syncs
+	// them with it, and until then nothing counts on them.
+	opts := pebble.Sync
+	if chunks {
+		opts = pebble.NoSync
+	}
 	start := time.Now()
-	err := recoverFatal(func() error { return b.Commit(pebble.Sync) })
+	err := recoverFatal(func() error { return b.Commit(opts) })
 	if err != nil {
 		// A batch whose commit hit a Fatalf may be in any state: leave it
 		// to the garbage collector.
+		l.batch = nil
 		l.fail(err)
 		for i := range ops {
 			if ops[i].done != nil {
 				ops[i].done <- l.Err()
 			}
+			if ops[i].written != nil {
+				ops[i].written(l.Err())
+			}
 		}
 		return
 	}
-	_ = b.Close()
+	b.Reset()
+	if chunks {
+		l.mu.Lock()
+		l.mu.queued -= size
+		l.mu.space.Broadcast()
+		l.mu.Unlock()
+		for i := range ops {
+			ops[i].written(nil)
+		}
+		return
+	}
 	l.fsyncs.Add(1)
 	ctx := context.Background()
 	l.m.fsyncs.Add(ctx, 1)
@@ -163,6 +199,9 @@ func (l *Log) commit(ops []op) {
 	for i := range ops {
 		if ops[i].done != nil {
 			ops[i].done <- nil
+		}
+		if ops[i].written != nil {
+			ops[i].written(nil)
 		}
 	}
 	if fn != nil {

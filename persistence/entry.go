@@ -3,6 +3,7 @@ package persistence
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 
@@ -35,6 +36,9 @@ const (
 	// entries are appended: it sorts before the entries, so that each new
 	// entry is still the memtable's largest key (much cheaper to insert).
 	prefixMark = 'd'
+	// prefixChunk holds the chunks of snapshots, under longer keys (see
+	// chunkKey). It sorts before the entries too.
+	prefixChunk = 'c'
 )
 
 // Metadata keys (under prefixMeta).
@@ -45,6 +49,9 @@ const (
 	metaSnapshot = 2
 	// metaDurable holds the durable mark (see Log.SetDurable).
 	metaDurable = 3
+	// metaSnapshotParts holds the manifest of the snapshot's parts, with
+	// their chunks' generation; absent for a snapshot without parts.
+	metaSnapshotParts = 4
 )
 
 const (
@@ -212,4 +219,111 @@ func decodeMeta(key, value []byte) (n uint64, data []byte, err error) {
 		data = append([]byte(nil), d...)
 	}
 	return n, data, nil
+}
+
+// encodeManifest returns the key and value of the manifest record of
+// snapshot generation gen: a version byte, then as uvarints the
+// snapshot's index, the number of parts and, for each part, its stream,
+// size and number of chunks.
+func encodeManifest(gen uint64, m *manifest) (key, value []byte) {
+	b := make([]byte, 0, 1+2*binary.MaxVarintLen64+len(m.parts)*3*binary.MaxVarintLen64)
+	b = append(b, manifestVersion)
+	b = binary.AppendUvarint(b, m.index)
+	b = binary.AppendUvarint(b, uint64(len(m.parts)))
+	for _, p := range m.parts {
+		b = binary.AppendUvarint(b, uint64(p.stream))
+		b = binary.AppendUvarint(b, p.size)
+		b = binary.AppendUvarint(b, uint64(p.chunks))
+	}
+	return encodeMeta(metaSnapshotParts, gen, b)
+}
+
+// decodeManifest decodes and verifies a manifest record. It accepts only
+// what encodeManifest produces from a consistent manifest: every part's
+// size fits its chunks, each of 1 to SnapshotChunkBytes bytes.
+func decodeManifest(key, value []byte) (gen uint64, m manifest, err error) {
+	if id, ok := parseKey(prefixMeta, key); !ok || id != metaSnapshotParts {
+		return 0, manifest{}, fmt.Errorf("malformed manifest key %x", key)
+	}
+	gen, b, err := decodeMeta(key, value)
+	if err != nil {
+		return 0, manifest{}, err
+	}
+	if gen == 0 {
+		return 0, manifest{}, errors.New("manifest of generation 0")
+	}
+	if len(b) == 0 || b[0] != manifestVersion {
+		return 0, manifest{}, errors.New("unknown manifest version")
+	}
+	b = b[1:]
+	var n uint64
+	if m.index, b, err = uvarint(b); err != nil {
+		return 0, manifest{}, fmt.Errorf("index: %w", err)
+	}
+	if n, b, err = uvarint(b); err != nil {
+		return 0, manifest{}, fmt.Errorf("part count: %w", err)
+	}
+	if n > MaxSnapshotParts || n > uint64(len(b))/3 {
+		return 0, manifest{}, fmt.Errorf("%d parts in %d bytes", n, len(b))
+	}
+	m.parts = make([]partInfo, n)
+	for i := range m.parts {
+		var stream, chunks uint64
+		p := &m.parts[i]
+		if stream, b, err = uvarint(b); err == nil {
+			if p.size, b, err = uvarint(b); err == nil {
+				chunks, b, err = uvarint(b)
+			}
+		}
+		switch {
+		case err != nil:
+			return 0, manifest{}, fmt.Errorf("part %d: %w", i, err)
+		case stream > maxStreams-1 || chunks > 1<<32-1:
+			return 0, manifest{}, fmt.Errorf("part %d: stream %d, %d chunks", i, stream, chunks)
+		case p.size < chunks || p.size > chunks*SnapshotChunkBytes:
+			return 0, manifest{}, fmt.Errorf("part %d: %d bytes in %d chunks", i, p.size, chunks)
+		}
+		p.stream, p.chunks = uint32(stream), uint32(chunks)
+	}
+	if len(b) != 0 {
+		return 0, manifest{}, fmt.Errorf("%d bytes after the manifest", len(b))
+	}
+	return gen, m, nil
+}
+
+// uvarint reads a uvarint from b in its shortest encoding, the only one
+// AppendUvarint writes.
+func uvarint(b []byte) (uint64, []byte, error) {
+	v, k := binary.Uvarint(b)
+	if k <= 0 {
+		return 0, nil, errors.New("truncated or overlong varint")
+	}
+	if k != len(binary.AppendUvarint(nil, v)) {
+		return 0, nil, errors.New("non-minimal varint")
+	}
+	return v, b[k:], nil
+}
+
+// decodeChunk verifies a snapshot chunk record and returns its data,
+// which aliases value.
+func decodeChunk(key, value []byte) ([]byte, error) {
+	if len(key) != chunkKeyLen || key[0] != prefixChunk {
+		return nil, fmt.Errorf("malformed chunk key %x", key)
+	}
+	body, err := open(key, value)
+	if err != nil {
+		return nil, err
+	}
+	if len(body) == 0 || len(body) > SnapshotChunkBytes {
+		return nil, fmt.Errorf("chunk of %d bytes", len(body))
+	}
+	return body, nil
+}
+
+// parseChunkGen returns the generation in chunk key k.
+func parseChunkGen(k []byte) (uint64, bool) {
+	if len(k) != chunkKeyLen || k[0] != prefixChunk {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(k[1:]), true
 }

@@ -43,6 +43,10 @@ var (
 	// ErrViewConflict: PutView of an epoch that already holds a different
 	// view record (there is one view per epoch).
 	ErrViewConflict = errors.New("persistence: different view for the same epoch")
+	// ErrSnapshotStale: a snapshot's Commit after InstallSnapshot
+	// replaced the log's contents since the snapshot was created: the
+	// state it holds belongs to the log's former contents.
+	ErrSnapshotStale = errors.New("persistence: snapshot of the log's former contents")
 )
 
 // Defaults for Options.
@@ -101,6 +105,9 @@ type Log struct {
 	// the writer, is the mark its last batch recorded.
 	durable        atomic.Uint64
 	durableWritten uint64
+	// batch is the writer goroutine's batch, reused from commit to commit
+	// (nil until the first, and after a failed one).
+	batch *pebble.Batch
 
 	// failed is closed when the log fails, as mu.err is set.
 	failed chan struct{}
@@ -108,6 +115,12 @@ type Log struct {
 	// viewMu serialises PutView, so its check for an existing record and
 	// its write cannot interleave with another PutView.
 	viewMu sync.Mutex
+	// snapMu serialises the writes of the snapshot record (Commit,
+	// SetSnapshot, InstallSnapshot) and ReadSnapshot's reads of it: each
+	// deletes the chunks of the snapshot it replaces, whose generation is
+	// snapGen (0: the snapshot has no chunks, or there is none).
+	snapMu  sync.Mutex
+	snapGen atomic.Uint64
 
 	// dbMu guards the use of db against Close: readers hold it shared,
 	// Close exclusively (Pebble panics on use after Close).
@@ -134,6 +147,12 @@ type Log struct {
 		// maxQueued is the backpressure bound (maxQueuedBytes; tests
 		// lower it).
 		maxQueued int
+		// nextGen is the generation of the last snapshot created: each
+		// writes its chunks under a generation of its own.
+		nextGen uint64
+		// installs counts the InstallSnapshot calls (made under snapMu
+		// too).
+		installs uint64
 		// syncCh is closed and replaced whenever synced advances, and on
 		// failure and close.
 		syncCh   chan struct{}
@@ -158,6 +177,11 @@ type op struct {
 	// then carries no other value of it.
 	mark   bool
 	markAt uint64
+	// written, if set, is called on the writer goroutine once the op's
+	// batch is committed (nil), or with the error that failed the log
+	// if it never will be. It must not block or call the log. A batch of
+	// such ops only (snapshot chunks) is committed without a sync.
+	written func(error)
 }
 
 func (o *op) size() int { return len(o.key) + len(o.value) + len(o.end) }
@@ -278,6 +302,9 @@ func (l *Log) recover(ctx context.Context) error {
 	}
 	l.durable.Store(mark)
 	l.durableWritten = mark
+	if err := l.cleanSnapshots(); err != nil {
+		return err
+	}
 	l.log.Debug("recovered", "first", first, "last", last, "entries", n)
 	return nil
 }
@@ -715,13 +742,18 @@ func (l *Log) TrimBefore(ctx context.Context, index uint64) error {
 }
 
 // SetSnapshot records that the member's last snapshot is at index, with
-// metadata meta, and returns once that is durable. Errors: ErrClosed,
-// ctx's, or an error wrapping ErrFailed.
+// metadata meta and no parts (see CreateSnapshot for a snapshot with
+// parts), and returns once that is durable; the chunks of the snapshot
+// it replaces are deleted with it. Errors: ErrClosed, ctx's, or an error
+// wrapping ErrFailed.
 func (l *Log) SetSnapshot(ctx context.Context, index uint64, meta []byte) error {
+	l.snapMu.Lock()
+	defer l.snapMu.Unlock()
 	k, v := encodeMeta(metaSnapshot, index, meta)
-	if err := l.submit(ctx, op{key: k, value: v}); err != nil {
+	if err := l.submit(ctx, append(l.dropSnapshotOps(), op{key: k, value: v})...); err != nil {
 		return fmt.Errorf("persistence: snapshot %d: %w", index, err)
 	}
+	l.snapGen.Store(0)
 	return nil
 }
 
@@ -744,20 +776,23 @@ func (l *Log) SetDurable(index uint64) {
 func (l *Log) Durable() uint64 { return l.durable.Load() }
 
 // InstallSnapshot replaces the log's contents with a snapshot at index:
-// in one durable batch every entry is deleted, the snapshot (index,
-// meta) is recorded and the trim point set past it, so that the next
-// entry may have any index above index. A member whose state came from
-// elsewhere (a transfer) continues its log this way; a crash leaves
-// either the old log or the new one. Synced and the durable mark become
-// index. Errors: ErrClosed, ctx's, or an
-// error wrapping ErrFailed.
+// in one durable batch every entry and the previous snapshot's chunks
+// are deleted, the snapshot (index, meta, no parts) is recorded and the
+// trim point set past it, so that the next entry may have any index
+// above index. A member whose state came from elsewhere (a transfer)
+// continues its log this way; a crash leaves either the old log or the
+// new one. Synced and the durable mark become index. Errors: ErrClosed,
+// ctx's, or an error wrapping ErrFailed.
 func (l *Log) InstallSnapshot(ctx context.Context, index uint64, meta []byte) error {
+	l.snapMu.Lock()
+	defer l.snapMu.Unlock()
 	l.mu.Lock()
 	if err := l.acceptingLocked(); err != nil {
 		l.mu.Unlock()
 		return err
 	}
 	l.mu.first, l.mu.last = index+1, index
+	l.mu.installs++
 	l.mu.Unlock()
 	// Until the batch below commits, no other batch may write a mark
 	// beyond the snapshot's: it would outlive a crash with the old log.
@@ -768,15 +803,16 @@ func (l *Log) InstallSnapshot(ctx context.Context, index uint64, meta []byte) er
 	tk, tv := encodeMeta(metaTrim, index+1, nil)
 	// The mark follows the snapshot (an installed state is the group's).
 	dk, dv := encodeMetaAt(prefixMark, metaDurable, index, nil)
-	err := l.submit(ctx,
+	err := l.submit(ctx, append(l.dropSnapshotOps(),
 		op{key: makeKey(prefixEntry, 0), end: makeKey(prefixEntry+1, 0)},
 		op{key: sk, value: sv},
 		op{key: tk, value: tv, index: index},
 		op{key: dk, value: dv, mark: true, markAt: index},
-	)
+	)...)
 	if err != nil {
 		return fmt.Errorf("persistence: install snapshot %d: %w", index, err)
 	}
+	l.snapGen.Store(0)
 	// Entries queued before are written by now (batches commit in
 	// order): the synced index is the snapshot's, lower or higher.
 	l.mu.Lock()

@@ -27,6 +27,8 @@ func benchmarks() []benchmark {
 		{name: "join", summary: "state transfer into a joiner from several donors in parallel against one", run: runBenchJoin},
 		{name: "joinnode", summary: "a member process of the join benchmark", run: runBenchJoinNode, hidden: true},
 		{name: "joinetcd", summary: "the etcd process of the join benchmark", run: runBenchJoinEtcd, hidden: true},
+		{name: "snapshot", summary: "memory of snapshots, a state transfer and a restart against the state's size", run: runBenchSnapshot},
+		{name: "snapnode", summary: "a member process of the snapshot benchmark", run: runBenchSnapNode, hidden: true},
 		{name: "node", summary: "a benchmark node driven over stdin and stdout", run: runBenchNode, hidden: true},
 	}
 }

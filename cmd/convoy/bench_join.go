@@ -31,7 +31,7 @@ Each run starts an etcd process and a group of -nodes member processes
 generates on demand and the joiner checks byte by byte. Once the group is
 up, one more process joins it; the view that admits it has the first -from
 members as donors, which snapshot their parts (each holds its own part and
-the next as backup, in memory) and stream them. The benchmark runs the
+the next as backup, in a temporary file) and stream them. The benchmark runs the
 requested -from and then, unless -baseline=false, -from 1 as the baseline,
 each on a fresh group.
 

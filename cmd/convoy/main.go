@@ -12,6 +12,7 @@
 //	convoy bench order [flags]       total-order throughput and latency vs. unordered
 //	convoy bench viewchange [flags]  time to go on without a member killed with SIGKILL
 //	convoy bench join [flags]        state transfer into a joiner from several donors
+//	convoy bench snapshot [flags]    memory of snapshots, a transfer and a restart vs. the state's size
 //	convoy help                      list the commands
 //
 // Run "convoy <command> -h" for a command's flags.
@@ -43,7 +44,7 @@ Commands:
   node     run one member of a group serving the key-value store or the shared log
   status   show a group's view in etcd and its members' status
   certs    make the certificates of a development deployment (a CA, members, etcd, a client)
-  bench    run a benchmark (convoy bench multicast|order|viewchange|join ...)
+  bench    run a benchmark (convoy bench multicast|order|viewchange|join|snapshot ...)
   help     show this help
 
 Run "convoy <command> -h" for a command's flags.

@@ -55,13 +55,16 @@ func (d *dedupe) get(key string) (result, bool) {
 }
 
 // put stores the result of a new request, whose index is higher than
-// every stored one, and evicts the oldest beyond the limit.
-func (d *dedupe) put(key string, r result) {
+// every stored one, and evicts the oldest beyond the limit. shared says a
+// checkpoint shares order's slots: evicted ones are left as they are.
+func (d *dedupe) put(key string, r result, shared bool) {
 	d.byKey[key] = r
 	d.order = append(d.order, slot{key: key, hash: keyHash(key), r: r})
 	for len(d.byKey) > d.limit {
 		delete(d.byKey, d.order[d.head].key)
-		d.order[d.head] = slot{}
+		if !shared {
+			d.order[d.head] = slot{}
+		}
 		d.head++
 	}
 	if d.head > 1024 && d.head*2 > len(d.order) {

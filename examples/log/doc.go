@@ -105,7 +105,11 @@
 // restarted member receives the state from the others (Snapshot, then
 // Restore): each part of a snapshot repeats the applied index, trim
 // point and tail, and holds one slice of the positions and the request
-// results whose id hashes to it.
+// results whose id hashes to it. Snapshots are written from checkpoints
+// (convoy.Checkpointer): a checkpoint shares the replica's slices of
+// entries and results as they are, and while one lives a trim or an
+// eviction leaves the elements it drops in place, so that deliveries go
+// on while a snapshot is written.
 //
 // Commands travel in a compact binary encoding that starts with a
 // version byte; a member skips (and logs) a command of a version it does

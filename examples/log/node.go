@@ -170,6 +170,12 @@ func (sm stateMachine) Snapshot(w io.Writer, part, of int) error {
 	return sm.n.st.Snapshot(w, part, of)
 }
 
+// Checkpoint fixes the state as it is now (convoy.Checkpointer); the
+// group writes snapshots from it while deliveries go on.
+func (sm stateMachine) Checkpoint() (convoy.StateSnapshot, error) {
+	return sm.n.st.Checkpoint()
+}
+
 func (sm stateMachine) Restore(parts []io.Reader) error {
 	n := sm.n
 	if err := n.st.Restore(parts); err != nil {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/bits"
 	"slices"
+	"sync"
 )
 
 // snapshotVersion is the first byte of every snapshot part.
@@ -30,41 +31,92 @@ var errSnapshot = errors.New("sharedlog: bad snapshot")
 // request results whose key hashes to p; Restore puts them back
 // together and checks that the parts agree and cover every position.
 
-// Snapshot writes part `part` of `of` of the state (convoy.StateMachine).
-// The group holds deliveries while it runs; reads go on.
+// Snapshot writes part `part` of `of` of the state (convoy.StateMachine)
+// as it is now; reads go on meanwhile.
 func (s *state) Snapshot(w io.Writer, part, of int) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.viewLocked().Snapshot(w, part, of)
+}
+
+// checkpoint is the state as of a point (convoy.StateSnapshot): the
+// slices of entries and of kept results as they were then. Deliveries
+// applied since append beyond them, and trims and evictions leave the
+// elements they drop as they are while a checkpoint lives
+// (state.checkpoints), so a checkpoint reads its slices without a lock.
+type checkpoint struct {
+	s                   *state
+	applied, trim, tail uint64
+	entries             []entry
+	results             []slot
+	released            sync.Once
+}
+
+// Checkpoint fixes the state as it is now (convoy.Checkpointer): it
+// copies no entry, and the group writes snapshots from it while
+// deliveries go on.
+func (s *state) Checkpoint() (*checkpoint, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.checkpoints++
+	c := s.viewLocked()
+	c.s = s
+	return c, nil
+}
+
+// viewLocked returns the state as it is now, for as long as it holds
+// still. REQUIRES: s.mu.
+func (s *state) viewLocked() *checkpoint {
+	d := &s.dedupe
+	return &checkpoint{
+		applied: s.applied, trim: s.trim, tail: s.tailLocked(),
+		entries: s.entries[:len(s.entries):len(s.entries)],
+		results: d.order[d.head:len(d.order):len(d.order)],
+	}
+}
+
+// Release lets trims and evictions drop the elements the checkpoint
+// shares again, once no checkpoint lives.
+func (c *checkpoint) Release() {
+	if c.s == nil {
+		return
+	}
+	c.released.Do(func() {
+		c.s.mu.Lock()
+		c.s.checkpoints--
+		c.s.mu.Unlock()
+	})
+}
+
+// Snapshot writes part `part` of `of` of the state as of the checkpoint.
+func (c *checkpoint) Snapshot(w io.Writer, part, of int) error {
 	if of < 1 || part < 0 || part >= of {
 		return fmt.Errorf("sharedlog: snapshot part %d of %d", part, of)
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
 	sw := snapWriter{w: bufio.NewWriterSize(w, 64<<10)}
 	sw.byte(snapshotVersion)
-	tail := s.tailLocked()
-	for _, v := range []uint64{uint64(part), uint64(of), s.applied, s.trim, tail} {
+	for _, v := range []uint64{uint64(part), uint64(of), c.applied, c.trim, c.tail} {
 		sw.uvarint(v)
 	}
 	var results int
-	_ = s.dedupe.each(func(_ string, hash uint32, _ result) error {
-		if hashPart(hash, of) == part {
+	for _, r := range c.results {
+		if hashPart(r.hash, of) == part {
 			results++
 		}
-		return nil
-	})
+	}
 	sw.uvarint(uint64(results))
-	_ = s.dedupe.each(func(key string, hash uint32, r result) error {
-		if hashPart(hash, of) == part {
-			sw.uvarint(r.index)
-			sw.bytes([]byte(key))
-			sw.uvarint(r.value)
+	for _, r := range c.results {
+		if hashPart(r.hash, of) == part {
+			sw.uvarint(r.r.index)
+			sw.bytes([]byte(r.key))
+			sw.uvarint(r.r.value)
 		}
-		return sw.err
-	})
-	lo, hi := share(s.trim, tail, part, of)
+	}
+	lo, hi := share(c.trim, c.tail, part, of)
 	sw.uvarint(lo)
 	sw.uvarint(hi - lo)
 	for p := lo; p < hi && sw.err == nil; p++ {
-		e := s.entries[p-s.trim]
+		e := c.entries[p-c.trim]
 		sw.uvarint(uint64(len(e.streams)))
 		for _, name := range e.streams {
 			sw.bytes([]byte(name))
@@ -171,7 +223,7 @@ func (s *state) Restore(parts []io.Reader) error {
 		if _, dup := next.dedupe.get(st.key); dup || st.key == "" {
 			return fmt.Errorf("%w: request key %q stored twice or empty", errSnapshot, st.key)
 		}
-		next.dedupe.put(st.key, st.r)
+		next.dedupe.put(st.key, st.r, false)
 	}
 	for i, e := range next.entries {
 		for _, name := range e.streams {

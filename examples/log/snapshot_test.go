@@ -1,8 +1,10 @@
 package sharedlog
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -119,5 +121,66 @@ func TestSnapshotArguments(t *testing.T) {
 		if err := s.Snapshot(&strings.Builder{}, tc[0], tc[1]); err == nil {
 			t.Errorf("Snapshot(part %d of %d) succeeded", tc[0], tc[1])
 		}
+	}
+}
+
+// TestCheckpoint: a checkpoint is the state at its index however much is
+// applied after it — appends, trims that drop its entries, evictions of
+// its kept results — even while its parts are written: restored, it is
+// exactly the state that the deliveries up to that index make.
+func TestCheckpoint(t *testing.T) {
+	build := func(n int) *state {
+		s := testState()
+		s.dedupe.limit = 50
+		for i := 1; i <= n; i++ {
+			s.apply(uint64(i), appendCmd(fmt.Sprint("r", i), strings.Repeat("d", i%17), "s"))
+		}
+		return s
+	}
+	const at = 200
+	s := build(at)
+	cp, err := s.Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := func(from, to uint64) {
+		for i := from; i <= to; i++ {
+			if i%10 == 0 {
+				s.apply(i, trimCmd(fmt.Sprint("t", i), i-100)) // drops entries the checkpoint holds
+				continue
+			}
+			s.apply(i, appendCmd(fmt.Sprint("later", i), "changed", "s"))
+		}
+	}
+	// Before the checkpoint is read, and while it is.
+	later(at+1, at+300)
+	done := make(chan []*bytes.Buffer)
+	go func() {
+		parts := make([]*bytes.Buffer, 3)
+		for p := range parts {
+			parts[p] = new(bytes.Buffer)
+			if err := cp.Snapshot(parts[p], p, len(parts)); err != nil {
+				t.Error(err)
+			}
+		}
+		done <- parts
+	}()
+	later(at+301, at+600)
+	parts := <-done
+	cp.Release()
+	if s.checkpoints != 0 {
+		t.Fatalf("%d checkpoints live after Release", s.checkpoints)
+	}
+	got := testState()
+	got.dedupe.limit = 50
+	readers := make([]io.Reader, len(parts))
+	for i, p := range parts {
+		readers[i] = p
+	}
+	if err := got.Restore(readers); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := describe(got), describe(build(at)); a != b {
+		t.Fatalf("the checkpoint's state:\n%s\nthe state at its index:\n%s", a, b)
 	}
 }

@@ -52,9 +52,14 @@ type state struct {
 	// streams maps a stream name to its positions, ascending, all ≥ trim.
 	streams map[string][]uint64
 	dedupe  dedupe
+	// checkpoints counts the checkpoints that live (Checkpoint, Release):
+	// while one does, trims and evictions leave the elements they drop
+	// as they are, for the checkpoints that share them.
+	checkpoints int
 }
 
-// entry is one entry of the log. Its data is never modified.
+// entry is one entry of the log. Neither it nor its data is modified
+// once appended (but cleared once trimmed, when no checkpoint shares it).
 type entry struct {
 	data    []byte
 	streams []string
@@ -101,7 +106,7 @@ func (s *state) apply(index uint64, payload []byte) (key string, r result, ok bo
 		s.trimLocked(c.before)
 		r = result{value: s.trim, index: index}
 	}
-	s.dedupe.put(key, r)
+	s.dedupe.put(key, r, s.checkpoints > 0)
 	return key, r, true
 }
 
@@ -113,7 +118,9 @@ func (s *state) trimLocked(before uint64) {
 		return
 	}
 	k := before - s.trim
-	clear(s.entries[:k])
+	if s.checkpoints == 0 {
+		clear(s.entries[:k]) // (what a checkpoint shares stays)
+	}
 	s.entries = shrink(s.entries[k:])
 	s.trim = before
 	for name, ps := range s.streams {

@@ -102,7 +102,11 @@
 //
 // The state machine implements convoy.StateMachine: a snapshot is cut
 // into parts by a hash of each key (and of each kept request id); every
-// part carries the applied index; Restore replaces the whole state.
+// part carries the applied index; Restore replaces the whole state. The
+// keys and kept results live in copy-on-write B-trees (google/btree), so
+// the state machine is a convoy.Checkpointer too: a checkpoint is a
+// clone of both trees, taken between two deliveries at no cost, and the
+// group writes snapshots from it while deliveries go on.
 // Joiners receive the state this way. A member that restarts on its
 // durable directory rebuilds its state from its log — the log's snapshot,
 // if Group().Snapshot kept one, then the entries after it — and the group

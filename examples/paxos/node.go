@@ -302,12 +302,20 @@ func (n *Node) Status() Status {
 	return s
 }
 
-// stateMachine gives the group the node's state for transfer.
+// stateMachine gives the group the node's state for transfer and
+// snapshots. It is a convoy.Checkpointer: the group's snapshots never
+// hold deliveries back.
 type stateMachine struct{ n *Node }
 
 // Snapshot writes part `part` of `of` of the state.
 func (m stateMachine) Snapshot(w io.Writer, part, of int) error {
 	return m.n.state.snapshot(w, part, of)
+}
+
+// Checkpoint fixes the state as it is now; the group writes snapshots
+// from it while deliveries go on.
+func (m stateMachine) Checkpoint() (convoy.StateSnapshot, error) {
+	return m.n.state.checkpoint(), nil
 }
 
 // Restore replaces the state with the one the parts describe.

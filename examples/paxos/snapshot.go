@@ -10,6 +10,8 @@ import (
 	"hash/fnv"
 	"io"
 	"slices"
+
+	"github.com/google/btree"
 )
 
 // snapshotVersion is the first byte of every snapshot part.
@@ -31,69 +33,100 @@ func partOf(key string, of int) int {
 	return int(h.Sum64() % uint64(of))
 }
 
-// snapshot writes part `part` of `of` of the state: the applied index
-// (in every part), then the keys and the kept write results that hash to
-// the part.
+// checkpoint is the state as of a point: clones of the state's trees,
+// which the deliveries applied since do not change. It is the state
+// machine's convoy.StateSnapshot.
+type checkpoint struct {
+	applied uint64
+	data    *btree.BTreeG[pair]
+	results *btree.BTreeG[kept]
+}
+
+// checkpoint returns the state as it is now. It costs next to nothing:
+// the trees' nodes are shared until either side changes them.
+func (s *state) checkpoint() *checkpoint {
+	// Clone marks both trees copy-on-write: a change, so under the
+	// write lock.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &checkpoint{applied: s.mu.applied, data: s.mu.data.Clone(), results: s.mu.results.Clone()}
+}
+
+// snapshot writes part `part` of `of` of the state as it is now.
+func (s *state) snapshot(w io.Writer, part, of int) error {
+	return s.checkpoint().Snapshot(w, part, of)
+}
+
+// Snapshot writes part `part` of `of` of the state as of the checkpoint:
+// the applied index (in every part), then the keys and the kept write
+// results that hash to the part, each in order (keys, request ids), so
+// that a part's bytes depend only on the state. It may run concurrently
+// with deliveries and with other calls.
 //
 // Format: the version byte; uvarints applied, part, of; a uvarint count
 // of keys, each a length-prefixed key and value; a uvarint count of
 // results, each a length-prefixed request id, a uvarint index and an ok
 // byte.
-func (s *state) snapshot(w io.Writer, part, of int) error {
+func (c *checkpoint) Snapshot(w io.Writer, part, of int) error {
 	if of < 1 || part < 0 || part >= of {
 		return fmt.Errorf("paxos: snapshot part %d of %d", part, of)
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var keys []string
-	for k := range s.mu.data {
-		if partOf(k, of) == part {
-			keys = append(keys, k)
+	var keys, ids uint64
+	c.data.Ascend(func(p pair) bool {
+		if partOf(p.key, of) == part {
+			keys++
 		}
-	}
-	// Sorted, so that a part's bytes depend only on the state.
-	slices.Sort(keys)
-	var ids []entry
-	for _, e := range s.mu.order.all() {
-		if partOf(e.id, of) == part {
-			ids = append(ids, e)
+		return true
+	})
+	c.results.Ascend(func(k kept) bool {
+		if partOf(k.id, of) == part {
+			ids++
 		}
-	}
+		return true
+	})
 	bw := bufio.NewWriter(w)
 	var buf []byte
 	buf = append(buf, snapshotVersion)
-	buf = binary.AppendUvarint(buf, s.mu.applied)
+	buf = binary.AppendUvarint(buf, c.applied)
 	buf = binary.AppendUvarint(buf, uint64(part))
 	buf = binary.AppendUvarint(buf, uint64(of))
-	buf = binary.AppendUvarint(buf, uint64(len(keys)))
+	buf = binary.AppendUvarint(buf, keys)
 	bw.Write(buf)
-	for _, k := range keys {
-		buf = appendField(buf[:0], []byte(k))
-		buf = binary.AppendUvarint(buf, uint64(len(s.mu.data[k])))
-		bw.Write(buf)
-		bw.Write(s.mu.data[k])
-	}
-	buf = binary.AppendUvarint(buf[:0], uint64(len(ids)))
-	bw.Write(buf)
-	for _, e := range ids {
-		r := s.mu.results[e.id]
-		buf = appendField(buf[:0], []byte(e.id))
-		buf = binary.AppendUvarint(buf, r.index)
-		ok := byte(0)
-		if r.ok {
-			ok = 1
+	c.data.Ascend(func(p pair) bool {
+		if partOf(p.key, of) == part {
+			buf = appendField(buf[:0], []byte(p.key))
+			buf = binary.AppendUvarint(buf, uint64(len(p.value)))
+			bw.Write(buf)
+			bw.Write(p.value)
 		}
-		buf = append(buf, ok)
-		bw.Write(buf)
-	}
+		return true
+	})
+	buf = binary.AppendUvarint(buf[:0], ids)
+	bw.Write(buf)
+	c.results.Ascend(func(k kept) bool {
+		if partOf(k.id, of) == part {
+			buf = appendField(buf[:0], []byte(k.id))
+			buf = binary.AppendUvarint(buf, k.res.index)
+			ok := byte(0)
+			if k.res.ok {
+				ok = 1
+			}
+			buf = append(buf, ok)
+			bw.Write(buf)
+		}
+		return true
+	})
 	return bw.Flush()
 }
+
+// Release does nothing: the clones go with the checkpoint.
+func (c *checkpoint) Release() {}
 
 // restore replaces the whole state with the one the parts describe (all
 // parts of one snapshot, in order). On error the state is unchanged.
 func (s *state) restore(parts []io.Reader) error {
-	data := make(map[string][]byte)
-	results := make(map[string]result)
+	data := btree.NewG(btreeDegree, pairLess)
+	results := btree.NewG(btreeDegree, keptLess)
 	var order []entry
 	var applied uint64
 	for i, p := range parts {
@@ -112,14 +145,14 @@ func (s *state) restore(parts []io.Reader) error {
 	s.mu.data, s.mu.results, s.mu.applied = data, results, applied
 	s.mu.order = fifo{items: order}
 	for s.mu.order.len() > s.window {
-		delete(s.mu.results, s.mu.order.pop().id)
+		s.mu.results.Delete(kept{id: s.mu.order.pop().id})
 	}
 	return nil
 }
 
 // readPart decodes part i of of into data, results and order and returns
 // its applied index.
-func readPart(r *bufio.Reader, i, of int, data map[string][]byte, results map[string]result, order *[]entry) (uint64, error) {
+func readPart(r *bufio.Reader, i, of int, data *btree.BTreeG[pair], results *btree.BTreeG[kept], order *[]entry) (uint64, error) {
 	v, err := r.ReadByte()
 	if err != nil {
 		return 0, unexpected(err)
@@ -145,10 +178,10 @@ func readPart(r *bufio.Reader, i, of int, data map[string][]byte, results map[st
 		if err != nil {
 			return 0, fmt.Errorf("value: %w", err)
 		}
-		if _, dup := data[string(k)]; dup || len(k) == 0 {
+		if len(k) == 0 || data.Has(pair{key: string(k)}) {
 			return 0, fmt.Errorf("key %q empty or in two parts", k)
 		}
-		data[string(k)] = val
+		data.ReplaceOrInsert(pair{key: string(k), value: val})
 	}
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
@@ -167,10 +200,10 @@ func readPart(r *bufio.Reader, i, of int, data map[string][]byte, results map[st
 		if err != nil {
 			return 0, unexpected(err)
 		}
-		if _, dup := results[string(id)]; dup || len(id) == 0 || ok > 1 || index == 0 || index > hdr[0] {
+		if len(id) == 0 || ok > 1 || index == 0 || index > hdr[0] || results.Has(kept{id: string(id)}) {
 			return 0, fmt.Errorf("result of %q: bad or repeated", id)
 		}
-		results[string(id)] = result{index: index, ok: ok == 1}
+		results.ReplaceOrInsert(kept{id: string(id), res: result{index: index, ok: ok == 1}})
 		*order = append(*order, entry{index: index, id: string(id)})
 	}
 	if _, err := r.ReadByte(); err != io.EOF {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"log/slog"
 	"sync"
+
+	"github.com/google/btree"
 )
 
 // DedupeWindow is how many write results the state machine keeps for
@@ -22,9 +24,15 @@ type result struct {
 }
 
 // state is the replicated key-value state: what every member builds from
-// the same deliveries in the same order. apply and restore run on the
-// group's delivery goroutine; get, snapshot and the accessors may run
-// concurrently with them.
+// the same deliveries in the same order. apply, checkpoint and restore
+// run on the group's delivery goroutine; get, snapshot, the accessors and
+// a checkpoint's snapshot may run concurrently with them.
+//
+// The keys and the kept results are copy-on-write B-trees, so that a
+// checkpoint (a clone of both, which costs nothing until either side
+// changes) fixes the state at a point while deliveries go on changing
+// it: snapshots are written from checkpoints, and never hold the state
+// still.
 type state struct {
 	log *slog.Logger
 	// window bounds results (DedupeWindow; smaller in tests).
@@ -32,22 +40,41 @@ type state struct {
 
 	mu struct {
 		sync.RWMutex
-		data map[string][]byte
+		data *btree.BTreeG[pair]
 		// applied is the index of the last delivery applied; deliveries
 		// at or below it are ignored.
 		applied uint64
 		// results holds the results of recent writes by request id;
 		// order lists the same ids by increasing index, oldest first, so
 		// that eviction is the same on every member.
-		results map[string]result
+		results *btree.BTreeG[kept]
 		order   fifo
 	}
 }
 
+// btreeDegree is the degree of the state's B-trees.
+const btreeDegree = 32
+
+// pair is a key and its value, in key order.
+type pair struct {
+	key   string
+	value []byte
+}
+
+func pairLess(a, b pair) bool { return a.key < b.key }
+
+// kept is the kept result of a request, in request id order.
+type kept struct {
+	id  string
+	res result
+}
+
+func keptLess(a, b kept) bool { return a.id < b.id }
+
 func newState(log *slog.Logger) *state {
 	s := &state{log: log, window: DedupeWindow}
-	s.mu.data = make(map[string][]byte)
-	s.mu.results = make(map[string]result)
+	s.mu.data = btree.NewG(btreeDegree, pairLess)
+	s.mu.results = btree.NewG(btreeDegree, keptLess)
 	return s
 }
 
@@ -78,21 +105,21 @@ func (s *state) apply(index uint64, payload []byte) (effect, bool) {
 	if c.op == opBarrier {
 		return effect{cmd: c, res: result{index: index, ok: true}}, true
 	}
-	if r, ok := s.mu.results[c.id]; ok {
-		return effect{cmd: c, res: r}, true
+	if k, ok := s.mu.results.Get(kept{id: c.id}); ok {
+		return effect{cmd: c, res: k.res}, true
 	}
 	r := result{index: index, ok: true}
-	old, exists := s.mu.data[c.key]
+	old, exists := s.mu.data.Get(pair{key: c.key})
 	switch c.op {
 	case opPut:
-		s.mu.data[c.key] = c.value
+		s.mu.data.ReplaceOrInsert(pair{key: c.key, value: c.value})
 	case opDelete:
 		r.ok = exists
-		delete(s.mu.data, c.key)
+		s.mu.data.Delete(pair{key: c.key})
 	case opCAS:
-		r.ok = exists == c.hasOld && (!exists || bytes.Equal(old, c.old))
+		r.ok = exists == c.hasOld && (!exists || bytes.Equal(old.value, c.old))
 		if r.ok {
-			s.mu.data[c.key] = c.value
+			s.mu.data.ReplaceOrInsert(pair{key: c.key, value: c.value})
 		}
 	}
 	s.rememberLocked(c.id, r)
@@ -102,10 +129,10 @@ func (s *state) apply(index uint64, payload []byte) (effect, bool) {
 // rememberLocked keeps r as id's result, evicting the oldest beyond the
 // window. REQUIRES: s.mu held for writing.
 func (s *state) rememberLocked(id string, r result) {
-	s.mu.results[id] = r
+	s.mu.results.ReplaceOrInsert(kept{id: id, res: r})
 	s.mu.order.push(entry{index: r.index, id: id})
 	for s.mu.order.len() > s.window {
-		delete(s.mu.results, s.mu.order.pop().id)
+		s.mu.results.Delete(kept{id: s.mu.order.pop().id})
 	}
 }
 
@@ -114,8 +141,8 @@ func (s *state) rememberLocked(id string, r result) {
 func (s *state) get(key string) ([]byte, bool, uint64) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	v, ok := s.mu.data[key]
-	return v, ok, s.mu.applied
+	p, ok := s.mu.data.Get(pair{key: key})
+	return p.value, ok, s.mu.applied
 }
 
 // appliedIndex returns the index of the last delivery applied.
@@ -129,8 +156,8 @@ func (s *state) appliedIndex() uint64 {
 func (s *state) resultOf(id string) (result, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	r, ok := s.mu.results[id]
-	return r, ok
+	k, ok := s.mu.results.Get(kept{id: id})
+	return k.res, ok
 }
 
 // entry is one kept result in eviction order.

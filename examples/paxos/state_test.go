@@ -160,10 +160,11 @@ func TestStateApply(t *testing.T) {
 func (s *state) data() map[string]string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make(map[string]string, len(s.mu.data))
-	for k, v := range s.mu.data {
-		out[k] = string(v)
-	}
+	out := make(map[string]string, s.mu.data.Len())
+	s.mu.data.Ascend(func(p pair) bool {
+		out[p.key] = string(p.value)
+		return true
+	})
 	return out
 }
 
@@ -184,14 +185,16 @@ func (s *state) dump() string {
 	defer s.mu.RUnlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "applied %d\n", s.mu.applied)
-	for _, k := range slices.Sorted(maps.Keys(s.mu.data)) {
-		fmt.Fprintf(&b, "%q=%q\n", k, s.mu.data[k])
-	}
+	s.mu.data.Ascend(func(p pair) bool {
+		fmt.Fprintf(&b, "%q=%q\n", p.key, p.value)
+		return true
+	})
 	for _, e := range s.mu.order.all() {
-		fmt.Fprintf(&b, "result %q %+v\n", e.id, s.mu.results[e.id])
+		k, _ := s.mu.results.Get(kept{id: e.id})
+		fmt.Fprintf(&b, "result %q %+v\n", e.id, k.res)
 	}
-	if len(s.mu.results) != s.mu.order.len() {
-		fmt.Fprintf(&b, "%d results, %d in order\n", len(s.mu.results), s.mu.order.len())
+	if s.mu.results.Len() != s.mu.order.len() {
+		fmt.Fprintf(&b, "%d results, %d in order\n", s.mu.results.Len(), s.mu.order.len())
 	}
 	return b.String()
 }
@@ -339,4 +342,48 @@ func firstDiff(a, b string) string {
 		}
 	}
 	return fmt.Sprintf("%d lines vs %d", len(la), len(lb))
+}
+
+// TestCheckpoint: a checkpoint is the state at its index however much is
+// applied after it, even while its parts are written: restored, it is
+// exactly the state that applying the deliveries up to that index makes.
+func TestCheckpoint(t *testing.T) {
+	const at, more = 600, 1400
+	s := filled(at)
+	cp := s.checkpoint()
+	// The rest of filled's deliveries, while the parts are written.
+	done := make(chan [][]byte)
+	go func() {
+		parts := make([][]byte, 3)
+		for p := range parts {
+			var b bytes.Buffer
+			if err := cp.Snapshot(&b, p, len(parts)); err != nil {
+				t.Error(err)
+			}
+			parts[p] = b.Bytes()
+		}
+		cp.Release()
+		done <- parts
+	}()
+	for i := uint64(at + 1); i <= at+more; i++ {
+		k := fmt.Sprintf("key-%d", i%300)
+		s.apply(i, put(fmt.Sprintf("later-%d", i), k, "changed"))
+		if i%3 == 0 {
+			s.apply(i, del(fmt.Sprintf("gone-%d", i), k)) // ignored: index applied
+		}
+	}
+	parts := <-done
+	got := newState(slog.New(slog.DiscardHandler))
+	got.window = s.window
+	if err := got.restore(readers(parts)); err != nil {
+		t.Fatal(err)
+	}
+	// filled(at) again, from scratch: the deliveries up to the index.
+	want := filled(at)
+	if a, b := got.dump(), want.dump(); a != b {
+		t.Fatalf("the checkpoint's state differs from the state at its index: %s", firstDiff(a, b))
+	}
+	if a, b := s.dump(), want.dump(); a == b {
+		t.Fatal("the live state did not change after the checkpoint")
+	}
 }

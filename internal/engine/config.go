@@ -178,6 +178,13 @@ type hooks struct {
 	// transferChunkBytes is the largest chunk this member
 	// asks of its donors (0: membership.DefaultTransferChunkBytes).
 	transferChunkBytes int
+	// spillBytes is how much of a part of the state being transferred
+	// a spill keeps in memory (0: defaultSpillBytes).
+	spillBytes int
+	// onTransferred is called on the loop when this joiner's state
+	// transfer for the view of epoch completes, before the state is
+	// installed.
+	onTransferred func(epoch uint64)
 }
 
 // Errors returned by Open, Send and Close.

@@ -16,7 +16,9 @@
 //   - view.go, viewnet.go, detect.go: a view's multicast groups, control
 //     streams and failure detector;
 //   - transfer.go, suffix.go: state transfer to joiners and the log
-//     suffix a rejoining member fetches, on both sides;
+//     suffix a rejoining member fetches, on both sides; spill.go: where
+//     the state being transferred is kept (files, the durable log), so
+//     that no member holds a large state in memory;
 //   - durable.go: the durable log and the persisted frontiers;
 //   - replay.go: restarting from the durable log, alone or as a group;
 //   - send.go, snapshot.go: the application's calls;

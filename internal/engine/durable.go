@@ -160,7 +160,7 @@ func (r *runner) flushDurable() {
 	b := r.v.dur.Barrier()
 	r.g.durableUpTo(b)
 	r.checkLag()
-	if r.snap != nil {
+	if r.stateBusy() {
 		return // the application's state must hold still meanwhile
 	}
 	limit := b
@@ -188,6 +188,11 @@ func (r *runner) flushDurable() {
 	if v := r.pendingDonate; v != nil && !r.durableBefore(v.rec.Start) {
 		r.pendingDonate = nil
 		r.donate(v)
+		if r.pendingDonate == nil && !r.stateBusy() {
+			// No snapshot holds the state (none is taken, or it reads a
+			// checkpoint): what follows the view's start goes on now.
+			r.flushDurable()
+		}
 	}
 }
 
@@ -282,15 +287,18 @@ func (g *Group) wakeDurableLocked() {
 // and crashes it drives.
 //
 // The runtime calls these methods from its loop, at Open before the loop
-// starts (the replay), from the application's goroutine in
-// Group.Snapshot (SetSnapshot, TrimBefore), from the goroutine that
+// starts (the replay), from the application's goroutine in Group.Snapshot
+// (CreateSnapshot and the writer's methods, TrimBefore), from the
+// transport's goroutines as a joiner receives its state (the snapshot
+// writer's parts), from the goroutine that installs it (the writer's
+// Reader, Commit and Abort, First, TrimBefore), from the goroutine that
 // serves a suffix transfer (WaitSynced, Scan) and from Group.Close
 // (Close), so an implementation must be safe for concurrent use. The
-// synchronous writes (PutView, TrimBefore, SetSnapshot, InstallSnapshot)
-// and WaitSynced return only once their write is synced: the caller, the
-// loop included, waits for the disk in them. Errors wrap persistence's
-// sentinel errors (persistence.ErrNotFound, persistence.ErrFailed, …),
-// which callers compare with errors.Is.
+// synchronous writes (PutView, TrimBefore, InstallSnapshot, a snapshot's
+// Commit) and WaitSynced return only once their write is synced: the
+// caller, the loop included, waits for the disk in them. Errors wrap
+// persistence's sentinel errors (persistence.ErrNotFound,
+// persistence.ErrFailed, …), which callers compare with errors.Is.
 type durableLog interface {
 	// Append queues entries in final order, without waiting for their
 	// sync.
@@ -315,9 +323,11 @@ type durableLog interface {
 	Views(ctx context.Context) ([]membership.View, error)
 	// TrimBefore deletes the entries below index.
 	TrimBefore(ctx context.Context, index uint64) error
-	// SetSnapshot and Snapshot write and read the snapshot record;
-	// InstallSnapshot replaces the log's contents with a snapshot.
-	SetSnapshot(ctx context.Context, index uint64, meta []byte) error
+	// CreateSnapshot writes a snapshot of the state, in parts, and
+	// ReadSnapshot reads the snapshot back; Snapshot reads its record
+	// only; InstallSnapshot replaces the log's contents with a snapshot.
+	CreateSnapshot(ctx context.Context, index uint64, parts int) (persistence.SnapshotWriter, error)
+	ReadSnapshot() (persistence.SnapshotReader, error)
 	Snapshot() (index uint64, meta []byte, err error)
 	InstallSnapshot(ctx context.Context, index uint64, meta []byte) error
 	// SetDurable raises the durable mark, Durable reads it.

@@ -80,6 +80,9 @@ type Group struct {
 	// host, set only by the package's deterministic simulation, runs this
 	// member without goroutines (see host); nil in production.
 	host host
+	// snapTurn is held (a value sent) by Snapshot from start to end: one
+	// snapshot at a time, so that none commits over a later one.
+	snapTurn chan struct{}
 
 	// delivered is the index of the last message handed to the
 	// application (Status).
@@ -145,7 +148,8 @@ const (
 )
 
 // event is something for the loop. v names the view it belongs to; the
-// loop ignores events of views it has closed.
+// loop ignores events of views it has closed, except evInstalled, which
+// ends an installation of state whatever became of its view.
 type event struct {
 	kind    eventKind
 	v       *view
@@ -157,7 +161,10 @@ type event struct {
 	err     error
 	state   *membership.State
 	parts   [][]byte
-	reply   chan<- snapReply // evSnapshot
+	// reply answers evSnapshot; release is closed once Snapshot has read
+	// the state, or gave up.
+	reply   chan<- snapReply
+	release <-chan struct{}
 	// syncReply answers evSync; syncGone is closed if the caller stops
 	// waiting.
 	syncReply chan<- syncResult
@@ -243,6 +250,7 @@ func newGroup(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 		h:        h,
 		host:     c.test.host,
 		sendTurn: make(chan struct{}, 1),
+		snapTurn: make(chan struct{}, 1),
 		space:    make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 	}

@@ -232,7 +232,10 @@ type simPlan struct {
 	// a write.
 	memDisk bool
 	fsync   time.Duration
-	faults  []simFault
+	// checkpoints: the members' states are Checkpointers, whose
+	// snapshots do not hold deliveries back (the stepped simulation).
+	checkpoints bool
+	faults      []simFault
 }
 
 func (p *simPlan) String() string {
@@ -240,6 +243,9 @@ func (p *simPlan) String() string {
 	fmt.Fprintf(&b, "%d members, durable %v, stateless %v, wire %v, delays up to %v", p.n, p.durable, p.stateless, p.wire, p.maxDelay)
 	if p.durable && p.memDisk {
 		fmt.Fprintf(&b, ", logs in memory syncing in %v", p.fsync)
+	}
+	if p.checkpoints {
+		b.WriteString(", checkpoints")
 	}
 	for i := range p.n {
 		if p.skew[i] != 0 || p.drift[i] != 0 {

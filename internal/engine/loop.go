@@ -24,6 +24,7 @@ func (g *Group) loop(r *runner) {
 		r.endChange()
 		g.msgs.abandon("the group closed")
 		r.waitSnapshots()
+		r.dropNextInstall()
 		r.v.close()
 		if g.mem != nil && g.Err() != nil {
 			g.mem.withdraw(g)
@@ -70,9 +71,11 @@ func (g *Group) loop(r *runner) {
 				r.announcePersisted()
 			}
 		case s := <-parts:
-			r.snapshotted(s.part, s.data, s.err)
+			r.snapshotted(s)
 		case <-snapEnd:
 			r.snapEnded()
+		case <-r.own:
+			r.ownReleased()
 		case <-diskFailed:
 			r.diskErr = g.disk.Err()
 		case <-timer.C:
@@ -101,16 +104,20 @@ type runner struct {
 	// restoring: this member joined v and waits for its state.
 	restoring bool
 	// installing says a transferred state is being installed off the
-	// loop (installState); nextInstall is a transfer that ended
-	// meanwhile, installed after it.
+	// loop (installState), for installingView; nextInstall is a transfer
+	// that ended meanwhile, installed after it (its sink is the runner's
+	// until then).
 	installing     bool
 	installingView *view
-	nextInstall    *event
+	nextInstall    *stateInstall
 	// afterInstall are the view-change core's actions that start a new
 	// incarnation, which wait for an installation in progress.
 	afterInstall []vsync.Action
 	// snap is the job snapshotting the state for joiners, if any.
 	snap *snapJob
+	// own is the release channel of the Snapshot call reading the
+	// state, if any: closed once it has.
+	own <-chan struct{}
 	// held holds, in order, the deliveries and views that wait while
 	// this member's state is restored or snapshotted (see holding).
 	held []durItem
@@ -119,9 +126,9 @@ type runner struct {
 	// delivery, until the previous view's messages are durable (and
 	// applied).
 	pendingDonate *view
-	// snapWant holds the replies of Snapshot calls waiting for the
-	// snapshots for joiners.
-	snapWant []chan<- snapReply
+	// snapWant holds the Snapshot calls waiting for the snapshots for
+	// joiners.
+	snapWant []snapRequest
 	// sendTimes[i] is when own message sentBase+i was sent, for latency.
 	sendTimes []int64
 	sentBase  uint64
@@ -241,14 +248,14 @@ func (r *runner) handle(ev event) bool {
 	case evSync:
 		r.startSync(ev.imm, ev.syncReply, ev.syncGone)
 	case evSnapshot:
-		r.takeSnapshot(ev.reply)
+		r.takeSnapshot(snapRequest{reply: ev.reply, release: ev.release})
 	case evSuffix:
 		if ev.v == r.v {
 			return r.suffixed(ev.parts, ev.err)
 		}
 	case evRestored:
 		if ev.v == r.v {
-			return r.restored(ev.parts, ev.err)
+			return r.restored(ev.err)
 		}
 	case evInstalled:
 		return r.stateInstalled(ev.v, ev.err)

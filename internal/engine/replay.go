@@ -42,8 +42,18 @@ import (
 //     held-back entries up to there and go on from their own state, and
 //     serve it to the other claimants, who join.
 
-// snapshotVersion is the first byte of a snapshot kept in the durable log.
-const snapshotVersion = 1
+// Versions of the metadata of a snapshot kept in the durable log (its
+// first byte). Empty metadata says the member's state never came (a
+// transfer did not complete).
+const (
+	// snapshotVersion: the state's parts follow in the metadata itself
+	// (encodeParts). The runtime writes it only without parts: the member
+	// joined with the state it starts with.
+	snapshotVersion = 1
+	// snapshotVersionParts: the state is in the snapshot's parts
+	// (persistence.Log.CreateSnapshot); nothing follows.
+	snapshotVersionParts = 2
+)
 
 // encodeParts encodes a state's parts for the durable log: a version
 // byte, the number of parts, then each part's length and bytes.
@@ -91,13 +101,29 @@ func decodeParts(b []byte) ([][]byte, error) {
 	return parts, nil
 }
 
-// restoreParts hands parts to the application's Restore.
-func (g *Group) restoreParts(parts [][]byte) error {
-	readers := make([]io.Reader, len(parts))
-	for i, p := range parts {
-		readers[i] = bytes.NewReader(p)
+// snapshotState returns readers of the state a snapshot kept in the
+// durable log holds: nil if it holds none (the member joined with the
+// state it starts with).
+func snapshotState(s persistence.SnapshotReader) ([]io.Reader, error) {
+	meta := s.Meta()
+	switch {
+	case len(meta) == 1 && meta[0] == snapshotVersionParts:
+		if s.Parts() == 0 {
+			return nil, nil
+		}
+		return partReaders(s), nil
+	case len(meta) > 0 && meta[0] == snapshotVersion:
+		parts, err := decodeParts(meta)
+		if err != nil || len(parts) == 0 {
+			return nil, err
+		}
+		readers := make([]io.Reader, len(parts))
+		for i, p := range parts {
+			readers[i] = bytes.NewReader(p)
+		}
+		return readers, nil
 	}
-	return g.cfg.State.Restore(readers)
+	return nil, fmt.Errorf("%w: unknown version", errBadSnapshot)
 }
 
 // replayLog rebuilds the application's state from the durable log at
@@ -107,7 +133,11 @@ func (g *Group) replayLog(ctx context.Context) (uint64, error) {
 	l := g.disk
 	from := l.First()
 	var applied uint64
-	idx, meta, err := l.Snapshot()
+	var idx uint64
+	snap, err := l.ReadSnapshot()
+	if err == nil {
+		idx = snap.Index()
+	}
 	switch {
 	case errors.Is(err, persistence.ErrNotFound):
 		if from > 1 {
@@ -116,7 +146,7 @@ func (g *Group) replayLog(ctx context.Context) (uint64, error) {
 		}
 	case err != nil:
 		return 0, fmt.Errorf("convoy: durable log: %w", err)
-	case len(meta) == 0 && g.cfg.State != nil:
+	case len(snap.Meta()) == 0 && g.cfg.State != nil:
 		// A transfer to this member never completed.
 		g.log.Info("durable log: holds no state yet: not replayed")
 		return 0, nil
@@ -128,15 +158,16 @@ func (g *Group) replayLog(ctx context.Context) (uint64, error) {
 		// Without a StateMachine there is no state to restore: the
 		// snapshot marks only where the log starts. A snapshot without
 		// parts says the member joined with the state it starts with
-		// (no transfer), which it has again now.
-		var parts [][]byte
-		if len(meta) > 0 {
-			if parts, err = decodeParts(meta); err != nil {
+		// (no transfer), which it has again now. The state streams from
+		// the log as Restore reads it.
+		var parts []io.Reader
+		if len(snap.Meta()) > 0 {
+			if parts, err = snapshotState(snap); err != nil {
 				return 0, fmt.Errorf("convoy: durable log: snapshot %d: %w", idx, err)
 			}
 		}
 		if g.cfg.State != nil && len(parts) > 0 {
-			if err := g.restoreParts(parts); err != nil {
+			if err := g.cfg.State.Restore(parts); err != nil {
 				return 0, fmt.Errorf("convoy: durable log: restore snapshot %d: %w", idx, err)
 			}
 		}

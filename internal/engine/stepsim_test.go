@@ -527,13 +527,18 @@ func (m *stepMember) runLoop() {
 		select {
 		case sn := <-parts:
 			m.s.note("m%d snapshotted part %d: %v", m.id, sn.part, sn.err)
-			r.snapshotted(sn.part, sn.data, sn.err)
+			r.snapshotted(sn)
 			continue
 		default:
 		}
 		if ready(snapEnd) {
 			m.s.note("m%d snapshot job ended", m.id)
 			r.snapEnded()
+			continue
+		}
+		if ready(r.own) {
+			m.s.note("m%d snapshot read", m.id)
+			r.ownReleased()
 			continue
 		}
 		break
@@ -922,6 +927,9 @@ func (s *stepSim) open(id NodeID, initial int) {
 	}
 	if !s.plan.stateless {
 		cfg.State = n.state
+		if s.plan.checkpoints {
+			cfg.State = kvtest.Checkpointing{Map: n.state}
+		}
 	}
 	if s.plan.durable {
 		cfg.Durable = &DurableConfig{Dir: "mem", RestartWait: 200 * time.Millisecond}
@@ -1134,6 +1142,8 @@ func runStepWith(t testing.TB, seed uint64, opts stepOptions) stepResult {
 	verbose, planted := opts.verbose, opts.plant
 	plan.memDisk = true
 	plan.fsync = time.Duration(rand.New(rand.NewPCG(seed, seed^0xf5c)).IntN(2001)) * time.Microsecond
+	// Drawn apart from the run's other draws, which it leaves alone.
+	plan.checkpoints = rand.New(rand.NewPCG(seed, seed^0xc4e)).IntN(2) == 0
 	s := &stepSim{
 		t: t, plan: plan, rng: rand.New(rand.NewPCG(seed, seed^0x57e9)), verbose: verbose,
 		syncRng: rand.New(rand.NewPCG(seed, seed^0x5c5c)), noSync: opts.noSync,

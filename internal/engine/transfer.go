@@ -41,10 +41,14 @@ func donorsOf(rec *membership.View, max int) []NodeID {
 // donate serves this member's snapshot parts to the joiners of the view it
 // just opened, if it is one of their donors. The parts are taken exactly
 // at the end of the previous view, where the joiners' first view starts:
-// the view's deliveries are held back until the snapshots are done. They
-// are taken on another goroutine, slice by slice and its own share first,
-// so that the loop goes on heartbeating meanwhile and the donor sends each
-// slice while it takes the next.
+// the view's deliveries are held back until the snapshots are done,
+// unless the state machine is a Checkpointer, whose checkpoint, taken
+// there, the snapshots read while deliveries go on. They are taken on
+// another goroutine, slice by slice and its own share first, so that the
+// loop goes on heartbeating meanwhile and the donor sends each slice
+// while it takes the next. Each slice is written to a spill, in memory
+// if small, in a file if not, from which the donor reads it as it sends
+// it.
 func (r *runner) donate(v *view) {
 	g, rec := r.g, &v.rec
 	donors := donorsOf(rec, g.cfg.MaxDonors)
@@ -53,11 +57,12 @@ func (r *runner) donate(v *view) {
 	if i < 0 || len(joining) == 0 || g.cfg.State == nil {
 		return
 	}
-	if r.snap != nil || g.disk != nil && r.durableBefore(rec.Start) {
+	if r.snap != nil || r.own != nil || g.disk != nil && r.durableBefore(rec.Start) {
 		// The snapshot of an earlier view is still finishing its part in
-		// progress, or, in durable delivery, the previous view's last
-		// messages are not durable, and so not applied, yet: snapshot
-		// once they are (snapEnded, flushDurable).
+		// progress, Snapshot reads the state, or, in durable delivery,
+		// the previous view's last messages are not durable, and so not
+		// applied, yet: snapshot once they are (stateFree,
+		// flushDurable).
 		r.pendingDonate = v
 		return
 	}
@@ -66,6 +71,17 @@ func (r *runner) donate(v *view) {
 	joiners := make([]rdma.NodeID, 0, len(joining))
 	for _, id := range joining {
 		joiners = append(joiners, rdma.NodeID(id))
+	}
+	read := g.cfg.State.Snapshot
+	var cp membership.StateSnapshot
+	if c, ok := g.cfg.State.(membership.Checkpointer); ok {
+		var err error
+		if cp, err = c.Checkpoint(); err != nil {
+			// As if every part failed: the joiners ask the other donors.
+			g.log.Error("snapshot for joiners", "epoch", rec.Epoch, "err", fmt.Errorf("checkpoint: %w", err))
+			return
+		}
+		read = cp.Snapshot
 	}
 	var err error
 	dcfg := membership.DonorConfig{
@@ -76,34 +92,57 @@ func (r *runner) donate(v *view) {
 	v.donor, err = membership.NewDonor(g.ctx, dcfg)
 	if err != nil {
 		g.log.Error("serving state to joiners", "epoch", rec.Epoch, "err", err)
+		if cp != nil {
+			cp.Release()
+		}
 		return
 	}
 	v.donorSince = g.cfg.Clock()
 	job := &snapJob{
-		v: v, left: len(parts), done: make(chan struct{}),
+		v: v, left: len(parts), done: make(chan struct{}), cp: cp, hold: cp == nil,
 		// Buffered for every part, so that the goroutine never waits for
 		// the loop (which may be waiting for it in waitSnapshots).
 		results: make(chan snapshot, len(parts)),
 	}
 	r.snap = job
+	limit := g.spillBytes()
 	g.spawn(func() {
 		defer close(job.done)
 		for _, p := range parts {
 			if job.stop.Load() {
 				return
 			}
-			data, err := membership.SnapshotParts(g.cfg.State, []int{p}, of)
-			job.results <- snapshot{part: p, data: data[p], err: err}
+			sp := newSpill(limit)
+			err := read(sp, p, of)
+			if err != nil {
+				err = fmt.Errorf("membership: snapshot part %d of %d: %w", p, of, err)
+			}
+			job.results <- snapshot{part: p, sp: sp, err: err}
 		}
 	})
 }
 
+// spillBytes returns how much of a part of the state being transferred
+// is kept in memory.
+func (g *Group) spillBytes() int {
+	if n := g.cfg.test.spillBytes; n > 0 {
+		return n
+	}
+	return defaultSpillBytes
+}
+
 // snapJob takes the parts of this member's share of a snapshot for the
-// joiners of view v, one after the other, on its own goroutine. The
-// application's state must hold still meanwhile: deliveries and views
-// wait in the runner's held queue until the job ends.
+// joiners of view v, one after the other, on its own goroutine. Unless it
+// reads a checkpoint, the application's state must hold still meanwhile:
+// deliveries and views wait in the runner's held queue until the job
+// ends.
 type snapJob struct {
 	v *view
+	// cp is the checkpoint the job reads, if the state machine is a
+	// Checkpointer (released once the job ends); hold: it reads the
+	// state itself.
+	cp   membership.StateSnapshot
+	hold bool
 	// left counts the parts not yet handed to the loop.
 	left    int
 	results chan snapshot
@@ -118,8 +157,21 @@ type snapJob struct {
 // snapshot is one part taken for joiners.
 type snapshot struct {
 	part int
-	data []byte
+	sp   *spill
 	err  error
+}
+
+// drain releases the parts the job took that the loop did not take.
+// REQUIRES: the job has ended (done is closed).
+func (j *snapJob) drain() {
+	for {
+		select {
+		case s := <-j.results:
+			s.sp.Close()
+		default:
+			return
+		}
+	}
 }
 
 // snapEvents returns the channels the loop waits on for the snapshot
@@ -150,18 +202,28 @@ func (r *runner) stopSnapshot() {
 
 // snapshotted hands a part snapshotted for joiners to the view's donor;
 // once all are taken, the deliveries held meanwhile go out.
-func (r *runner) snapshotted(part int, data []byte, err error) {
+func (r *runner) snapshotted(s snapshot) {
 	g, v := r.g, r.snap.v
 	switch {
-	case err != nil:
+	case s.err != nil:
 		// The part stays pending: the joiners ask its other holder once
 		// this donor stalls, and give it up after a few stalls.
-		g.log.Error("snapshot for joiners", "epoch", v.rec.Epoch, "part", part, "err", err)
+		g.log.Error("snapshot for joiners", "epoch", v.rec.Epoch, "part", s.part, "err", s.err)
+		s.sp.Close()
 	case v.donor == nil:
 		// Every joiner has its state already (from other donors).
+		s.sp.Close()
 	default:
-		if err := v.donor.AddPart(part, data); err != nil {
-			g.log.Error("serving state to joiners", "epoch", v.rec.Epoch, "part", part, "err", err)
+		var err error
+		if data, ok := s.sp.inMemory(); ok {
+			err = v.donor.AddPart(s.part, data)
+		} else {
+			// The donor reads it until the view's donations end.
+			v.spills = append(v.spills, s.sp)
+			err = v.donor.AddPartReader(s.part, s.sp, s.sp.size())
+		}
+		if err != nil {
+			g.log.Error("serving state to joiners", "epoch", v.rec.Epoch, "part", s.part, "err", err)
 		}
 	}
 	if r.snap.left--; r.snap.left == 0 {
@@ -169,12 +231,32 @@ func (r *runner) snapshotted(part int, data []byte, err error) {
 	}
 }
 
-// snapEnded follows the end of the snapshot job: the Snapshot calls
-// that waited for it are served, the deliveries and views held meanwhile
-// go out, and a donation that waited for the job starts.
+// snapEnded follows the end of the snapshot job.
 func (r *runner) snapEnded() {
+	r.snap.end()
 	r.snap = nil
+	r.stateFree()
+}
+
+// end releases what the job holds once its goroutine has ended: the
+// parts the loop did not take, and the checkpoint.
+func (j *snapJob) end() {
+	j.drain()
+	if j.cp != nil {
+		j.cp.Release()
+		j.cp = nil
+	}
+}
+
+// stateFree follows the end of a snapshot's read of the state: the
+// Snapshot calls that waited for it are served, and then, unless one of
+// them reads the state, the deliveries and views held meanwhile go out,
+// and a donation that waited starts.
+func (r *runner) stateFree() {
 	r.servePendingSnapshots()
+	if r.stateBusy() {
+		return
+	}
 	if !r.restoring {
 		r.release()
 	}
@@ -185,16 +267,16 @@ func (r *runner) snapEnded() {
 	if v := r.pendingDonate; v != nil && v == r.v {
 		r.pendingDonate = nil
 		r.donate(v)
-		if r.snap == nil && !r.restoring {
-			r.release() // the donation did not start: nothing to wait for
+		if !r.stateBusy() && !r.restoring {
+			r.release() // the donation did not start, or reads a checkpoint
 		}
 	}
 }
 
 // holding reports whether deliveries and views wait in held: while this
-// member's state is being restored or snapshotted for joiners, and until
-// what was held meanwhile is out.
-func (r *runner) holding() bool { return r.restoring || r.snap != nil || len(r.held) > 0 }
+// member's state is being restored or snapshotted, and until what was
+// held meanwhile is out.
+func (r *runner) holding() bool { return r.restoring || r.stateBusy() || len(r.held) > 0 }
 
 // release hands out the deliveries and views held while state was
 // restored or snapshotted. Without a durable log, when a donation waits
@@ -237,11 +319,14 @@ func (r *runner) waitSnapshots() {
 	}
 	r.stopSnapshot()
 	<-r.snap.done
+	r.snap.end()
 	r.snap = nil
 	r.servePendingSnapshots()
 }
 
-// fetch transfers this joiner's state from the donors of view v.
+// fetch transfers this joiner's state from the donors of view v, into
+// its durable log's next snapshot or, without a durable log, into spills:
+// the state is never held whole in memory.
 func (r *runner) fetch(v *view) {
 	g := r.g
 	cfg := membership.FetchConfig{
@@ -249,72 +334,108 @@ func (r *runner) fetch(v *view) {
 		Slices: transferSlices, StallTimeout: g.cfg.TransferStall, Logger: g.cfg.Logger,
 		ChunkBytes: g.cfg.test.transferChunkBytes, OnReceived: g.m.transferred(roleJoiner, kindSnapshot),
 	}
+	parts := len(cfg.Donors) * transferSlices
+	if g.disk != nil {
+		w, err := g.disk.CreateSnapshot(g.ctx, v.rec.Start, parts)
+		if err != nil {
+			// Posted from another goroutine: this is the loop, which
+			// would wait on itself for room in its own queue.
+			ev := event{kind: evRestored, v: v, err: fmt.Errorf("durable log: %w", err)}
+			g.spawn(func() { g.post(ev) })
+			return
+		}
+		v.sink = &logSink{w: w}
+	} else {
+		v.sink = newSpillSink(parts, g.spillBytes())
+	}
+	cfg.Sink = v.sink
+	sink := v.sink
 	ctx, span := g.tr.Start(v.transfers, "convoy.state.transfer", trace.WithAttributes(
 		attribute.Int64("convoy.epoch", int64(v.rec.Epoch)), attribute.Int("convoy.donors", len(cfg.Donors))))
 	start := g.cfg.Clock()
-	g.startFetch(v, ctx, cfg, func(parts [][]byte, err error) {
+	g.startFetch(v, ctx, cfg, func(_ [][]byte, err error) {
 		g.m.transferTook(roleJoiner, kindSnapshot, time.Duration(g.cfg.Clock()-start))
-		var n int
-		for _, p := range parts {
-			n += len(p)
-		}
-		span.SetAttributes(attribute.Int("convoy.bytes", n))
+		span.SetAttributes(attribute.Int64("convoy.bytes", sink.bytes()))
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())
 		}
 		span.End()
-		g.post(event{kind: evRestored, v: v, parts: parts, err: err})
+		g.post(event{kind: evRestored, v: v, err: err})
 	})
 }
 
-// restored installs the state transferred to this joiner and hands over
-// the deliveries held meanwhile.
-func (r *runner) restored(parts [][]byte, err error) bool {
-	g := r.g
-	if err != nil && r.ending() {
-		// The view ends before the state came, and its donors stop
-		// serving as they leave it: the next view, if it keeps this
-		// member, brings the state as of its start (install fetches
-		// again).
-		g.log.Info("state transfer ended with the view", "epoch", r.v.rec.Epoch, "err", err)
-		return true
-	}
+// restored takes the end of this joiner's state transfer for the view:
+// the state it received into its sink is installed (installState), and
+// the deliveries held meanwhile are handed over once it is in.
+func (r *runner) restored(err error) bool {
+	g, v := r.g, r.v
+	// The sink goes with the installation from here on.
+	sink := v.sink
+	v.sink = nil
 	if err != nil {
-		r.excluded(nil, fmt.Sprintf("state transfer for view %d failed: %v", r.v.rec.Epoch, err))
+		if sink != nil {
+			sink.discard()
+		}
+		if r.ending() {
+			// The view ends before the state came, and its donors stop
+			// serving as they leave it: the next view, if it keeps this
+			// member, brings the state as of its start (install fetches
+			// again).
+			g.log.Info("state transfer ended with the view", "epoch", v.rec.Epoch, "err", err)
+			return true
+		}
+		r.excluded(nil, fmt.Sprintf("state transfer for view %d failed: %v", v.rec.Epoch, err))
 		return true
 	}
+	if f := g.cfg.test.onTransferred; f != nil {
+		f(v.rec.Epoch)
+	}
+	in := &stateInstall{v: v, sink: sink}
 	if r.installing {
 		// The state of an earlier view is still being installed: this
 		// one follows it (stateInstalled).
-		r.nextInstall = &event{kind: evRestored, v: r.v, parts: parts}
+		r.dropNextInstall()
+		r.nextInstall = in
 		return true
 	}
-	r.installState(r.v, parts)
+	r.installState(in)
 	return true
 }
 
-// installState installs the state transferred to this joiner for view v,
-// off the loop: restoring a large state, and writing it to the durable
-// log, takes longer than the failure detector waits for a heartbeat, and
-// the loop must go on heartbeating (and holding deliveries) meanwhile.
-// The loop hears of the end through evInstalled (stateInstalled).
-func (r *runner) installState(v *view, parts [][]byte) {
-	g := r.g
+// stateInstall is a state transferred to this joiner for view v, to
+// install: the sink holds it.
+type stateInstall struct {
+	v    *view
+	sink stateSink
+}
+
+// installState installs the state transferred to this joiner, off the
+// loop: restoring a large state from its sink, and keeping it as the
+// durable log's snapshot, takes longer than the failure detector waits
+// for a heartbeat, and the loop must go on heartbeating (and holding
+// deliveries) meanwhile. The installation owns the sink, and releases it
+// before the loop hears of the end through evInstalled (stateInstalled).
+func (r *runner) installState(in *stateInstall) {
+	g, v, sink := r.g, in.v, in.sink
 	r.installing, r.installingView = true, v
 	start := v.rec.Start
 	g.spawn(func() {
-		err := g.restoreParts(parts)
+		parts, err := sink.readers(g.ctx)
+		if err == nil {
+			err = g.cfg.State.Restore(parts)
+		}
 		if err != nil {
 			err = fmt.Errorf("restore: %w", err)
 		}
 		if err == nil && g.disk != nil {
-			// The log holds the state from now on, for a restart,
-			// followed by the deliveries it took meanwhile (it ends at
-			// the view's start or goes on from there: enter, install) —
-			// unless a later view made this member join again
-			// meanwhile, and its log start over there (logInstall).
+			// The log holds the state from now on, for a restart: the
+			// parts it received are committed as its snapshot, followed
+			// by the deliveries it took meanwhile (it ends at the view's
+			// start or goes on from there: enter, install) — unless a
+			// later view made this member join again meanwhile, and its
+			// log start over there (logInstall).
 			err = g.logInstall(func() error {
-				err := g.disk.SetSnapshot(g.ctx, start, encodeParts(parts))
+				err := sink.keep(g.ctx)
 				if err == nil && g.disk.First() <= start {
 					err = g.disk.TrimBefore(g.ctx, start+1)
 				}
@@ -324,6 +445,8 @@ func (r *runner) installState(v *view, parts [][]byte) {
 				err = fmt.Errorf("durable log: %w", err)
 			}
 		}
+		// What the log did not keep (all of it, if superseded) goes.
+		sink.discard()
 		g.post(event{kind: evInstalled, v: v, err: err})
 	})
 }
@@ -351,6 +474,16 @@ func (r *runner) supersede(v *view) {
 	g.install.superseded = v
 }
 
+// dropNextInstall gives up the transfer that waits for the installation
+// in progress, if any: a later view brings the state again, or this
+// incarnation ends.
+func (r *runner) dropNextInstall() {
+	if r.nextInstall != nil {
+		r.nextInstall.sink.discard()
+		r.nextInstall = nil
+	}
+}
+
 // stateInstalled ends the installation of view v's state: if v is still
 // the view, this joiner has its state and takes part; otherwise a later
 // view brings the state again, and whatever transfer ended meanwhile is
@@ -363,9 +496,10 @@ func (r *runner) stateInstalled(v *view, err error) bool {
 	if next := r.nextInstall; next != nil {
 		r.nextInstall = nil
 		if next.v == r.v && r.restoring {
-			r.installState(next.v, next.parts)
+			r.installState(next)
 			return true
 		}
+		next.sink.discard()
 	}
 	if acts := r.afterInstall; len(acts) > 0 {
 		r.afterInstall = nil

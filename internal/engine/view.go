@@ -63,9 +63,13 @@ type view struct {
 	// the view closes, as endTransfers ends those on goroutines.
 	stopFetches []func()
 	// donor serves this member's snapshot parts to the view's joiners,
-	// since donorSince (on the clock).
+	// since donorSince (on the clock); it reads some of them from
+	// spills, released once it is done.
 	donor      *membership.Donor
 	donorSince int64
+	spills     []*spill
+	// sink receives this joiner's state, while it is transferred.
+	sink stateSink
 	// suffixDonors serve joiners the messages their logs miss, since
 	// suffixDonorsSince.
 	suffixDonors      []*membership.Donor
@@ -154,9 +158,22 @@ func (v *view) close() {
 	if v.donor != nil {
 		v.donor.Close()
 	}
+	v.closeSpills()
+	if v.sink != nil {
+		v.sink.discard()
+	}
 	for _, d := range v.suffixDonors {
 		d.Close()
 	}
+}
+
+// closeSpills releases the parts the view's donor served from spills.
+// REQUIRES: the donor is closed.
+func (v *view) closeSpills() {
+	for _, sp := range v.spills {
+		sp.Close()
+	}
+	v.spills = nil
 }
 
 // publicView converts a view record for the application; prev is the

@@ -154,6 +154,7 @@ func (r *runner) donorsDone() {
 	if v.donor != nil {
 		v.donor.Close()
 		v.donor = nil
+		v.closeSpills()
 		g.m.transferTook(roleDonor, kindSnapshot, time.Duration(now-v.donorSince))
 	}
 	for _, d := range v.suffixDonors {
@@ -403,11 +404,14 @@ func (r *runner) install(rec membership.View) bool {
 		// This member was still waiting for its state: it comes now as of
 		// this view's start, which covers what was held back. Its log
 		// took the previous view's messages up to the cut, and goes on
-		// from there.
+		// from there. An earlier view's state being installed meanwhile
+		// is not to be logged any more, and one waiting to be installed
+		// goes.
 		r.held = nil
 		if r.installing {
 			r.supersede(r.installingView)
 		}
+		r.dropNextInstall()
 		if g.disk != nil && g.disk.Last() != rec.Start {
 			if err := g.disk.InstallSnapshot(g.ctx, rec.Start, nil); err != nil {
 				g.log.Error("durable log: joining again", "epoch", rec.Epoch, "err", err)
@@ -677,6 +681,8 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	}
 	r.endChange(attribute.Bool("convoy.excluded", true))
 	r.waitSnapshots()
+	r.waitOwnSnapshot()
+	r.dropNextInstall()
 	r.v.close()
 	r.v, r.pending, r.restoring, r.held, r.pendingDonate = nil, nil, false, nil, nil
 	// Deliveries still waiting to be durable everywhere are not handed

@@ -1,7 +1,8 @@
 // Package kvtest is the tiny replicated map that the tests run as a
 // group's state machine: messages "set key value", applied in delivery
 // order; snapshots cut by a hash of the key, one "key value" line per
-// entry. It implements convoy.StateMachine.
+// entry. It implements convoy.StateMachine, and Checkpointing
+// convoy.Checkpointer too.
 package kvtest
 
 import (
@@ -15,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/convoy-gcs/convoy/membership"
 )
 
 // Map is the replicated map. Its methods are safe for concurrent use.
@@ -78,8 +81,13 @@ func (s *Map) Checksum() (string, int) {
 func (s *Map) Snapshot(w io.Writer, part, of int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return writePart(w, s.m, part, of)
+}
+
+// writePart writes the entries of m in part `part` of `of` as lines.
+func writePart(w io.Writer, m map[string]string, part, of int) error {
 	bw := bufio.NewWriter(w)
-	for k, v := range s.m {
+	for k, v := range m {
 		if int(crc32.ChecksumIEEE([]byte(k))%uint32(of)) == part {
 			if _, err := fmt.Fprintf(bw, "%s %s\n", k, v); err != nil {
 				return err
@@ -88,6 +96,24 @@ func (s *Map) Snapshot(w io.Writer, part, of int) error {
 	}
 	return bw.Flush()
 }
+
+// Checkpointing is a Map that is also a convoy.Checkpointer: its
+// checkpoints are copies of the map, which its snapshots write while the
+// map changes.
+type Checkpointing struct{ *Map }
+
+// Checkpoint returns a copy of the map.
+func (c Checkpointing) Checkpoint() (membership.StateSnapshot, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return frozen(maps.Clone(c.m)), nil
+}
+
+// frozen is a checkpoint of a Map.
+type frozen map[string]string
+
+func (f frozen) Snapshot(w io.Writer, part, of int) error { return writePart(w, f, part, of) }
+func (f frozen) Release()                                 {}
 
 // Restore replaces the map with the parts' entries.
 func (s *Map) Restore(parts []io.Reader) error {

@@ -1,9 +1,11 @@
 package memlog_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"reflect"
 	"testing"
@@ -423,6 +425,85 @@ var scenarios = []struct {
 		c.reopen2()
 		c.bounds(1, 10, 10)
 	}},
+	{"snapshot with parts", func(c *check) {
+		big := persistence.SnapshotChunkBytes + 10
+		c.append(1, 30)
+		c.sync()
+		c.writeParts(20, "a", 0, 5, big)
+		check := func(index uint64, tag string, sizes ...int) {
+			c.t.Helper()
+			c.snapshot(index, "meta "+tag)
+			c.parts(index, tag, sizes...)
+		}
+		check(20, "a", 0, 5, big)
+		c.reopen()
+		check(20, "a", 0, 5, big)
+		// A crash while the next one is written, before its commit,
+		// leaves this one; so does an abort.
+		c.crashWith(func(l durableLog) { c.startParts(l, 25, "b", 7, big) })
+		check(20, "a", 0, 5, big)
+		w := c.startParts(c.l(), 25, "b", 7, big)
+		if err := w.Abort(); err != nil {
+			c.t.Fatal(err)
+		}
+		if err := w.Commit(ctx, []byte("meta b")); err == nil {
+			c.t.Fatal("Commit after Abort: no error")
+		}
+		check(20, "a", 0, 5, big)
+		// The next one replaces it, whole.
+		c.writeParts(25, "c", 3)
+		check(25, "c", 3)
+		c.reopen()
+		check(25, "c", 3)
+		// SetSnapshot and InstallSnapshot record snapshots without parts.
+		c.setSnapshot(26, "meta d")
+		check(26, "d")
+		c.writeParts(27, "e", 1, 2)
+		c.install(0, 40)
+		c.parts(40, "", []int{}...)
+		// Attempts at one part: the first closed counts; an aborted one
+		// and one closed later leave nothing.
+		w, err := c.l().CreateSnapshot(ctx, 41, 1)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		a, _ := w.Part(0)
+		b, _ := w.Part(0)
+		_, _ = a.Write([]byte("aborted"))
+		a.Abort()
+		_, _ = b.Write(partContent("f", 0, 9))
+		other, _ := w.Part(0)
+		_, _ = other.Write([]byte("late"))
+		if err := b.Close(); err != nil {
+			c.t.Fatal(err)
+		}
+		if err := other.Close(); err == nil {
+			c.t.Fatal("a second attempt closed: no error")
+		}
+		r, err := w.Reader(ctx)
+		if err != nil || r.Index() != 41 || r.Meta() != nil {
+			c.t.Fatalf("Reader before Commit: %v", err)
+		}
+		c.readParts(r, "f", 9)
+		if err := w.Commit(ctx, []byte("meta f")); err != nil {
+			c.t.Fatal(err)
+		}
+		check(41, "f", 9)
+		c.reopen()
+		check(41, "f", 9)
+		// A snapshot created before InstallSnapshot replaced the log's
+		// contents does not commit over it.
+		w = c.startParts(c.l(), 60, "g", 4)
+		if err := c.l().InstallSnapshot(ctx, 70, []byte("meta h")); err != nil {
+			c.t.Fatal(err)
+		}
+		if err := w.Commit(ctx, []byte("meta g")); !errors.Is(err, persistence.ErrSnapshotStale) {
+			c.t.Fatalf("Commit after InstallSnapshot: %v, want ErrSnapshotStale", err)
+		}
+		check(70, "h")
+		c.reopen()
+		check(70, "h")
+	}},
 	{"a waiter gets ErrClosed at Close", func(c *check) {
 		errc := make(chan error, 1)
 		go func() { errc <- c.l().WaitSynced(ctx, 5) }() // waiting by Close or not
@@ -595,6 +676,69 @@ func (c *check) snapshot(index uint64, meta string) {
 	i, m, err := c.l().Snapshot()
 	if err != nil || i != index || string(m) != meta || (meta == "") != (m == nil) {
 		c.t.Fatalf("Snapshot: %d %q %v, want %d %q", i, m, err, index, meta)
+	}
+}
+
+// partContent is the content of part i of snapshot tag.
+func partContent(tag string, i, size int) []byte {
+	b := make([]byte, size)
+	for j := range b {
+		b[j] = tag[0] + byte(i*31+j*7)
+	}
+	return b
+}
+
+// startParts writes the parts of snapshot tag (of the given sizes) at
+// index, without committing it.
+func (c *check) startParts(l durableLog, index uint64, tag string, sizes ...int) persistence.SnapshotWriter {
+	c.t.Helper()
+	w, err := l.CreateSnapshot(ctx, index, len(sizes))
+	if err != nil {
+		c.t.Fatalf("CreateSnapshot(%d): %v", index, err)
+	}
+	for i, size := range sizes {
+		pw, err := w.Part(i)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if _, err := pw.Write(partContent(tag, i, size)); err != nil {
+			c.t.Fatal(err)
+		}
+		if err := pw.Close(); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	return w
+}
+
+// writeParts writes and commits snapshot tag, with metadata "meta tag".
+func (c *check) writeParts(index uint64, tag string, sizes ...int) {
+	c.t.Helper()
+	if err := c.startParts(c.l(), index, tag, sizes...).Commit(ctx, []byte("meta "+tag)); err != nil {
+		c.t.Fatalf("Commit(%d): %v", index, err)
+	}
+}
+
+// parts checks the parts of the log's snapshot.
+func (c *check) parts(index uint64, tag string, sizes ...int) {
+	c.t.Helper()
+	r, err := c.l().ReadSnapshot()
+	if err != nil || r.Index() != index {
+		c.t.Fatalf("ReadSnapshot: %v, want the snapshot at %d", err, index)
+	}
+	c.readParts(r, tag, sizes...)
+}
+
+func (c *check) readParts(r persistence.SnapshotReader, tag string, sizes ...int) {
+	c.t.Helper()
+	if r.Parts() != len(sizes) {
+		c.t.Fatalf("snapshot %d has %d parts, want %d", r.Index(), r.Parts(), len(sizes))
+	}
+	for i, size := range sizes {
+		got, err := io.ReadAll(r.Part(i))
+		if err != nil || r.Size(i) != int64(size) || !bytes.Equal(got, partContent(tag, i, size)) {
+			c.t.Fatalf("snapshot %d part %d: %d bytes (size %d), %v; want %d bytes of %q", r.Index(), i, len(got), r.Size(i), err, size, tag)
+		}
 	}
 }
 

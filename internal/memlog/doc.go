@@ -18,8 +18,8 @@
 // durable at once, advances Synced to Last and runs the OnSynced
 // function in the caller's goroutine before it returns. The writes whose
 // caller waits for their fsync in persistence.Log (PutView, TrimBefore,
-// SetSnapshot, InstallSnapshot) sync the log themselves before they
-// return, as does WaitSynced for an index already appended: a caller that
+// SetSnapshot, InstallSnapshot, a snapshot's Commit) sync the log
+// themselves before they return, as does WaitSynced for an index already appended: a caller that
 // waits for the disk gets it at once. WaitSynced for an index not yet
 // appended blocks until another goroutine appends and syncs it, its
 // context ends, or the log fails or closes. The log is safe for
@@ -46,5 +46,8 @@
 //     consult their context: their sync happens at once.
 //   - No record is ever damaged: persistence.ErrCorrupt would only
 //     report a bug of this package.
+//   - A snapshot's parts (CreateSnapshot) are held in memory as they are
+//     written, not handed to the disk in chunks: before its Commit, a
+//     snapshot is nothing a crash could keep any of.
 //   - There are no metrics and no logging.
 package memlog

@@ -41,6 +41,8 @@ type durableLog interface {
 	SetSnapshot(ctx context.Context, index uint64, meta []byte) error
 	Snapshot() (index uint64, meta []byte, err error)
 	InstallSnapshot(ctx context.Context, index uint64, meta []byte) error
+	CreateSnapshot(ctx context.Context, index uint64, parts int) (persistence.SnapshotWriter, error)
+	ReadSnapshot() (persistence.SnapshotReader, error)
 	SetDurable(index uint64)
 	Durable() uint64
 	Close() error

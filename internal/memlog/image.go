@@ -18,10 +18,13 @@ type image struct {
 	// trim is the trim point (every entry below it was deleted); 0 if the
 	// log was never trimmed.
 	trim uint64
-	// snap is the last snapshot recorded, if hasSnap.
-	hasSnap  bool
-	snapAt   uint64
-	snapMeta []byte
+	// snap is the last snapshot recorded, if hasSnap, with its parts (nil
+	// for one recorded without any). Parts are never modified once
+	// committed.
+	hasSnap   bool
+	snapAt    uint64
+	snapMeta  []byte
+	snapParts [][]byte
 	// views holds the view records, JSON-encoded as persistence.Log
 	// encodes them, by epoch.
 	views map[uint64][]byte
@@ -55,7 +58,7 @@ const (
 	writeEntry    kind = iota + 1 // appends entry
 	writeView                     // records view (JSON) for epoch
 	writeTrim                     // deletes the entries below index, the trim point
-	writeSnapshot                 // records the snapshot (index, meta)
+	writeSnapshot                 // records the snapshot (index, meta, parts)
 	writeInstall                  // replaces everything with the snapshot (index, meta)
 	writeMark                     // records nothing but the durable mark
 )
@@ -68,6 +71,7 @@ type write struct {
 	epoch uint64
 	index uint64
 	data  []byte
+	parts [][]byte
 	// setMark makes the write record the durable mark too, as
 	// persistence.Log does in the batch of a synchronous write (always
 	// for writeMark and writeInstall).
@@ -92,10 +96,10 @@ func (img *image) apply(w *write) {
 		}
 		img.trim = w.index
 	case writeSnapshot:
-		img.hasSnap, img.snapAt, img.snapMeta = true, w.index, w.data
+		img.hasSnap, img.snapAt, img.snapMeta, img.snapParts = true, w.index, w.data, w.parts
 	case writeInstall:
 		img.entries = nil
-		img.hasSnap, img.snapAt, img.snapMeta = true, w.index, w.data
+		img.hasSnap, img.snapAt, img.snapMeta, img.snapParts = true, w.index, w.data, nil
 		img.trim = w.index + 1
 	}
 	if w.setMark {

@@ -47,6 +47,8 @@ type Log struct {
 		pending []write
 		// failNext, if set, fails the next sync with something to write.
 		failNext error
+		// installs counts the InstallSnapshot calls.
+		installs uint64
 		err      error // non-nil once failed; wraps persistence.ErrFailed
 		closed   bool  // closed, or crashed: nothing more is accepted
 		onSynced func(index uint64)
@@ -478,8 +480,8 @@ func (l *Log) TrimBefore(ctx context.Context, index uint64) error {
 }
 
 // SetSnapshot records that the member's last snapshot is at index, with
-// metadata meta (copied), and syncs the log before it returns (see
-// Sync). Errors: persistence.ErrClosed, or an error wrapping
+// metadata meta (copied) and no parts, and syncs the log before it
+// returns (see Sync). Errors: persistence.ErrClosed, or an error wrapping
 // persistence.ErrFailed.
 func (l *Log) SetSnapshot(ctx context.Context, index uint64, meta []byte) error {
 	l.mu.Lock()
@@ -524,6 +526,7 @@ func (l *Log) InstallSnapshot(ctx context.Context, index uint64, meta []byte) er
 		return err
 	}
 	l.mu.first, l.mu.last = index+1, index
+	l.mu.installs++
 	wrote, err := l.commitLocked(write{kind: writeInstall, index: index, data: clone(meta), setMark: true, mark: index})
 	if err == nil {
 		l.mu.synced, l.mu.durable = index, index
