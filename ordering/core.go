@@ -622,13 +622,17 @@ func (c *Core) deliver() {
 // delivers what it receives in the one order.
 func (c *Core) deliverTopics(b Timestamp) {
 	r := c.prom.Frontier()
+	if c.tree != nil {
+		c.tree.SetOwn(r)
+	} else {
+		_ = c.commit.Announce(c.cfg.Self, r)
+	}
 	for i := range c.topics {
 		t := &c.topics[i]
-		t.barrier = c.topicCommit(t)
+		t.commit = c.topicCommit(t)
+		t.barrier = min(t.commit, r)
 		if t.Mode == TotalOrder && t.subscribed() {
 			t.barrier = r
-		} else {
-			t.barrier = min(t.barrier, r)
 		}
 	}
 	for {
@@ -649,10 +653,11 @@ func (c *Core) deliverTopics(b Timestamp) {
 	}
 	c.own.settle(b)
 	c.ready.Stable = c.own.stable
+	// Nothing announced a frontier since the barriers were computed.
 	stable := c.ready.TopicStable[:0]
 	for i := range c.topics {
 		t := &c.topics[i]
-		t.own.settle(c.topicCommit(t))
+		t.own.settle(t.commit)
 		stable = append(stable, t.own.stable)
 	}
 	c.ready.TopicStable = stable
@@ -662,14 +667,12 @@ func (c *Core) deliverTopics(b Timestamp) {
 // subscriber of t holds every message of t. With frontiers announced to
 // every member it is the minimum over t's subscribers (infinite for a
 // topic without any); through the aggregation tree, the group's commit
-// barrier, which is no higher.
+// barrier, which is no higher. This member's own frontier must be
+// announced first (commitBarrier, or deliverTopics, does).
 func (c *Core) topicCommit(t *topicState) Timestamp {
-	r := c.prom.Frontier()
 	if c.tree != nil {
-		c.tree.SetOwn(r)
 		return c.tree.Barrier()
 	}
-	_ = c.commit.Announce(c.cfg.Self, r)
 	b := barrier.Infinity
 	for _, s := range t.Subscribers {
 		b = min(b, c.commit.Announced(s))
@@ -689,6 +692,7 @@ func (c *Core) TopicBarrier(topic int) Timestamp {
 	if t.Mode == TotalOrder && t.subscribed() {
 		return r
 	}
+	_ = c.commitBarrier() // announces this member's own frontier
 	return min(r, c.topicCommit(t))
 }
 

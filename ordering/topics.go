@@ -42,8 +42,9 @@ type topicState struct {
 	// own tracks own messages on the topic until every subscriber holds
 	// them.
 	own ownStamps
-	// barrier is the topic's delivery barrier during a deliver pass.
-	barrier Timestamp
+	// commit and barrier are the topic's commit and delivery barriers
+	// during a deliver pass.
+	commit, barrier Timestamp
 }
 
 // subscribed reports whether this member receives the topic.

@@ -411,7 +411,7 @@ func (r *runner) multicast(rd ordering.Ready) error {
 		if err := v.net.multicast(ctx, frame); err != nil {
 			return err
 		}
-		if rd.Records[i].Kind == ordering.KindBeacon {
+		if k := rd.Records[i].Kind; k == ordering.KindBeacon || k == ordering.KindTopicBeacon {
 			g.m.control.Add(ctx, int64(len(v.ids)-1), g.m.beacon.add...)
 		}
 	}
