@@ -15,7 +15,9 @@ type Topic struct {
 	// Mode is how the topic's messages are delivered: Atomic (the
 	// default; a message is delivered once every subscriber holds it) or
 	// TotalOrder (best effort, below the subscriber's own receive
-	// frontier).
+	// frontier: at a failure its subscribers may deliver different
+	// subsets, nothing is sent again, and its indexes agree only within
+	// a failure-free view).
 	Mode Mode
 	// Subscribers lists the members that receive the topic's messages;
 	// only their links carry its bytes.
