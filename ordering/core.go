@@ -612,7 +612,9 @@ func (c *Core) deliver() {
 	if c.cfg.Mode == TotalOrder {
 		b = c.commitBarrier()
 	}
-	c.own.settle(b)
+	if len(c.own.stamps) > 0 && c.own.stamps[0] < b {
+		c.own.settle(b)
+	}
 	c.ready.Stable = c.own.stable
 }
 
@@ -748,11 +750,13 @@ func (c *Core) Ready() Ready {
 	clear(c.spare.Records)
 	clear(c.spare.Deliveries)
 	c.ready = Ready{
-		Records:     c.spare.Records[:0],
-		Control:     c.spare.Control[:0],
-		Deliveries:  c.spare.Deliveries[:0],
-		Stable:      rd.Stable,
-		TopicStable: append(c.spare.TopicStable[:0], rd.TopicStable...),
+		Records:    c.spare.Records[:0],
+		Control:    c.spare.Control[:0],
+		Deliveries: c.spare.Deliveries[:0],
+		Stable:     rd.Stable,
+	}
+	if len(rd.TopicStable) > 0 {
+		c.ready.TopicStable = append(c.spare.TopicStable[:0], rd.TopicStable...)
 	}
 	c.spare = rd
 	return rd
