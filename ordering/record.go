@@ -138,9 +138,9 @@ func AppendRecord(dst []byte, r *Record) []byte {
 // DecodeRecord parses a record received from the network. The payload
 // aliases frame. Only data and publish records may carry a payload, of
 // at most maxPayload bytes; sequence numbers start at 1, topics at 1,
-// and a topic beacon's bounds name topics in increasing order, each
-// with a count of at least 1. Whether a topic exists is for the core to
-// check.
+// and a topic beacon's bounds, at most MaxTopics, name topics in
+// increasing order, each with a count of at least 1. Whether a topic
+// exists is for the core to check.
 func DecodeRecord(frame []byte, maxPayload int) (Record, error) {
 	if len(frame) < RecordHeaderBytes {
 		return Record{}, fmt.Errorf("%w: %d bytes, header is %d", ErrBadRecord, len(frame), RecordHeaderBytes)
@@ -181,7 +181,10 @@ func DecodeRecord(frame []byte, maxPayload int) (Record, error) {
 		if len(payload)%boundBytes != 0 {
 			return Record{}, fmt.Errorf("%w: topic beacon with %d bytes of bounds, not a multiple of %d", ErrBadRecord, len(payload), boundBytes)
 		}
-		if n := len(payload) / boundBytes; n > 0 {
+		switch n := len(payload) / boundBytes; {
+		case n > MaxTopics:
+			return Record{}, fmt.Errorf("%w: topic beacon with %d bounds, at most %d topics", ErrBadRecord, n, MaxTopics)
+		case n > 0:
 			r.Bounds = make([]TopicSeq, n)
 		}
 		for i := range r.Bounds {

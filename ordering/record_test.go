@@ -122,6 +122,7 @@ func TestDecodeRecordRejects(t *testing.T) {
 		{"topic beacon bound 0", bounds(header(KindTopicBeacon, 1), TopicSeq{2, 0}), 64, "bound 0 on topic 2"},
 		{"topic beacon bounds out of order", bounds(header(KindTopicBeacon, 1), TopicSeq{2, 1}, TopicSeq{1, 1}), 64, "not increasing"},
 		{"topic beacon bound twice", bounds(header(KindTopicBeacon, 1), TopicSeq{2, 1}, TopicSeq{2, 3}), 64, "not increasing"},
+		{"topic beacon with too many bounds", append(header(KindTopicBeacon, 1), make([]byte, boundBytes*(MaxTopics+1))...), 64, "at most 65536 topics"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
