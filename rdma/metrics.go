@@ -20,6 +20,8 @@ type tcpMetrics struct {
 	connsOpened metric.Int64Counter
 	connsBroken metric.Int64Counter
 	rejected    metric.Int64Counter
+	// late counts frames for streams closed here, dropped.
+	late metric.Int64Counter
 	// rejectedBy holds rejected's attribute, by reason: made once, as a
 	// measurement allocates the slice of options it is not given as one.
 	rejectedBy [numRejectReasons][]metric.AddOption
@@ -43,6 +45,8 @@ func newTCPMetrics(mp metric.MeterProvider) (*tcpMetrics, error) {
 	counter(&tm.connsBroken, "convoy.rdma.connections.broken", "{connection}", "Connections that broke or were refused (not counting those closed by Close).")
 	counter(&tm.rejected, "convoy.rdma.rejected.frames", "{frame}",
 		"Bad input from peers, by reason: each refused connection, or transfer failed for it, counts once.")
+	counter(&tm.late, "convoy.rdma.late.frames", "{frame}",
+		"Frames dropped because they arrived for a stream this node had closed: sent before the peer learned of the close (a group of an ended view, say).")
 	if err != nil {
 		return nil, fmt.Errorf("rdma: creating metrics: %w", err)
 	}

@@ -40,7 +40,11 @@ type TCPConfig struct {
 	// Resolve returns the address of a peer. Between two nodes, the one with
 	// the lower id dials, so Resolve is called only for peers with a higher
 	// id. If it is nil, dialing fails and such peers are unreachable. It may
-	// be called from several goroutines at once.
+	// be called from several goroutines at once. It is called again as each
+	// queue pair to a peer opens: a connection this node dialed to an
+	// address Resolve no longer gives (the peer restarted elsewhere, and
+	// the process it left behind may still answer there) is dropped,
+	// failing the queue pairs on it, and the peer dialed where it is now.
 	Resolve func(NodeID) (string, error)
 	// MaxFrameBytes bounds one frame, header included: the largest transfer
 	// is MaxFrameBytes minus the 24-byte header. A peer that sends a bigger

@@ -44,6 +44,7 @@ type tcpConn struct {
 		sync.Mutex
 		state   connState
 		nc      net.Conn            // set when up
+		addr    string              // the address dialed, once up; "" for a connection the peer made
 		streams map[StreamID]*tcpQP // open queue pairs
 		recent  recentSet           // streams closed here; late frames are dropped
 		pending pendingSignals      // signals for streams not open here yet
@@ -147,17 +148,30 @@ func (c *tcpConn) awaitInbound() {
 func (c *tcpConn) dial() {
 	e := c.ep
 	defer e.wg.Done()
-	nc, err := e.dialPeer(c.peer)
+	nc, addr, err := e.dialPeer(c.peer)
 	if err != nil {
 		c.giveUp(err)
 		return
 	}
 	e.mu.Lock()
 	ok := !e.mu.closed && c.attach(nc)
+	if ok {
+		c.mu.Lock()
+		c.mu.addr = addr
+		c.mu.Unlock()
+	}
 	e.mu.Unlock()
 	if !ok {
 		nc.Close()
 	}
+}
+
+// dialedElsewhere reports whether c is a connection this node dialed
+// to another address than addr.
+func (c *tcpConn) dialedElsewhere(addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.addr != "" && c.mu.addr != addr
 }
 
 // giveUp fails a pending connection: the peer is unreachable.

@@ -88,14 +88,25 @@ func (e *TCPEndpoint) Open(ctx context.Context, peer NodeID, stream StreamID, h 
 	}
 	q := &tcpQP{maxPayload: e.cfg.maxPayload()}
 	q.init(peer, stream, h)
+	// A peer that this node dials may have moved (restarted elsewhere)
+	// while the connection to where it was stays up: a process left
+	// behind there, say, which must not get the new queue pair.
+	var addr string
+	if e.cfg.ID < peer && e.cfg.Resolve != nil {
+		addr, _ = e.cfg.Resolve(peer)
+	}
 
 	e.mu.Lock()
 	if e.mu.closed {
 		e.mu.Unlock()
 		return nil, fmt.Errorf("rdma: endpoint %d: %w", e.cfg.ID, ErrClosed)
 	}
-	var c *tcpConn
+	var c, stale *tcpConn
 	var isNew, mustRun bool
+	if old := e.mu.conns[peer]; old != nil && addr != "" && old.dialedElsewhere(addr) {
+		stale = old
+		delete(e.mu.conns, peer)
+	}
 	for {
 		c = e.mu.conns[peer]
 		isNew = c == nil
@@ -124,6 +135,10 @@ func (e *TCPEndpoint) Open(ctx context.Context, peer NodeID, stream StreamID, h 
 	}
 	e.mu.Unlock()
 
+	if stale != nil {
+		err := &connError{peer: peer, cause: fmt.Errorf("the peer moved to %s", addr)}
+		stale.shutdown(err, err)
+	}
 	if isNew && !dial {
 		c.awaitInbound()
 	}

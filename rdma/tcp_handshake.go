@@ -27,13 +27,14 @@ func (e *TCPEndpoint) tune(nc net.Conn) {
 	}
 }
 
-// dialPeer connects to peer and runs the handshake.
-func (e *TCPEndpoint) dialPeer(peer NodeID) (net.Conn, error) {
+// dialPeer connects to peer and runs the handshake. It returns the
+// connection and the address it dialed.
+func (e *TCPEndpoint) dialPeer(peer NodeID) (net.Conn, string, error) {
 	if e.cfg.Resolve == nil {
-		return nil, errors.New("no Resolve function configured")
+		return nil, "", errors.New("no Resolve function configured")
 	}
 	if _, err := e.cfg.Resolve(peer); err != nil {
-		return nil, fmt.Errorf("resolve: %w", err)
+		return nil, "", fmt.Errorf("resolve: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.DialTimeout)
 	defer cancel()
@@ -41,16 +42,16 @@ func (e *TCPEndpoint) dialPeer(peer NodeID) (net.Conn, error) {
 	// that restarts elsewhere is found as soon as Resolve knows.
 	nc, addr, err := dialRetry(ctx, func() (string, error) { return e.cfg.Resolve(peer) })
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	e.tune(nc)
 	nc, err = e.guard(ctx, nc, func(nc net.Conn) (net.Conn, error) {
 		return e.clientHandshake(ctx, nc, peer, addr)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("handshake with %s: %w", addr, err)
+		return nil, "", fmt.Errorf("handshake with %s: %w", addr, err)
 	}
-	return nc, nil
+	return nc, addr, nil
 }
 
 // guard runs handshake on nc with ctx's deadline, closing nc if ctx ends

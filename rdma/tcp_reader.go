@@ -92,10 +92,12 @@ func (r *connReader) data(h frameHeader) error {
 		return protocolError(c.peer, h.stream, rejectStream, fmt.Sprintf("%d-byte data frame for stream %d, which was never opened", n, h.stream))
 	}
 	if q == nil {
+		c.ep.metrics.add(c.ep.metrics.late, 1)
 		return r.discard(n)
 	}
 	rw, reason, ok := q.takeRecv(n)
 	if !ok {
+		c.ep.metrics.add(c.ep.metrics.late, 1)
 		return r.discard(n) // closed or failed meanwhile
 	}
 	if reason != "" {
@@ -155,7 +157,10 @@ func (r *connReader) signal(h frameHeader) error {
 	q := c.mu.streams[h.stream]
 	if q == nil {
 		var err error
-		if !c.mu.recent.has(h.stream) && !c.mu.pending.add(h.stream, h.imm) {
+		switch {
+		case c.mu.recent.has(h.stream):
+			c.ep.metrics.add(c.ep.metrics.late, 1)
+		case !c.mu.pending.add(h.stream, h.imm):
 			err = protocolError(c.peer, h.stream, rejectStream, fmt.Sprintf("more than %d signals for streams that were never opened", maxPendingSignals))
 		}
 		c.mu.Unlock()

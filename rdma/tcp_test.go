@@ -376,3 +376,67 @@ func TestTCPCloseWithTrafficInFlight(t *testing.T) {
 		t.Error("Failed after Close")
 	}
 }
+
+// A peer that restarts elsewhere while the process it left behind still
+// holds the connection (a member restarted as a new incarnation, its old
+// one still running): the next queue pair to it goes to where Resolve
+// says it is now, and the connection to the old place is dropped, failing
+// the queue pairs on it.
+func TestTCPPeerMoved(t *testing.T) {
+	n := newTCPNet(t, TCPConfig{})
+	a := n.endpoint(1)
+	old := n.tcpEndpoint(2, func(*TCPConfig) {})
+	pa, pb := openPair(t, a, old, 1)
+	transfer(t, pa, pb, []int{10})
+
+	moved := n.tcpEndpoint(2, func(*TCPConfig) {}) // Resolve gives its address from now on
+	qa, qb := openPair(t, a, moved, 2)
+	transfer(t, qa, qb, []int{10})
+	if err := pa.r.waitFailed(ErrConnectionLost); !strings.Contains(err.Error(), "moved to "+moved.Addr().String()) {
+		t.Fatalf("the queue pair to where the peer was: %v", err)
+	}
+	if got := old.numConns(); got != 0 {
+		t.Fatalf("the peer left behind holds %d connections", got)
+	}
+}
+
+// Frames that arrive for a stream this node closed (sent before the
+// peer learned of the close) are dropped and counted as late; the
+// connection stays up, and they count as no bad input.
+func TestTCPLateFrames(t *testing.T) {
+	n := newTCPNet(t, TCPConfig{})
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	ep := n.tcpEndpoint(10, func(c *TCPConfig) { c.MeterProvider = mp })
+	closed, err := ep.Open(context.Background(), 5, 1, newRecorder(t, "closed"))
+	must(t, err)
+	open := newRecorder(t, "open")
+	_, err = ep.Open(context.Background(), 5, 2, open)
+	must(t, err)
+	nc := rawPeer(t, ep, 5)
+	must(t, closed.Close())
+
+	in := append(header(frameData, 3, 1, 0), 1, 2, 3)
+	in = append(in, header(frameSignal, 0, 1, 7)...)
+	in = append(in, header(frameSignal, 0, 2, 9)...) // in order after them: once it is in, they were read
+	_, err = nc.Write(in)
+	must(t, err)
+	open.waitCount("signal", 1)
+	var rm metricdata.ResourceMetrics
+	must(t, reader.Collect(context.Background(), &rm))
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, dp := range sum.DataPoints {
+					got[m.Name] += dp.Value
+				}
+			}
+		}
+	}
+	if got["convoy.rdma.late.frames"] != 2 || got["convoy.rdma.rejected.frames"] != 0 || got["convoy.rdma.connections.broken"] != 0 {
+		t.Errorf("late, rejected frames and broken connections = %d, %d, %d; want 2, 0, 0", got["convoy.rdma.late.frames"],
+			got["convoy.rdma.rejected.frames"], got["convoy.rdma.connections.broken"])
+	}
+}

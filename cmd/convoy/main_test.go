@@ -22,6 +22,9 @@ import (
 const childEnv = "CONVOY_TEST_AS_COMMAND"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(etcdChildEnv) != "" {
+		os.Exit(runTestEtcd())
+	}
 	if os.Getenv(childEnv) != "" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		code := run(ctx, os.Args[1:], &cli{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr})

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/convoy-gcs/convoy"
 	sharedlog "github.com/convoy-gcs/convoy/examples/log"
@@ -81,6 +84,15 @@ for their certificates. Send the token over TLS only. The operator
 endpoints of -metrics-addr (/metrics, /debug/pprof/) are not guarded:
 listen for them on a private address.
 
+The node refuses what it cannot carry rather than queue it: it keeps at
+most -max-conns connections to its API open (closing new ones at once
+beyond), and the key-value store serves at most -max-requests requests
+holding at most -max-request-bytes, and -max-streams streams, refusing
+the others at once with 503 and Retry-After; the group's window
+(-window-messages, -window-bytes) bounds the messages sent and not yet
+delivered. The key-value store's package documentation (examples/paxos,
+"Overload and memory") gives the bound on a member's memory they make.
+
 -clock-offset and -clock-drift-ppm set the member's clock (which stamps
 its messages and times its failure detector) off the machine's, to test
 a group under clock skew: skew between members costs latency, never
@@ -118,6 +130,19 @@ const (
 	// defaultRegisterTTL is the TTL of the URL's lease when the settings
 	// leave the library's default.
 	defaultRegisterTTL = 5 * time.Second
+	// nodeIdleTimeout closes the API's idle keep-alive connections, which
+	// would otherwise hold places of -max-conns for good.
+	nodeIdleTimeout = 30 * time.Second
+)
+
+// Bounds of the HTTP API's connections, which a member's memory bound
+// counts (see examples/paxos).
+const (
+	// defaultMaxConns is what -max-conns 0 (its default) stands for.
+	defaultMaxConns = 1024
+	// nodeMaxHeaderBytes bounds a request's header (net/http reads up to
+	// 4 KiB more): the API's requests carry a few short headers.
+	nodeMaxHeaderBytes = 16 << 10
 )
 
 // service is what a node runs: *paxos.Node or *sharedlog.Node.
@@ -181,12 +206,37 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 		defer stopWatching()
 	}
 
+	// The operator endpoints, if any, serve first: they count what the
+	// API refuses too.
+	mp := metric.MeterProvider(noop.NewMeterProvider())
+	var metricsAddr string
+	if s.MetricsAddr != "" {
+		ops, err := startOps(s.MetricsAddr, log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := ops.close(); err != nil {
+				log.Warn("closing the operator endpoints", "err", err)
+			}
+		}()
+		mp, metricsAddr = ops.mp, ops.addr.String()
+	}
+	refusedConns, err := mp.Meter("github.com/convoy-gcs/convoy/cmd/convoy").
+		Int64Counter("convoy.node.refused.connections", metric.WithUnit("{connection}"),
+			metric.WithDescription("Connections to the HTTP API closed as soon as accepted, because -max-conns were open."))
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+
 	// The API listens from the start, answering 503 until the member
 	// takes part in a view, so that clients move on to other members.
 	ln, err := net.Listen("tcp", s.HTTP)
 	if err != nil {
 		return fmt.Errorf("HTTP API: %w", err)
 	}
+	// Below TLS: a connection refused costs no handshake.
+	ln = limitConns(ln, cmp.Or(s.MaxConns, defaultMaxConns), refusedConns)
 	scheme := "http"
 	if s.HTTPCert != "" {
 		ln = tls.NewListener(ln, httpFiles.serverConfig())
@@ -219,6 +269,8 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       nodeIdleTimeout,
+		MaxHeaderBytes:    nodeMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		// Over TLS too, HTTP/1.1 only: see tlsFiles.serverConfig.
 		Protocols: httpOneOnly(),
@@ -257,24 +309,14 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 		HeartbeatInterval: s.Heartbeat,
 		SuspectTimeout:    s.SuspectTimeout,
 		StallTimeout:      s.StallTimeout,
+		WindowMessages:    s.WindowMessages,
+		WindowBytes:       s.WindowBytes,
 		Durable:           &convoy.DurableConfig{Dir: s.Data},
 		Logger:            log,
+		MeterProvider:     mp,
 	}
 	if memberFiles != nil {
 		cfg.TLS = memberFiles.memberConfig()
-	}
-	var metricsAddr string
-	if s.MetricsAddr != "" {
-		ops, err := startOps(s.MetricsAddr, log)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			if err := ops.close(); err != nil {
-				log.Warn("closing the operator endpoints", "err", err)
-			}
-		}()
-		cfg.MeterProvider, metricsAddr = ops.mp, ops.addr.String()
 	}
 	if s.OTLPEndpoint != "" {
 		tp, err := startTracing(ctx, s.OTLPEndpoint, s.ID)
@@ -295,7 +337,7 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 		log.Info("clock set off", "offset", s.ClockOffset, "drift_ppm", s.ClockDriftPPM)
 	}
 	log.Info("opening the group", "id", s.ID, "http", url, "prefix", s.Prefix, "data", s.Data)
-	svc, err := openService(ctx, s.App, cfg, log)
+	svc, err := openService(ctx, s, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -333,11 +375,17 @@ func serveNode(ctx context.Context, s nodeSettings, stdout io.Writer, log *slog.
 	}
 }
 
-// openService opens the group with app's state machine.
-func openService(ctx context.Context, app string, cfg convoy.Config, log *slog.Logger) (service, error) {
-	switch app {
+// openService opens the group with the state machine of s.App.
+func openService(ctx context.Context, s nodeSettings, cfg convoy.Config, log *slog.Logger) (service, error) {
+	switch s.App {
 	case appKV:
-		n, err := paxos.Open(ctx, cfg, paxos.Options{Logger: log})
+		n, err := paxos.Open(ctx, cfg, paxos.Options{
+			MaxValueBytes:   s.MaxValueBytes,
+			MaxRequests:     s.MaxRequests,
+			MaxRequestBytes: s.MaxRequestBytes,
+			MaxStreams:      s.MaxStreams,
+			Logger:          log,
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -349,7 +397,7 @@ func openService(ctx context.Context, app string, cfg convoy.Config, log *slog.L
 		}
 		return n, nil
 	}
-	return nil, fmt.Errorf("unknown app %q", app)
+	return nil, fmt.Errorf("unknown app %q", s.App)
 }
 
 // switchHandler serves with the handler it holds, or answers 503 while

@@ -321,6 +321,9 @@ func TestNodeSettingsErrors(t *testing.T) {
 		{args: ok, env: map[string]string{"CONVOY_HTTP_TOKEN": "a b"}, want: "the HTTP token (CONVOY_HTTP_TOKEN or http_token): httpauth: a token is"},
 		{args: slices.Concat(ok, []string{"-config", writeTestFile(t, `{"http_token": "a b"}`)}), want: "http_token): httpauth: a token is"},
 		{args: slices.Concat(ok, []string{"-http-token", "abc"}), want: "flag provided but not defined: -http-token"},
+		{args: slices.Concat(ok, []string{"-max-conns", "-1"}), want: "must not be negative"},
+		{args: slices.Concat(ok, []string{"-window-bytes", "-1"}), want: "must not be negative"},
+		{args: []string{"-id", "1", "-app", "log", "-etcd", "http://e:2379", "-data", "/d", "-max-requests", "10"}, want: "are the key-value store's"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			args, want := tc.args, tc.want

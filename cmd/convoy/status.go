@@ -19,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/convoy-gcs/convoy/membership"
@@ -215,8 +216,14 @@ func readHTTPRecords(ctx context.Context, cli *clientv3.Client, prefix string) (
 	if err != nil {
 		return nil, fmt.Errorf("reading the members' API URLs: %w", err)
 	}
-	out := make(map[uint64]httpRecord, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
+	return decodeHTTPRecords(resp.Kvs, prefix)
+}
+
+// decodeHTTPRecords decodes the API records kvs read under prefix, by
+// member id.
+func decodeHTTPRecords(kvs []*mvccpb.KeyValue, prefix string) (map[uint64]httpRecord, error) {
+	out := make(map[uint64]httpRecord, len(kvs))
+	for _, kv := range kvs {
 		var rec httpRecord
 		if err := json.Unmarshal(kv.Value, &rec); err != nil {
 			return nil, fmt.Errorf("%s: %w", kv.Key, err)

@@ -29,6 +29,23 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("POST /log/trim", n.serveTrim)
 	mux.HandleFunc("GET /streams/{name}", n.serveStream)
 	mux.HandleFunc("GET /status", n.serveStatus)
+	// Every other request gets its error as JSON too, not the router's
+	// text: 405 (with Allow) for a route's other methods, else 404.
+	mux.HandleFunc("/log", n.notAllowed("GET, HEAD, POST"))
+	mux.HandleFunc("/log/{position}", func(w http.ResponseWriter, r *http.Request) {
+		allow := "GET, HEAD"
+		if r.PathValue("position") == "trim" {
+			allow = "POST"
+		}
+		n.notAllowed(allow)(w, r)
+	})
+	mux.HandleFunc("/streams/{name}", n.notAllowed("GET, HEAD"))
+	mux.HandleFunc("/status", n.notAllowed("GET, HEAD"))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		n.writeJSON(w, http.StatusNotFound, struct {
+			Error string `json:"error"`
+		}{"no such endpoint"})
+	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n.closed() && r.URL.Path != "/status" {
 			n.writeError(w, fmt.Errorf("%w: closing", ErrUnavailable))
@@ -36,6 +53,16 @@ func (n *Node) Handler() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// notAllowed answers 405 with the methods allowed.
+func (n *Node) notAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		n.writeJSON(w, http.StatusMethodNotAllowed, struct {
+			Error string `json:"error"`
+		}{r.Method + " not allowed here"})
+	}
 }
 
 // serveAppend: POST /log[?streams=a,b], body = the entry →

@@ -205,6 +205,10 @@ func TestHTTP(t *testing.T) {
 		{"stream with a bad name", "GET", "/streams/a%20b", "", nil, 400, `{"error":"bad request: bad stream name…`},
 		{"stream with a bad position", "GET", "/streams/s?from=-2", "", nil, 400, `{"error":"bad request…`},
 		{"status", "GET", "/status", "", nil, 200, `{"id":7,"epoch":3,"members":[7],"serving":true,"applied":5,"trim":1,"tail":4}`},
+		{"unknown path", "GET", "/logs", "", nil, 404, `{"error":"no such endpoint"}`},
+		{"another method", "DELETE", "/log/2", "", nil, 405, `{"error":"DELETE not allowed here"}`},
+		{"another method of trim", "GET", "/log/trim", "", nil, 400, `{"error":"bad request: position \"trim\" is not a position"}`},
+		{"another method of status", "POST", "/status", "", nil, 405, `{"error":"POST not allowed here"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n, _ := newLoopbackNode(t)

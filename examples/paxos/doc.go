@@ -36,7 +36,9 @@
 // 400 for a malformed request, 404 for a missing key, 413 above
 // Options.MaxValueBytes, and 503 when this member cannot serve now (it
 // takes part in no view, was excluded, is on the minority side, or is
-// closing): the client tries another member.
+// closing): the client tries another member. A 503 with a Retry-After
+// header says the member is at capacity (see "Overload and memory"):
+// the client waits that long before it tries again.
 //
 // The handler does no authentication: "convoy node" serves it over TLS
 // (-http-cert) and behind a bearer token (-http-token-file), every route
@@ -54,11 +56,14 @@
 // (package wire), many requests in flight at once, each answer tagged
 // with its request; the member reads and writes them in batches. The
 // answers are the HTTP API's, status codes included. The Go client uses
-// streams with client.WithStreams. A stream serves at most 1,024
-// requests at once (beyond that the member stops reading it, and TCP
-// holds the client back) and buffers at most 4 MiB of answers the client
-// has not read; a frame above the largest command gets 413, a malformed
-// one 400, and a frame too short to carry a tag ends the stream.
+// streams with client.WithStreams. A member serves at most
+// Options.MaxStreams streams (an upgrade beyond them gets 503 with
+// Retry-After); a stream serves at most 1,024 requests at once (beyond
+// that the member stops reading it, and TCP holds the client back), and
+// buffers at most 256 KiB of answers the client has not read, and one
+// answer more; a frame above the largest command gets 413, a malformed
+// one 400, one beyond the member's capacity 503 with the response's
+// RetryAfter, and a frame too short to carry a tag ends the stream.
 //
 // NewLocal returns a node of the same service without a group: not
 // replicated, in memory only. It measures what replication costs.
@@ -97,6 +102,73 @@
 // ends, or this member is excluded from the group) ends with 503; the
 // write may still be applied later, and a retry with the same id learns
 // its result.
+//
+// # Overload and memory
+//
+// A member serves at most Options.MaxRequests requests at once (reads
+// and writes, over HTTP and streams, from their arrival to their
+// answer), holding at most Options.MaxRequestBytes bytes of them (as
+// admission counts them: a put's body and its command, twice the body; a
+// cas's JSON body four times; a stream's write frame twice, a read frame
+// once). A request beyond either bound is refused at once, before its
+// body or frame is read, with 503 and a Retry-After of Options.RetryAfter
+// (a stream's response carries it in milliseconds): nothing queues, and
+// the client tries again later (package client waits Retry-After and up
+// to half as long again, at random). Reads take their places like
+// writes: a linearizable read holds a goroutine and waits for the group
+// like a write, and one bound is simpler to set. The refusals are counted
+// in the metric convoy.kv.refused.requests, and the places taken in
+// convoy.kv.admitted.requests and convoy.kv.admitted.bytes (see
+// Options.MeterProvider). Within the group, Send waits while the
+// member's window (convoy.Config.WindowMessages and WindowBytes) is
+// full: the writes that wait there are admitted ones.
+//
+// With these bounds, a member's resident memory stays within
+//
+//	RSS ≤ R₀ + P + (1 + GOGC/100) × (A + G + C + T + S + D)
+//
+// where, for a group of N members:
+//
+//	R₀  the process at rest, before any request ("convoy node": about 45 MiB)
+//	P   Pebble's memtables, at most 2 of 64 MiB (beyond, it stalls writes),
+//	    and its 8 MiB block cache: 136 MiB (durable delivery only)
+//	A   MaxRequestBytes + MaxRequests × 16 KiB: what admitted requests
+//	    hold, and for each a goroutine and its parsed request
+//	G   3 × N × WindowBytes: the messages this member has not delivered,
+//	    each sender's bounded by its window (a message leaves it once the
+//	    sender delivered it, which needs every member to hold it, and what
+//	    a member receives waits for the goroutine that delivers, whose
+//	    full queue holds the senders back), each held at most three times:
+//	    received, in the durable log's queue, in its batch
+//	C   the HTTP server's connections: at most "convoy node -max-conns"
+//	    (1,024 by default; beyond, new ones are closed at once), each
+//	    with its buffers, its goroutine and a header of at most 16 KiB:
+//	    max-conns × 48 KiB (over TLS, add 40 KiB each)
+//	T   MaxStreams × (4 × (256 KiB + MaxValueBytes + 31) + 24 KiB): a
+//	    stream's answers to be written, in two buffers (one filling, one
+//	    being written) of up to 256 KiB and one answer, each with up to
+//	    twice that capacity, and its goroutines; its requests' frames
+//	    are within A
+//	S   the state: for each key, its name twice and its last write's
+//	    command (value, key, request id and 20 bytes), and about 100 bytes
+//	    of map; during a state transfer, once more (the parts of the
+//	    snapshot, on a donor or a joiner)
+//	D   the kept results: DedupeWindow × (request id + 100 bytes), at most
+//	    34 MiB
+//
+// and (1 + GOGC/100), 2 by default, is the room the garbage collector
+// lets the heap take beyond what is live. Every term but S (the data
+// clients store) is bounded by configuration: A by admission, G by the
+// group's window, C by the connection limit, T by MaxStreams and the
+// stream's buffer, D by DedupeWindow, P by Pebble's write stall. The
+// bound is a worst case: under a load many times what the group
+// sustains, "convoy node" members with 8 MiB windows stayed at about
+// half of it (cmd/convoy's TestOverload logs the figures). Once the load
+// ends, what the requests, connections and streams held is garbage, and
+// their goroutines are gone; the Go runtime keeps the memory for reuse,
+// up to its heap goal, rather than return it to the system at once, so
+// a member's RSS stays near its peak for a while; the state and Pebble's
+// memtables stay.
 //
 // # State transfer and restarts
 //

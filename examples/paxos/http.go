@@ -82,6 +82,11 @@ func (n *Node) handlePut(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	release, ok := n.admitBody(w, r, n.opts.MaxValueBytes, 2)
+	if !ok {
+		return
+	}
+	defer release()
 	value, ok := readBody(w, r, n.opts.MaxValueBytes)
 	if !ok {
 		return
@@ -100,6 +105,11 @@ func (n *Node) handleDelete(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	release, ok := n.admitHTTP(w, 0)
+	if !ok {
+		return
+	}
+	defer release()
 	res, err := n.submit(r.Context(), command{op: opDelete, id: id, key: key})
 	if err != nil {
 		n.writeFailure(w, r, err)
@@ -118,9 +128,13 @@ func (n *Node) handleCAS(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// JSON may escape a byte as six ("\u0000"): the body may be larger
-	// than its values, within reason.
-	body, ok := readBody(w, r, 4*n.opts.MaxValueBytes+4096)
+	// Its body, its decoded values and its command count.
+	release, ok := n.admitBody(w, r, n.opts.casBodyLimit(), 4)
+	if !ok {
+		return
+	}
+	defer release()
+	body, ok := readBody(w, r, n.opts.casBodyLimit())
 	if !ok {
 		return
 	}
@@ -163,6 +177,11 @@ func (n *Node) handleGet(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	release, ok := n.admitHTTP(w, 0)
+	if !ok {
+		return
+	}
+	defer release()
 	stale := false
 	if s := r.URL.Query().Get("stale"); s != "" {
 		var err error
@@ -236,11 +255,49 @@ func (n *Node) writeArgs(w http.ResponseWriter, r *http.Request) (key, id string
 	return key, id, true
 }
 
-// readBody reads a body of at most limit bytes, or answers 413 or 400.
+// admitHTTP admits a request that holds bytes (see Options.
+// MaxRequestBytes), or answers 503 with Retry-After. The caller calls
+// release once it has answered.
+func (n *Node) admitHTTP(w http.ResponseWriter, bytes int) (release func(), ok bool) {
+	if !n.admit.admit(apiHTTP, bytes) {
+		n.refuse(w)
+		return nil, false
+	}
+	return func() { n.admit.release(bytes) }, true
+}
+
+// admitBody admits a request with a body of at most limit bytes that
+// holds factor times its body: its declared length, or limit if it
+// declares none. It answers 413 for a declared length above limit, and
+// 503 with Retry-After when the member is at capacity.
+func (n *Node) admitBody(w http.ResponseWriter, r *http.Request, limit, factor int) (release func(), ok bool) {
+	if r.ContentLength > int64(limit) {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body of %d bytes, limit %d", r.ContentLength, limit))
+		return nil, false
+	}
+	size := limit
+	if r.ContentLength >= 0 {
+		size = int(r.ContentLength)
+	}
+	return n.admitHTTP(w, factor*size)
+}
+
+// readBody reads a body of at most limit bytes, or answers 413 or 400. A
+// body of a declared length is read into a buffer of that length.
 func readBody(w http.ResponseWriter, r *http.Request, limit int) ([]byte, bool) {
 	if r.ContentLength > int64(limit) {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body of %d bytes, limit %d", r.ContentLength, limit))
 		return nil, false
+	}
+	if r.ContentLength >= 0 {
+		// The server ends the body after the declared length, and fails
+		// it before if the connection ends first.
+		b := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+			return nil, false
+		}
+		return b, true
 	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(limit)))
 	var tooLarge *http.MaxBytesError
@@ -280,7 +337,7 @@ func statusOf(err error) int {
 	case errors.Is(err, convoy.ErrNotMember), errors.Is(err, convoy.ErrExcluded),
 		errors.Is(err, convoy.ErrClosed), errors.Is(err, convoy.ErrLeft),
 		errors.Is(err, convoy.ErrFailed), errors.Is(err, convoy.ErrBackpressure),
-		errors.Is(err, errClosing), errors.Is(err, errNotServing),
+		errors.Is(err, errClosing), errors.Is(err, errNotServing), errors.Is(err, errAtCapacity),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable
 	}

@@ -140,11 +140,14 @@ func (f *fakeGroup) Close() error {
 // newTestNode returns member 1's node on a fake group.
 func newTestNode(t *testing.T, opts Options) (*Node, *fakeGroup) {
 	t.Helper()
-	opts, err := opts.withDefaults()
+	opts, err := opts.withDefaults(convoy.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := newNode(1, opts)
+	n, err := newNode(1, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	n.maybeSentWait = 10 * time.Millisecond
 	f := &fakeGroup{n: n, serving: true}
 	n.g = f
@@ -460,8 +463,11 @@ func waitFor(t *testing.T, cond func() bool) {
 
 // TestStatusJSON: an idle node reports an empty member list, not null.
 func TestStatusJSON(t *testing.T) {
-	opts, _ := Options{}.withDefaults()
-	n := newNode(9, opts) // no group yet
+	opts, _ := Options{}.withDefaults(convoy.Config{})
+	n, err := newNode(9, opts) // no group yet
+	if err != nil {
+		t.Fatal(err)
+	}
 	var s map[string]any
 	if err := json.Unmarshal(mustMarshal(t, n.Status()), &s); err != nil {
 		t.Fatal(err)

@@ -15,11 +15,14 @@ import (
 // replicated store can approach. Its Group returns nil; its state is
 // lost when the process exits.
 func NewLocal(opts Options) (*Node, error) {
-	opts, err := opts.withDefaults()
+	opts, err := opts.withDefaults(convoy.Config{})
 	if err != nil {
 		return nil, err
 	}
-	n := newNode(1, opts)
+	n, err := newNode(1, opts)
+	if err != nil {
+		return nil, err
+	}
 	n.g = &localGroup{n: n}
 	return n, nil
 }

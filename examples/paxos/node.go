@@ -10,11 +10,32 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/convoy-gcs/convoy"
 )
 
-// DefaultMaxValueBytes is Options.MaxValueBytes's default.
-const DefaultMaxValueBytes = 1 << 20
+// Defaults of Options.
+const (
+	// DefaultMaxValueBytes is Options.MaxValueBytes's default.
+	DefaultMaxValueBytes = 1 << 20
+	// DefaultMaxRequests is Options.MaxRequests's default (unless the
+	// group's window holds fewer messages). It is enough to keep a group
+	// busy (at 20,000 writes a second and 10 ms each, 200 in flight), and
+	// few enough that the requests a member wakes at once (the answers
+	// of a batch of deliveries) do not hold its group's own goroutines
+	// (the failure detector's heartbeats, the transport) off the CPU for
+	// long: with 512 on two busy cores, a connection's writer was seen
+	// waiting 300 ms for its turn.
+	DefaultMaxRequests = 256
+	// DefaultMaxStreams is Options.MaxStreams's default: a Go client
+	// opens one stream per member it uses and carries all its callers'
+	// requests over it, so a member serves one stream per client process.
+	DefaultMaxStreams = 128
+	// DefaultRetryAfter is Options.RetryAfter's default: HTTP's
+	// Retry-After counts whole seconds.
+	DefaultRetryAfter = time.Second
+)
 
 // maybeSentWait bounds how long a request whose Send failed, but whose
 // command may still be applied, waits for it.
@@ -34,27 +55,105 @@ var (
 	errNotServing = errors.New("paxos: this member takes part in no view")
 )
 
-// Options tune the service. The zero value is valid.
+// Options tune the service. The zero value is valid. The package
+// documentation's "Overload and memory" section says how MaxRequests,
+// MaxRequestBytes, MaxStreams and MaxValueBytes bound a member's memory.
 type Options struct {
 	// MaxValueBytes bounds a value (default DefaultMaxValueBytes): a
 	// larger request body gets 413.
 	MaxValueBytes int
+	// MaxRequests bounds the requests this member serves at once: reads
+	// and writes, over HTTP and over streams, from their arrival to their
+	// answer (default DefaultMaxRequests, or the group's
+	// Config.WindowMessages if that is smaller). A request beyond it is
+	// refused at once with 503 and a Retry-After header (over a stream,
+	// the response's RetryAfter), and the client tries again later; a
+	// request admitted takes its place before its body is read.
+	MaxRequests int
+	// MaxRequestBytes bounds the bytes the requests being served hold,
+	// as admission counts them: a put's body, and the command made of
+	// it, twice its length (the limit, if the request does not declare
+	// its length); a cas's JSON body four times (its decoded values and
+	// the command); a stream's write frame twice, and its read frame
+	// once. Beyond it a request is refused like one beyond MaxRequests.
+	// Default: the group's Config.WindowBytes (admitted commands wait in
+	// its window: admitting more would only queue them), or the largest
+	// request's count if that is more; it may not be less.
+	MaxRequestBytes int
+	// MaxStreams bounds the streams served at once (default
+	// DefaultMaxStreams): an upgrade beyond it is refused with 503 and a
+	// Retry-After.
+	MaxStreams int
+	// RetryAfter is how long a client refused for capacity is asked to
+	// wait before it tries again (default DefaultRetryAfter): in HTTP's
+	// Retry-After header in whole seconds, rounded up; in a stream's
+	// response in milliseconds.
+	RetryAfter time.Duration
 	// Logger receives the service's logs; nil discards them. If the
 	// group's Config.Logger is nil, the group logs here too.
 	Logger *slog.Logger
+	// MeterProvider receives the service's metrics (the README's Metrics
+	// section lists them); nil: the group's Config.MeterProvider, and
+	// none if that is nil too.
+	MeterProvider metric.MeterProvider
 }
 
-func (o Options) withDefaults() (Options, error) {
-	if o.MaxValueBytes < 0 {
+// withDefaults checks o and fills in the defaults, for a node of a group
+// configured by cfg (its window and meter provider; the library's
+// defaults for fields left zero).
+func (o Options) withDefaults(cfg convoy.Config) (Options, error) {
+	switch {
+	case o.MaxValueBytes < 0:
 		return o, fmt.Errorf("paxos: MaxValueBytes %d is negative", o.MaxValueBytes)
+	case o.MaxRequests < 0, o.MaxRequestBytes < 0, o.MaxStreams < 0, o.RetryAfter < 0:
+		return o, fmt.Errorf("paxos: MaxRequests, MaxRequestBytes, MaxStreams and RetryAfter must not be negative")
 	}
 	if o.MaxValueBytes == 0 {
 		o.MaxValueBytes = DefaultMaxValueBytes
 	}
+	windowMessages, windowBytes := cfg.WindowMessages, cfg.WindowBytes
+	if windowMessages == 0 {
+		windowMessages = convoy.DefaultWindowMessages
+	}
+	if windowBytes == 0 {
+		windowBytes = convoy.DefaultWindowBytes
+	}
+	if o.MaxRequests == 0 {
+		o.MaxRequests = min(DefaultMaxRequests, windowMessages)
+	}
+	largest := o.largestCharge()
+	if o.MaxRequestBytes == 0 {
+		o.MaxRequestBytes = max(windowBytes, largest)
+	}
+	if o.MaxRequestBytes < largest {
+		return o, fmt.Errorf("paxos: MaxRequestBytes %d is below %d, what the largest request (values of MaxValueBytes %d) counts", o.MaxRequestBytes, largest, o.MaxValueBytes)
+	}
+	if o.MaxStreams == 0 {
+		o.MaxStreams = DefaultMaxStreams
+	}
+	if o.RetryAfter == 0 {
+		o.RetryAfter = DefaultRetryAfter
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.MeterProvider == nil {
+		o.MeterProvider = cfg.MeterProvider
+	}
 	return o, nil
+}
+
+// casBodyLimit bounds a cas's JSON body: JSON may escape a byte as six
+// ("\u0000"), so the body may be larger than its values, within reason.
+func (o Options) casBodyLimit() int { return 4*o.MaxValueBytes + 4096 }
+
+// streamFrameLimit bounds a stream's request frame: the largest command
+// and room for the frame's own fields.
+func (o Options) streamFrameLimit() int { return maxCommandBytes(o.MaxValueBytes) + 64 }
+
+// largestCharge is what admission counts for the largest request.
+func (o Options) largestCharge() int {
+	return max(2*o.MaxValueBytes, 4*o.casBodyLimit(), 2*o.streamFrameLimit())
 }
 
 // group is what a Node needs of its convoy.Group; tests put a fake here.
@@ -68,9 +167,12 @@ type group interface {
 // Node is one member of the replicated key-value store: the group member,
 // its copy of the state, and the HTTP API that serves clients from it.
 type Node struct {
-	self  convoy.NodeID
-	opts  Options
-	log   *slog.Logger
+	self convoy.NodeID
+	opts Options
+	log  *slog.Logger
+	m    *metrics
+	// admit bounds the requests served at once.
+	admit *admission
 	state *state
 	wait  *pending
 	// maybeSentWait is the constant of that name, shorter in tests.
@@ -84,6 +186,9 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// streamSlots holds a token per stream being served, at most
+	// MaxStreams.
+	streamSlots chan struct{}
 	// streams are the upgraded connections being served (stream.go).
 	streams struct {
 		sync.Mutex
@@ -107,7 +212,7 @@ type Node struct {
 // a restart then need not replay.
 func Open(ctx context.Context, cfg convoy.Config, opts Options) (*Node, error) {
 	userLogger := opts.Logger
-	opts, err := opts.withDefaults()
+	opts, err := opts.withDefaults(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +226,10 @@ func Open(ctx context.Context, cfg convoy.Config, opts Options) (*Node, error) {
 	if need := maxCommandBytes(opts.MaxValueBytes); need > limit {
 		return nil, fmt.Errorf("paxos: MaxValueBytes %d needs messages of %d bytes, the group allows %d", opts.MaxValueBytes, need, limit)
 	}
-	n := newNode(cfg.Self, opts)
+	n, err := newNode(cfg.Self, opts)
+	if err != nil {
+		return nil, err
+	}
 	cfg.State = stateMachine{n}
 	userOnView := cfg.OnView
 	cfg.OnView = func(v convoy.View) {
@@ -146,13 +254,22 @@ func Open(ctx context.Context, cfg convoy.Config, opts Options) (*Node, error) {
 // maxValue bytes: a cas carries two.
 func maxCommandBytes(maxValue int) int { return 2*maxValue + MaxKeyBytes + commandOverhead }
 
-// newNode returns a node without its group.
-func newNode(self convoy.NodeID, opts Options) *Node {
+// newNode returns a node without its group; opts has its defaults.
+func newNode(self convoy.NodeID, opts Options) (*Node, error) {
+	m, err := newMetrics(opts.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
 	log := opts.Logger.With("member", self)
-	n := &Node{self: self, opts: opts, log: log, state: newState(log), wait: newPending(), maybeSentWait: maybeSentWait}
+	n := &Node{
+		self: self, opts: opts, log: log, m: m,
+		admit: newAdmission(opts.MaxRequests, opts.MaxRequestBytes, m),
+		state: newState(log), wait: newPending(), maybeSentWait: maybeSentWait,
+		streamSlots: make(chan struct{}, opts.MaxStreams),
+	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.handler = n.routes()
-	return n
+	return n, nil
 }
 
 // Group returns the member's group.

@@ -4,9 +4,8 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
-	"errors"
+	"encoding/binary"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -16,17 +15,21 @@ import (
 	"github.com/convoy-gcs/convoy/examples/paxos/wire"
 )
 
-// Bounds of one stream (package wire): together they bound what a
-// stream holds, about streamMaxInFlight requests and their answers plus
-// streamMaxBuffered bytes of answers waiting to be written.
+// Bounds of one stream (package wire). The requests a stream serves are
+// admitted like the HTTP API's (Options.MaxRequests and MaxRequestBytes:
+// each takes its place before its frame is read); what a stream holds
+// beyond them is its answers: a buffer being filled, up to
+// streamMaxBuffered bytes and one answer more, and the one being written,
+// each of a capacity at most twice that.
 const (
 	// streamMaxInFlight bounds the requests of one stream being served at
 	// once: beyond it the stream reads no more until one is answered, and
 	// TCP holds the client back.
 	streamMaxInFlight = 1024
 	// streamMaxBuffered bounds the answers waiting to be written: beyond
-	// it the requests that finish wait for the writer.
-	streamMaxBuffered = 4 << 20
+	// it the requests that finish wait for the writer. A write's answer
+	// takes 31 bytes: thousands fit, for one system call.
+	streamMaxBuffered = 256 << 10
 	// streamWriteTimeout bounds one write to the client: a client that
 	// stops reading loses its stream.
 	streamWriteTimeout = 30 * time.Second
@@ -41,6 +44,14 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUpgradeRequired, "this endpoint upgrades to "+wire.Protocol)
 		return
 	}
+	select {
+	case n.streamSlots <- struct{}{}:
+	default:
+		n.m.refuse(apiStream, reasonStreams)
+		n.refuse(w)
+		return
+	}
+	defer func() { <-n.streamSlots }()
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "cannot take over the connection: "+err.Error())
@@ -89,6 +100,7 @@ func (n *Node) addStream(s *stream) bool {
 	}
 	n.streams.m[s] = struct{}{}
 	n.wg.Add(1)
+	n.m.streams.Add(context.Background(), 1)
 	return true
 }
 
@@ -96,6 +108,7 @@ func (n *Node) removeStream(s *stream) {
 	n.streams.Lock()
 	delete(n.streams.m, s)
 	n.streams.Unlock()
+	n.m.streams.Add(context.Background(), -1)
 	n.wg.Done()
 }
 
@@ -140,48 +153,8 @@ func (s *stream) serve(br *bufio.Reader) {
 		defer wg.Done()
 		s.write(ctx)
 	}()
-	limit := maxCommandBytes(s.n.opts.MaxValueBytes) + 64
-	for {
-		frame, size, err := wire.ReadFrame(br, limit, nil)
-		if errors.Is(err, wire.ErrFrameTooLarge) && size >= 8 {
-			// Answer it and skip it, to stay in step.
-			var tag [8]byte
-			if _, err = io.ReadFull(br, tag[:]); err == nil {
-				_, err = br.Discard(size - 8)
-			}
-			if err != nil {
-				break
-			}
-			t, _ := wire.Tag(tag[:])
-			s.respond(wire.Response{Tag: t, Status: http.StatusRequestEntityTooLarge, Body: fmt.Appendf(nil, "request of %d bytes, limit %d", size, limit)})
-			continue
-		}
-		if err != nil {
-			break
-		}
-		req, err := wire.DecodeRequest(frame)
-		if err != nil {
-			t, ok := wire.Tag(frame)
-			if !ok {
-				break // nothing to answer: the client is not speaking the protocol
-			}
-			s.respond(wire.Response{Tag: t, Status: http.StatusBadRequest, Body: []byte(err.Error())})
-			continue
-		}
-		select {
-		case s.sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp := s.n.serveRequest(ctx, req)
-			<-s.sem
-			s.respond(resp)
-		}()
+	limit := s.n.opts.streamFrameLimit()
+	for s.next(ctx, br, limit, &wg) {
 	}
 	s.conn.Close()
 	cancel()
@@ -190,6 +163,92 @@ func (s *stream) serve(br *bufio.Reader) {
 	s.space.Broadcast()
 	s.mu.Unlock()
 	wg.Wait()
+}
+
+// next reads the next request and starts serving it (wg counts it), or
+// answers it at once: 413 above limit bytes, 400 if malformed, 503 if
+// the member is at capacity. It returns false once the stream must end.
+func (s *stream) next(ctx context.Context, br *bufio.Reader, limit int, wg *sync.WaitGroup) bool {
+	// The frame's length, tag and op come first: the request takes its
+	// place (or is refused) before its frame is read.
+	head, err := br.Peek(4)
+	if err != nil {
+		return false
+	}
+	size := int(binary.BigEndian.Uint32(head))
+	if size > limit {
+		return s.skip(br, size, wire.Response{Status: http.StatusRequestEntityTooLarge, Body: fmt.Appendf(nil, "request of %d bytes, limit %d", size, limit)})
+	}
+	charge := 0
+	// A frame shorter than the smallest request (a tag, an op, flags and
+	// empty fields) is read and answered below, without a place: it holds
+	// less than a request's fixed fields.
+	if size >= wire.RequestBytes(&wire.Request{})-4 {
+		// The length, the tag, the op.
+		if head, err = br.Peek(4 + 8 + 1); err != nil {
+			return false
+		}
+		// A read holds its frame; a write its frame and its command.
+		charge = size
+		if op := wire.Op(head[4+8]); op != wire.OpGet && op != wire.OpGetStale {
+			charge = 2 * size
+		}
+		if !s.n.admit.admit(apiStream, charge) {
+			return s.skip(br, size, wire.Response{Status: http.StatusServiceUnavailable, Body: []byte(errAtCapacity.Error()), RetryAfter: s.n.opts.RetryAfter})
+		}
+	}
+	release := func() {
+		if charge > 0 {
+			s.n.admit.release(charge)
+		}
+	}
+	frame, _, err := wire.ReadFrame(br, limit, nil)
+	if err != nil {
+		release()
+		return false
+	}
+	req, err := wire.DecodeRequest(frame)
+	if err != nil {
+		release()
+		t, ok := wire.Tag(frame)
+		if !ok {
+			return false // nothing to answer: the client is not speaking the protocol
+		}
+		s.respond(wire.Response{Tag: t, Status: http.StatusBadRequest, Body: []byte(err.Error())})
+		return true
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		release()
+		return false
+	}
+	wg.Go(func() {
+		resp := s.n.serveRequest(ctx, req)
+		release()
+		<-s.sem
+		s.respond(resp)
+	})
+	return true
+}
+
+// skip reads past the next frame, of size bytes, and answers it with
+// resp (tagged as the frame is, if it is long enough to carry a tag). It
+// returns false if the stream must end.
+func (s *stream) skip(br *bufio.Reader, size int, resp wire.Response) bool {
+	if size < 8 {
+		return false
+	}
+	head, err := br.Peek(4 + 8)
+	if err != nil {
+		return false
+	}
+	resp.Tag, _ = wire.Tag(head[4:])
+	if _, err := br.Discard(4 + size); err != nil {
+		return false
+	}
+	s.respond(resp)
+	return true
 }
 
 // respond queues an answer for the writer, waiting while too many bytes

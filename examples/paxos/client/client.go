@@ -4,7 +4,11 @@
 // A Client is given the base URLs of the members. It sends each request
 // to one member and, when that member cannot serve (503, a connection
 // error, or no answer within the attempt timeout), tries the next one
-// after a short backoff, until the request's context ends. Every write
+// after a short backoff, until the request's context ends. A member at
+// capacity refuses a request at once with 503 (or a proxy with 429) and
+// says how long to wait (Retry-After): the Client then waits that long,
+// and up to half as long again at random, so that the clients refused
+// together do not all come back together. Every write
 // carries a request id (a random 128-bit client id and a counter) in the
 // Idempotency-Key header, the same for all tries of one call, so a write
 // that reached the group before its member failed is applied once and its
@@ -35,6 +39,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/cenkalti/backoff/v5"
 
 	"github.com/convoy-gcs/convoy/examples/paxos/wire"
 )
@@ -112,7 +118,8 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
 
 // WithBackoff sets the pause before a retry: it starts at min and
-// doubles up to max, with jitter (default 5ms to 200ms).
+// doubles up to max, with jitter (default 5ms to 200ms). A member's
+// Retry-After overrides it.
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *Client) { c.minBackoff, c.maxBackoff = min, max }
 }
@@ -284,49 +291,74 @@ type response struct {
 }
 
 // retryable marks a try whose failure another member (or a later try)
-// may not share.
-type retryable struct{ err error }
+// may not share; after is the pause the member asked for (its
+// Retry-After), if any.
+type retryable struct {
+	err   error
+	after time.Duration
+}
 
 func (r *retryable) Error() string { return r.err.Error() }
 func (r *retryable) Unwrap() error { return r.err }
 
 // do sends req to the members, from the current one on, until one gives
-// an answer no retry changes or ctx ends. A 2xx answer's JSON body is
-// decoded into out.
+// an answer no retry changes or ctx ends: after a failure another try
+// may not share, it moves on to the next member and pauses, as the
+// member asked (Retry-After) or else by exponential backoff, with jitter
+// either way.
 func (c *Client) do(ctx context.Context, req request) (response, error) {
 	if len(c.members) == 0 {
 		return response{}, fmt.Errorf("%w: no member URLs", ErrUnavailable)
 	}
-	backoff := c.minBackoff
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     c.minBackoff,
+		RandomizationFactor: 0.5,
+		Multiplier:          2,
+		MaxInterval:         c.maxBackoff,
+	}
 	// last is the last member's answer, for the error once ctx ends: a try
-	// that the context's end cut short says nothing new.
+	// that the context's end cut short says nothing new. final says the
+	// answer is one no retry changes.
 	var last error
-	for {
+	final := false
+	r, err := backoff.Retry(ctx, func() (response, error) {
 		i := c.cur.Load()
 		r, err := c.once(ctx, c.members[i%uint64(len(c.members))], req)
 		var retry *retryable
 		if !errors.As(err, &retry) {
-			return r, err
+			final = true
+			return r, backoff.Permanent(err)
 		}
-		if ctx.Err() != nil {
-			if last == nil {
-				last = retry.err
-			}
-			return r, fmt.Errorf("%w: %w (last: %v)", ErrUnavailable, ctx.Err(), last)
+		if ctx.Err() == nil || last == nil {
+			last = retry.err
 		}
-		last = retry.err
 		// Move on from this member (unless another call did already).
 		c.cur.CompareAndSwap(i, i+1)
-		pause := backoff/2 + rand.N(backoff/2+1)
-		backoff = min(2*backoff, c.maxBackoff)
-		t := time.NewTimer(pause)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return r, fmt.Errorf("%w: %w (last: %v)", ErrUnavailable, ctx.Err(), last)
+		if d := retry.after; d > 0 {
+			return r, &backoff.RetryAfterError{Duration: d + rand.N(d/2+1)}
 		}
+		return r, err
+	}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0))
+	if err == nil || final {
+		return r, err
 	}
+	return r, fmt.Errorf("%w: %w (last: %v)", ErrUnavailable, ctx.Err(), last)
+}
+
+// retryAfter returns the pause a Retry-After header asks for: a number
+// of seconds or a date (0: none, or one that cannot be read).
+func retryAfter(h http.Header) time.Duration {
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
 }
 
 // once sends req to member m, over its stream with WithStreams. Failures
@@ -407,8 +439,8 @@ func (c *Client) streamOnce(ctx context.Context, m *member, req request) (respon
 		return r, nil
 	case code == http.StatusNotFound:
 		return r, ErrNotFound
-	case code == http.StatusServiceUnavailable:
-		return r, &retryable{&Error{StatusCode: code, Message: string(a.Body)}}
+	case code == http.StatusServiceUnavailable, code == http.StatusTooManyRequests:
+		return r, &retryable{err: &Error{StatusCode: code, Message: string(a.Body)}, after: a.RetryAfter}
 	default:
 		return r, &Error{StatusCode: code, Message: string(a.Body)}
 	}
@@ -446,12 +478,12 @@ func (c *Client) httpOnce(ctx context.Context, base string, req httpRequest, out
 	c.authorize(hreq.Header)
 	resp, err := c.hc.Do(hreq)
 	if err != nil {
-		return response{}, &retryable{fmt.Errorf("client: %s %s: %w", req.method, base, err)}
+		return response{}, &retryable{err: fmt.Errorf("client: %s %s: %w", req.method, base, err)}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return response{}, &retryable{fmt.Errorf("client: %s %s: reading the answer: %w", req.method, base, err)}
+		return response{}, &retryable{err: fmt.Errorf("client: %s %s: reading the answer: %w", req.method, base, err)}
 	}
 	var r response
 	if h := resp.Header.Get("X-Convoy-Index"); h != "" {
@@ -472,8 +504,8 @@ func (c *Client) httpOnce(ctx context.Context, base string, req httpRequest, out
 	case code == http.StatusNotFound && resp.Header.Get("X-Convoy-Index") != "":
 		// A key's absence (other 404s, for unknown paths, carry no index).
 		return r, ErrNotFound
-	case code == http.StatusServiceUnavailable, code == http.StatusBadGateway, code == http.StatusGatewayTimeout:
-		return r, &retryable{&Error{StatusCode: code, Message: message(b)}}
+	case code == http.StatusServiceUnavailable, code == http.StatusTooManyRequests, code == http.StatusBadGateway, code == http.StatusGatewayTimeout:
+		return r, &retryable{err: &Error{StatusCode: code, Message: message(b)}, after: retryAfter(resp.Header)}
 	default:
 		return r, &Error{StatusCode: code, Message: message(b)}
 	}

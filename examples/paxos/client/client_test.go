@@ -205,6 +205,77 @@ func TestUnavailable(t *testing.T) {
 	}
 }
 
+// TestRetryAfter: a member at capacity (503 or 429 with Retry-After, in
+// seconds or as a date) is tried again no sooner than it asks, and no
+// later than half as long again; with no Retry-After, the backoff is
+// short. A pause the context ends first ends the call with the last
+// answer.
+// (On the test's clock: the pauses are exact.)
+func TestRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		code       int
+		retryAfter func() string
+		min, max   time.Duration
+	}{
+		{"503 in seconds", 503, func() string { return "2" }, 2 * time.Second, 3 * time.Second},
+		{"429 in seconds", 429, func() string { return "1" }, time.Second, 1500 * time.Millisecond},
+		{"503 as a date", 503, func() string { return time.Now().Add(4 * time.Second).UTC().Format(http.TimeFormat) }, 3 * time.Second, 6 * time.Second},
+		{"503 without", 503, func() string { return "" }, 0, 5 * time.Millisecond},
+		{"503 unreadable", 503, func() string { return "soon" }, 0, 5 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var f fakes
+				var tries atomic.Int32
+				var refusedAt time.Time
+				h := func(w http.ResponseWriter, r *http.Request) {
+					if tries.Add(1) == 1 {
+						refusedAt = time.Now()
+						if v := tc.retryAfter(); v != "" {
+							w.Header().Set("Retry-After", v)
+						}
+						answer(tc.code, `{"error":"paxos: member at capacity"}`, "")(w, r)
+						return
+					}
+					answer(200, `{"index":3}`, "3")(w, r)
+				}
+				cl := New([]string{"http://a"}, WithHTTPClient(&http.Client{Transport: inProcess{"a": f.handler("a", h)}}),
+					WithBackoff(time.Millisecond, 5*time.Millisecond))
+				if _, err := cl.Put(ctx(t), "k", []byte("v")); err != nil {
+					t.Fatal(err)
+				}
+				if d := time.Since(refusedAt); d < tc.min || d > tc.max {
+					t.Errorf("retried after %v, want %v to %v", d, tc.min, tc.max)
+				}
+			})
+		})
+	}
+	t.Run("the context ends first", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var f fakes
+			h := func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Retry-After", "5")
+				answer(503, `{"error":"paxos: member at capacity"}`, "")(w, r)
+			}
+			cl := New([]string{"http://a"}, WithHTTPClient(&http.Client{Transport: inProcess{"a": f.handler("a", h)}}))
+			c, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			start := time.Now()
+			_, err := cl.Put(c, "k", []byte("v"))
+			if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "at capacity") {
+				t.Fatalf("err %v, want ErrUnavailable with the deadline and the last answer", err)
+			}
+			if d := time.Since(start); d != time.Second {
+				t.Errorf("the call ended after %v, want its context's second", d)
+			}
+			if n := len(f.seen()); n != 1 {
+				t.Errorf("%d requests, want 1", n)
+			}
+		})
+	})
+}
+
 // TestAnswers: how each answer maps to a result, and which are final.
 func TestAnswers(t *testing.T) {
 	for _, tc := range []struct {

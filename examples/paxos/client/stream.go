@@ -104,7 +104,7 @@ func (c *Client) dialStream(ctx context.Context, base string) (*streamConn, erro
 	}
 	conn, err := dial(ctx, "tcp", host)
 	if err != nil {
-		return nil, &retryable{fmt.Errorf("client: stream to %s: %w", base, err)}
+		return nil, &retryable{err: fmt.Errorf("client: stream to %s: %w", base, err)}
 	}
 	if u.Scheme == "https" {
 		cfg := &tls.Config{}
@@ -119,7 +119,7 @@ func (c *Client) dialStream(ctx context.Context, base string) (*streamConn, erro
 		tc := tls.Client(conn, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			conn.Close()
-			return nil, &retryable{fmt.Errorf("client: stream to %s: %w", base, err)}
+			return nil, &retryable{err: fmt.Errorf("client: stream to %s: %w", base, err)}
 		}
 		conn = tc
 	}
@@ -150,12 +150,12 @@ func (c *Client) upgrade(ctx context.Context, conn net.Conn, base string) (*bufi
 	req.Header.Set("Upgrade", wire.Protocol)
 	c.authorize(req.Header)
 	if err := req.Write(conn); err != nil {
-		return nil, &retryable{fmt.Errorf("client: stream to %s: %w", base, err)}
+		return nil, &retryable{err: fmt.Errorf("client: stream to %s: %w", base, err)}
 	}
 	br := bufio.NewReaderSize(conn, 64<<10)
 	resp, err := http.ReadResponse(br, req)
 	if err != nil {
-		return nil, &retryable{fmt.Errorf("client: stream to %s: %w", base, err)}
+		return nil, &retryable{err: fmt.Errorf("client: stream to %s: %w", base, err)}
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols && resp.Header.Get("Upgrade") == wire.Protocol {
 		return br, nil
@@ -166,8 +166,8 @@ func (c *Client) upgrade(ctx context.Context, conn net.Conn, base string) (*bufi
 	switch resp.StatusCode {
 	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusUpgradeRequired, http.StatusNotImplemented:
 		return nil, errNoStream
-	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
-		return nil, &retryable{&Error{StatusCode: resp.StatusCode, Message: message(body[:n])}}
+	case http.StatusServiceUnavailable, http.StatusTooManyRequests, http.StatusBadGateway, http.StatusGatewayTimeout:
+		return nil, &retryable{err: &Error{StatusCode: resp.StatusCode, Message: message(body[:n])}, after: retryAfter(resp.Header)}
 	}
 	return nil, &Error{StatusCode: resp.StatusCode, Message: message(body[:n])}
 }
@@ -241,9 +241,9 @@ func (s *streamConn) call(ctx context.Context, req *wire.Request) (wire.Response
 			// member (or the path to it) is stuck. Closing the stream
 			// ends the requests it holds there, and the next call dials
 			// again.
-			s.close(&retryable{errors.New("client: stream answered nothing")})
+			s.close(&retryable{err: errors.New("client: stream answered nothing")})
 		}
-		return wire.Response{}, &retryable{ctx.Err()}
+		return wire.Response{}, &retryable{err: ctx.Err()}
 	}
 }
 
@@ -267,7 +267,7 @@ func (s *streamConn) read(br *bufio.Reader) {
 			r, err = wire.DecodeResponse(frame)
 		}
 		if err != nil {
-			s.close(&retryable{fmt.Errorf("client: stream broke: %w", err)})
+			s.close(&retryable{err: fmt.Errorf("client: stream broke: %w", err)})
 			return
 		}
 		s.answers.Add(1)
@@ -301,7 +301,7 @@ func (s *streamConn) write() {
 			continue
 		}
 		if _, err := s.conn.Write(out); err != nil {
-			s.close(&retryable{fmt.Errorf("client: stream broke: %w", err)})
+			s.close(&retryable{err: fmt.Errorf("client: stream broke: %w", err)})
 			return
 		}
 		if cap(out) <= 1<<20 {

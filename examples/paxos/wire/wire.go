@@ -11,9 +11,9 @@
 // Every frame is a 4-byte big-endian length of the rest, then the rest:
 //
 //	request:  tag u64 | op u8 | flags u8 | key (u16 length) | id (u16 length) | value (u32 length) | old (u32 length, if flags has FlagOld)
-//	response: tag u64 | status u16 | flags u8 | index u64 | body (u32 length)
+//	response: tag u64 | status u16 | flags u8 | index u64 | body (u32 length) | retry-after u32 (if flags has FlagRetryAfter)
 //
-// Integers are big-endian. Decoding checks every length against the
+// Integers are big-endian; retry-after is in milliseconds. Decoding checks every length against the
 // bytes left and against MaxKeyBytes and MaxIDBytes, and refuses trailing
 // bytes.
 package wire
@@ -24,6 +24,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"time"
 )
 
 // Protocol is the Upgrade token of a stream, and StreamPath the path of
@@ -59,11 +61,17 @@ const (
 )
 
 // FlagOld, in a CAS request's flags, says Old is present; FlagOK, in a
-// response's, says a CAS took effect.
+// response's, says a CAS took effect; FlagRetryAfter, in a response's,
+// says a retry-after field follows the body.
 const (
-	FlagOld = 1 << 0
-	FlagOK  = 1 << 0
+	FlagOld        = 1 << 0
+	FlagOK         = 1 << 0
+	FlagRetryAfter = 1 << 1
 )
+
+// MaxRetryAfter is the longest RetryAfter a response carries: longer
+// ones are cut to it.
+const MaxRetryAfter = time.Duration(math.MaxUint32) * time.Millisecond
 
 func (o Op) String() string {
 	switch o {
@@ -100,7 +108,8 @@ type Request struct {
 type Response struct {
 	Tag uint64
 	// Status is the HTTP API's status code for the same answer: 200, 404
-	// for a missing key, 400, 413, 500, 503 (another member may serve).
+	// for a missing key, 400, 413, 500, 503 (another member may serve,
+	// or this one later).
 	Status uint16
 	// OK says a CAS took effect.
 	OK bool
@@ -109,6 +118,11 @@ type Response struct {
 	Index uint64
 	// Body is a read's value (status 200), or an error's message.
 	Body []byte
+	// RetryAfter, on a 503 that refused the request because the member
+	// is at capacity, is how long the client should wait before it tries
+	// again: the HTTP API's Retry-After header (0: none). It travels in
+	// whole milliseconds, at most MaxRetryAfter.
+	RetryAfter time.Duration
 }
 
 // Errors of decoding.
@@ -124,6 +138,8 @@ var (
 const (
 	requestFixed  = 8 + 1 + 1 + 2 + 2 + 4
 	responseFixed = 8 + 2 + 1 + 8 + 4
+	// retryAfterBytes is the size of a response's retry-after field.
+	retryAfterBytes = 4
 )
 
 // RequestBytes is the size of r's frame, its length prefix included.
@@ -197,19 +213,37 @@ func DecodeRequest(frame []byte) (Request, error) {
 	return r, d.err
 }
 
-// AppendResponse appends r's frame to b.
+// ResponseBytes is the size of r's frame, its length prefix included.
+func ResponseBytes(r *Response) int {
+	n := 4 + responseFixed + len(r.Body)
+	if r.RetryAfter > 0 {
+		n += retryAfterBytes
+	}
+	return n
+}
+
+// AppendResponse appends r's frame to b. A RetryAfter is rounded up to a
+// whole millisecond.
 func AppendResponse(b []byte, r *Response) []byte {
 	var flags uint8
 	if r.OK {
 		flags |= FlagOK
 	}
-	b = binary.BigEndian.AppendUint32(b, uint32(responseFixed+len(r.Body)))
+	if r.RetryAfter > 0 {
+		flags |= FlagRetryAfter
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(ResponseBytes(r)-4))
 	b = binary.BigEndian.AppendUint64(b, r.Tag)
 	b = binary.BigEndian.AppendUint16(b, r.Status)
 	b = append(b, flags)
 	b = binary.BigEndian.AppendUint64(b, r.Index)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(r.Body)))
-	return append(b, r.Body...)
+	b = append(b, r.Body...)
+	if r.RetryAfter > 0 {
+		ms := (min(r.RetryAfter, MaxRetryAfter) + time.Millisecond - 1) / time.Millisecond
+		b = binary.BigEndian.AppendUint32(b, uint32(ms))
+	}
+	return b
 }
 
 // DecodeResponse decodes a response frame without its length prefix. The
@@ -223,9 +257,12 @@ func DecodeResponse(frame []byte) (Response, error) {
 	r.OK = flags&FlagOK != 0
 	r.Index = d.u64()
 	r.Body = d.bytes(int(d.u32()), -1, "body")
+	if flags&FlagRetryAfter != 0 {
+		r.RetryAfter = time.Duration(d.u32()) * time.Millisecond
+	}
 	switch {
 	case d.err != nil:
-	case flags&^FlagOK != 0:
+	case flags&^(FlagOK|FlagRetryAfter) != 0:
 		d.err = fmt.Errorf("%w: unknown flags %#x", ErrMalformed, flags)
 	case len(d.b) > 0:
 		d.err = fmt.Errorf("%w: %d bytes after the response", ErrMalformed, len(d.b))

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRequestRoundTrip(t *testing.T) {
@@ -52,8 +53,12 @@ func TestResponseRoundTrip(t *testing.T) {
 		{Tag: 2, Status: 200, OK: true, Index: 8, Body: []byte{}},
 		{Tag: 3, Status: 503, Body: []byte("not serving")},
 		{Tag: 4, Status: 404, Index: 9, Body: []byte{}},
+		{Tag: 5, Status: 503, Body: []byte("at capacity"), RetryAfter: 1500 * time.Millisecond},
 	} {
 		b := AppendResponse(nil, &r)
+		if len(b) != ResponseBytes(&r) {
+			t.Errorf("%+v: frame of %d bytes, ResponseBytes says %d", r, len(b), ResponseBytes(&r))
+		}
 		frame, _, err := ReadFrame(bufio.NewReader(bytes.NewReader(b)), 1<<20, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -112,7 +117,8 @@ func TestDecodeResponseErrors(t *testing.T) {
 		{"empty", nil},
 		{"truncated", good[:len(good)-1]},
 		{"trailing", append(bytes.Clone(good), 0)},
-		{"flags unknown", func() []byte { b := bytes.Clone(good); b[10] = 2; return b }()},
+		{"flags unknown", func() []byte { b := bytes.Clone(good); b[10] = 4; return b }()},
+		{"retry-after missing", func() []byte { b := bytes.Clone(good); b[10] = FlagRetryAfter; return b }()},
 	} {
 		if _, err := DecodeResponse(tc.frame); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: err = %v, want ErrMalformed", tc.name, err)

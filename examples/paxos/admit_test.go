@@ -1,0 +1,291 @@
+package paxos
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/convoy-gcs/convoy"
+	"github.com/convoy-gcs/convoy/examples/paxos/client"
+	"github.com/convoy-gcs/convoy/examples/paxos/wire"
+)
+
+// testMeters returns a meter provider for a node and a function that
+// reads the sum of one of its instruments, over the points whose
+// attributes include the given ones (pairs of key and value).
+func testMeters(t *testing.T) (*sdkmetric.MeterProvider, func(name string, attrs ...string) int64) {
+	t.Helper()
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	return mp, func(name string, attrs ...string) int64 {
+		t.Helper()
+		var rm metricdata.ResourceMetrics
+		if err := r.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		var total int64
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name != name {
+					continue
+				}
+				sum, ok := m.Data.(metricdata.Sum[int64])
+				if !ok {
+					t.Fatalf("%s: %T, want an int64 sum", name, m.Data)
+				}
+			points:
+				for _, p := range sum.DataPoints {
+					for i := 0; i+1 < len(attrs); i += 2 {
+						if v, ok := p.Attributes.Value(attribute.Key(attrs[i])); !ok || v.AsString() != attrs[i+1] {
+							continue points
+						}
+					}
+					total += p.Value
+				}
+			}
+		}
+		return total
+	}
+}
+
+// TestAdmissionDefaults: the bounds' defaults follow the group's window,
+// and a MaxRequestBytes that the largest request would not fit in is
+// refused.
+func TestAdmissionDefaults(t *testing.T) {
+	o, err := Options{}.withDefaults(convoy.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.MaxRequests != DefaultMaxRequests || o.MaxRequestBytes != convoy.DefaultWindowBytes || o.MaxStreams != DefaultMaxStreams || o.RetryAfter != DefaultRetryAfter {
+		t.Errorf("defaults %+v", o)
+	}
+	o, err = Options{}.withDefaults(convoy.Config{WindowMessages: 100, WindowBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.MaxRequests != 100 || o.MaxRequestBytes != o.largestCharge() || o.largestCharge() <= 1<<20 {
+		t.Errorf("with a window of 100 messages and 1 MiB: MaxRequests %d, MaxRequestBytes %d (largest request %d)", o.MaxRequests, o.MaxRequestBytes, o.largestCharge())
+	}
+	small := Options{MaxValueBytes: 64}
+	if _, err := (Options{MaxValueBytes: 64, MaxRequestBytes: small.largestCharge() - 1}).withDefaults(convoy.Config{}); err == nil || !strings.Contains(err.Error(), "MaxRequestBytes") {
+		t.Errorf("MaxRequestBytes below the largest request: %v", err)
+	}
+	for _, bad := range []Options{{MaxRequests: -1}, {MaxRequestBytes: -1}, {MaxStreams: -1}, {RetryAfter: -time.Second}} {
+		if _, err := bad.withDefaults(convoy.Config{}); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+}
+
+// heldRequest sends r to n in the background once f holds commands, and
+// returns its answer's channel once r holds its place (its command, or
+// its read's barrier, is held).
+func heldRequest(t *testing.T, n *Node, f *fakeGroup, r req) <-chan *httptest.ResponseRecorder {
+	t.Helper()
+	f.set(func(f *fakeGroup) { f.hold = true })
+	out := make(chan *httptest.ResponseRecorder, 1)
+	go func() { out <- r.do(t, n.Handler()) }()
+	waitFor(t, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.held) > 0 || len(f.heldSyncs) > 0
+	})
+	return out
+}
+
+// TestAdmissionHTTP: beyond MaxRequests, every KV request is refused at
+// once with 503 and Retry-After, and counted; the status is not; a place
+// is free again once its request is answered.
+func TestAdmissionHTTP(t *testing.T) {
+	mp, read := testMeters(t)
+	n, f := newTestNode(t, Options{MaxRequests: 1, RetryAfter: 1500 * time.Millisecond, MeterProvider: mp})
+	put := req{method: "PUT", path: "/kv/a", body: "x", header: map[string]string{IdempotencyHeader: "p1"}}
+	done := heldRequest(t, n, f, put)
+	if got := read("convoy.kv.admitted.requests"); got != 1 {
+		t.Errorf("admitted requests %d, want 1", got)
+	}
+	for _, r := range []req{
+		{method: "PUT", path: "/kv/b", body: "y"},
+		{method: "GET", path: "/kv/a"},
+		{method: "GET", path: "/kv/a?stale=true"},
+		{method: "DELETE", path: "/kv/a"},
+		{method: "POST", path: "/kv/a/cas", body: `{"old":null,"new":"z"}`},
+	} {
+		r.code, r.want = 503, "~at capacity"
+		w := r.do(t, n.Handler())
+		r.check(t, w)
+		if got := w.Header().Get("Retry-After"); got != "2" {
+			t.Errorf("%s %s: Retry-After %q, want 2 (1.5s, rounded up)", r.method, r.path, got)
+		}
+	}
+	if got := read("convoy.kv.refused.requests", "api", "http", "reason", "capacity"); got != 5 {
+		t.Errorf("refused requests %d, want 5", got)
+	}
+	(req{method: "GET", path: "/status", code: 200, want: "~\"serving\":true"}).check(t, (req{method: "GET", path: "/status"}).do(t, n.Handler()))
+	// A body too large is refused for that first.
+	(req{method: "PUT", path: "/kv/b", body: strings.Repeat("v", DefaultMaxValueBytes+1), code: 413, want: "~limit"}).check(t,
+		(req{method: "PUT", path: "/kv/b", body: strings.Repeat("v", DefaultMaxValueBytes+1)}).do(t, n.Handler()))
+
+	f.release()
+	r := put
+	r.code, r.want, r.index = 200, `{"index":1}`+"\n", "1"
+	r.check(t, <-done)
+	f.set(func(f *fakeGroup) { f.hold = false })
+	r = req{method: "PUT", path: "/kv/b", body: "y", code: 200, want: `{"index":2}` + "\n", index: "2"}
+	r.check(t, r.do(t, n.Handler()))
+	if got := read("convoy.kv.admitted.requests"); got != 0 {
+		t.Errorf("admitted requests %d after the answers, want 0", got)
+	}
+}
+
+// TestAdmissionBytes: requests are admitted by the bytes they hold too:
+// a cas whose body's length is not declared counts its limit, four
+// times, and leaves no room for another request holding bytes.
+func TestAdmissionBytes(t *testing.T) {
+	o := Options{MaxValueBytes: 64}
+	o.MaxRequestBytes = o.largestCharge()
+	n, f := newTestNode(t, o)
+	f.set(func(f *fakeGroup) { f.hold = true })
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		hr := httptest.NewRequest("POST", "/kv/a/cas", strings.NewReader(`{"old":null,"new":"z"}`))
+		hr.ContentLength = -1 // sent in chunks: its length is not known
+		w := httptest.NewRecorder()
+		n.Handler().ServeHTTP(w, hr)
+		done <- w
+	}()
+	waitFor(t, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.held) > 0
+	})
+	if reqs, bytes := n.admit.load(); reqs != 1 || bytes != 4*n.opts.casBodyLimit() {
+		t.Errorf("admitted %d requests, %d bytes; want 1, %d", reqs, bytes, 4*n.opts.casBodyLimit())
+	}
+	r := req{method: "PUT", path: "/kv/b", body: "y", code: 503, want: "~at capacity"}
+	r.check(t, r.do(t, n.Handler()))
+	// A read holds no bytes of its own: it is admitted.
+	f.set(func(f *fakeGroup) { f.hold = false })
+	r = req{method: "GET", path: "/kv/b", code: 404, want: "~not found", index: "0"}
+	r.check(t, r.do(t, n.Handler()))
+	f.release()
+	if w := <-done; w.Code != 200 {
+		t.Fatalf("cas: %d %s", w.Code, w.Body)
+	}
+	if reqs, bytes := n.admit.load(); reqs != 0 || bytes != 0 {
+		t.Errorf("admitted %d requests, %d bytes after the answers; want none", reqs, bytes)
+	}
+}
+
+// TestAdmissionStream: a stream's request beyond the member's capacity
+// gets 503 with the RetryAfter, its frame unread, and the stream goes
+// on; an upgrade beyond MaxStreams gets 503 with Retry-After.
+func TestAdmissionStream(t *testing.T) {
+	mp, read := testMeters(t)
+	n, f := newTestNode(t, Options{MaxRequests: 1, MaxStreams: 1, RetryAfter: 1500 * time.Millisecond, MeterProvider: mp})
+	srv := httptest.NewServer(n.Handler())
+	t.Cleanup(srv.Close)
+	conn, br := rawStream(t, srv)
+	f.set(func(f *fakeGroup) { f.hold = true })
+	write := func(r wire.Request) {
+		t.Helper()
+		if _, err := conn.Write(wire.AppendRequest(nil, &r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(wire.Request{Tag: 1, Op: wire.OpPut, Key: "a", ID: "p1", Value: []byte("x")})
+	waitFor(t, func() bool {
+		reqs, _ := n.admit.load()
+		return reqs == 1
+	})
+	write(wire.Request{Tag: 2, Op: wire.OpPut, Key: "b", Value: []byte("y")})
+	write(wire.Request{Tag: 3, Op: wire.OpGet, Key: "a"})
+	for _, tag := range []uint64{2, 3} {
+		r := readResponse(t, br)
+		if r.Tag != tag || r.Status != http.StatusServiceUnavailable || r.RetryAfter != 1500*time.Millisecond || !strings.Contains(string(r.Body), "at capacity") {
+			t.Errorf("answer %+v (%s), want tag %d refused with 503 and RetryAfter 1.5s", r, r.Body, tag)
+		}
+	}
+	if got := read("convoy.kv.refused.requests", "api", "stream", "reason", "capacity"); got != 2 {
+		t.Errorf("refused stream requests %d, want 2", got)
+	}
+
+	resp, err := srv.Client().Do(func() *http.Request {
+		r, _ := http.NewRequest("GET", srv.URL+wire.StreamPath, nil)
+		r.Header.Set("Connection", "Upgrade")
+		r.Header.Set("Upgrade", wire.Protocol)
+		return r
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "2" {
+		t.Errorf("a second stream: %s, Retry-After %q; want 503 and 2", resp.Status, resp.Header.Get("Retry-After"))
+	}
+	if got := read("convoy.kv.refused.requests", "api", "stream", "reason", "streams"); got != 1 {
+		t.Errorf("refused streams %d, want 1", got)
+	}
+	if got := read("convoy.kv.streams"); got != 1 {
+		t.Errorf("streams %d, want 1", got)
+	}
+
+	f.release()
+	if r := readResponse(t, br); r.Tag != 1 || r.Status != http.StatusOK {
+		t.Errorf("answer %+v, want tag 1 applied", r)
+	}
+}
+
+// TestClientRetriesRefusals: a client refused for capacity, over HTTP or
+// a stream, waits the member's Retry-After and tries again, until the
+// member has room, or its context ends.
+func TestClientRetriesRefusals(t *testing.T) {
+	for _, streams := range []bool{false, true} {
+		t.Run(map[bool]string{false: "http", true: "stream"}[streams], func(t *testing.T) {
+			mp, read := testMeters(t)
+			n, f := newTestNode(t, Options{MaxRequests: 1, RetryAfter: 50 * time.Millisecond, MeterProvider: mp})
+			srv := httptest.NewServer(n.Handler())
+			t.Cleanup(srv.Close)
+			done := heldRequest(t, n, f, req{method: "PUT", path: "/kv/a", body: "x", header: map[string]string{IdempotencyHeader: "p1"}})
+			opts := []client.Option{client.WithHTTPClient(&http.Client{Transport: &http.Transport{}})}
+			if streams {
+				opts = append(opts, client.WithStreams())
+			}
+			c := client.New([]string{srv.URL}, opts...)
+			t.Cleanup(func() { c.Close() })
+
+			// While the place is taken, until the context ends.
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			_, err := c.Put(ctx, "b", []byte("y"))
+			if !strings.Contains(err.Error(), "at capacity") || !strings.Contains(err.Error(), "deadline exceeded") {
+				t.Fatalf("Put while the member is at capacity: %v, want the context's end and the last answer", err)
+			}
+			// Over HTTP, Retry-After is in seconds: one retry at most.
+			if got := read("convoy.kv.refused.requests"); got < 1 || (streams && got < 2) {
+				t.Errorf("%d refusals in 300 ms, want at least %d", got, map[bool]int{false: 1, true: 2}[streams])
+			}
+
+			// Room comes while the call waits.
+			go func() {
+				time.Sleep(100 * time.Millisecond)
+				f.release()
+				f.set(func(f *fakeGroup) { f.hold = false })
+			}()
+			if _, err := c.Put(testContext(t), "b", []byte("y")); err != nil {
+				t.Fatalf("Put once the member has room: %v", err)
+			}
+			if w := <-done; w.Code != 200 {
+				t.Fatalf("the held put: %d %s", w.Code, w.Body)
+			}
+		})
+	}
+}
