@@ -63,6 +63,17 @@ var (
 	errBadRequest = errors.New("bad request")
 )
 
+// group is what a Node needs of its group: *convoy.Group, or a
+// stand-in in tests.
+type group interface {
+	Publish(ctx context.Context, topic string, payload []byte, opts ...convoy.SendOption) (convoy.Receipt, error)
+	Subscribe(ctx context.Context, topic string, h convoy.Handler, opts ...convoy.TopicOption) error
+	Unsubscribe(ctx context.Context, topic string) error
+	Topics() []convoy.TopicInfo
+	View() (convoy.View, bool)
+	Close() error
+}
+
 // Node is one member of the service: its group, the messages it keeps
 // of its topics, and the HTTP API (Handler). Its methods are safe for
 // concurrent use.
@@ -70,7 +81,8 @@ type Node struct {
 	self convoy.NodeID
 	opts Options
 	log  *slog.Logger
-	g    *convoy.Group
+	g    group
+	cg   *convoy.Group // g, outside tests
 
 	mu struct {
 		sync.Mutex
@@ -101,15 +113,23 @@ func Open(ctx context.Context, cfg convoy.Config, opts Options) (*Node, error) {
 	if opts.MaxMessageBytes > limit {
 		return nil, fmt.Errorf("pubsub: MaxMessageBytes %d exceeds the group's %d", opts.MaxMessageBytes, limit)
 	}
-	n := &Node{self: cfg.Self, opts: opts, log: opts.Logger.With("member", cfg.Self), done: make(chan struct{})}
-	n.mu.topics = make(map[string]*topicLog)
+	n := newNode(cfg.Self, opts)
 	g, err := convoy.Open(ctx, cfg, n.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("pubsub: open the group: %w", err)
 	}
-	n.g = g
+	n.g, n.cg = g, g
 	return n, nil
 }
+
+func newNode(self convoy.NodeID, opts Options) *Node {
+	n := &Node{self: self, opts: opts, log: opts.Logger.With("member", self), done: make(chan struct{})}
+	n.mu.topics = make(map[string]*topicLog)
+	return n
+}
+
+// Group returns the member's group.
+func (n *Node) Group() *convoy.Group { return n.cg }
 
 // Close leaves the service: event streams end, and the group closes.
 func (n *Node) Close() error {
