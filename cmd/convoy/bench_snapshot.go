@@ -128,7 +128,7 @@ func runBenchSnapshot(ctx context.Context, args []string, c *cli) error {
 	state := fs.String("state", "256MiB", "state size (bytes, or with a KiB, MiB or GiB suffix)")
 	fs.StringVar(&b.dir, "dir", "", "directory for the members' durable logs (default: a temporary one, removed at the end)")
 	fs.DurationVar(&b.heartbeat, "heartbeat", 50*time.Millisecond, "failure detector heartbeat interval")
-	fs.DurationVar(&b.timeout, "timeout", time.Minute, "failure detector suspect timeout (a joiner's loop stops while it restores)")
+	fs.DurationVar(&b.timeout, "timeout", time.Minute, "failure detector suspect timeout (long: members write gigabytes on a machine other work shares)")
 	fs.DurationVar(&b.runTimeout, "timeout-run", 30*time.Minute, "give up on a run that has not finished this long after it started")
 	fs.BoolVar(&b.json, "json", false, "print one JSON object instead of a table")
 	fs.BoolVar(&b.verbose, "v", false, "log debug messages to stderr (the processes' too)")

@@ -382,10 +382,7 @@ func TestDurableSnapshotHoldsDeliveries(t *testing.T) {
 	c.waitCount(nodes[0], nodes[0].delivered()+100)
 	close(stop)
 	wg.Wait()
-	c.waitDelivered(nodes, nodes...)
-	c.waitSameIndex(nodes...)
-	c.check()
-	sameState(t, nodes...)
+	c.converged(t, nodes...)
 }
 
 // failingState fails its snapshots once *fail is set.
@@ -512,10 +509,7 @@ func TestDurableSnapshotCheckpoint(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	c.waitDelivered(nodes, nodes...)
-	c.waitSameIndex(nodes...)
-	c.check()
-	sameState(t, nodes...)
+	c.converged(t, nodes...)
 }
 
 // TestViewsDonorCheckpoint: donors whose state machine is a Checkpointer

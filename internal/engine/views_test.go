@@ -676,10 +676,7 @@ func TestViewsCrashUnderLoad(t *testing.T) {
 	c.waitCount(nodes[0], base+200)
 	close(stop)
 	wg.Wait()
-	c.waitDelivered(survivors, survivors...)
-	c.waitSameIndex(survivors...)
-	c.check()
-	sameState(t, survivors...)
+	c.converged(t, survivors...)
 }
 
 // TestViewsJoinWithStateTransfer: a member joins a loaded group; it gets
@@ -704,6 +701,17 @@ func TestViewsJoinWithStateTransfer(t *testing.T) {
 	c.waitSameIndex(all...)
 	c.check()
 	sameState(t, all...)
+}
+
+// converged waits until nodes have delivered what every one of them
+// sent and stand at the same index in a view, then checks the cluster's
+// properties (check) and that the nodes' states are the same.
+func (c *vsCluster) converged(t testing.TB, nodes ...*vsNode) {
+	t.Helper()
+	c.waitDelivered(nodes, nodes...)
+	c.waitSameIndex(nodes...)
+	c.check()
+	sameState(t, nodes...)
 }
 
 // waitSameIndex waits until every node takes part in a view and has
@@ -853,10 +861,7 @@ func TestViewsTwoCrashes(t *testing.T) {
 	c.waitCount(nodes[0], len(nodes[0].payloads())+200)
 	close(stop)
 	wg.Wait()
-	c.waitDelivered(survivors, survivors...)
-	c.waitSameIndex(survivors...)
-	c.check()
-	sameState(t, survivors...)
+	c.converged(t, survivors...)
 	if err := <-synced; err != nil {
 		t.Error(err)
 	}
@@ -893,10 +898,7 @@ func TestViewsLeaderCrashesMidChange(t *testing.T) {
 	c.waitCount(nodes[1], len(nodes[1].payloads())+200)
 	close(stop)
 	wg.Wait()
-	c.waitDelivered(survivors, survivors...)
-	c.waitSameIndex(survivors...)
-	c.check()
-	sameState(t, survivors...)
+	c.converged(t, survivors...)
 }
 
 // TestViewsBrokenLink: one link breaks; the suspicion it raises is
@@ -913,10 +915,7 @@ func TestViewsBrokenLink(t *testing.T) {
 	c.waitCount(nodes[0], len(nodes[0].payloads())+200)
 	close(stop)
 	wg.Wait()
-	c.waitDelivered(nodes, nodes...)
-	c.waitSameIndex(nodes...)
-	c.check()
-	sameState(t, nodes...)
+	c.converged(t, nodes...)
 }
 
 // TestViewsMinorityPartition: a partition cuts two of five members off
@@ -1080,10 +1079,7 @@ func TestViewsSplitWithoutMajorityHeals(t *testing.T) {
 	c.waitCount(nodes[0], len(nodes[0].payloads())+100)
 	close(stop)
 	wg.Wait()
-	c.waitDelivered(nodes, nodes...)
-	c.waitSameIndex(nodes...)
-	c.check()
-	sameState(t, nodes...)
+	c.converged(t, nodes...)
 }
 
 // waitMembers waits until every given member takes part in a view of want
@@ -1133,10 +1129,7 @@ func TestViewsEtcdOutage(t *testing.T) {
 	c.waitCount(nodes[0], len(nodes[0].payloads())+200)
 	close(stop)
 	wg.Wait()
-	c.waitDelivered(survivors, survivors...)
-	c.waitSameIndex(survivors...)
-	c.check()
-	sameState(t, survivors...)
+	c.converged(t, survivors...)
 }
 
 // TestViewsLeaderCrashesAfterCommit: the leader dies right after
@@ -1181,10 +1174,7 @@ func TestViewsLeaderCrashesAfterCommit(t *testing.T) {
 	c.waitCount(survivors[0], len(survivors[0].payloads())+200)
 	close(stop)
 	wg.Wait()
-	c.waitDelivered(survivors, survivors...)
-	c.waitSameIndex(survivors...)
-	c.check()
-	sameState(t, survivors...)
+	c.converged(t, survivors...)
 }
 
 // TestViewsLeave: a member leaves gracefully under load. The others

@@ -66,6 +66,9 @@ var (
 	// member wants a bearer token (WithToken), and the Client sent none
 	// or another.
 	ErrUnauthorized = errors.New("client: unauthorized")
+	// ErrResponseTooLarge is wrapped when a member's answer over HTTP is
+	// larger than WithMaxResponseBytes allows.
+	ErrResponseTooLarge = errors.New("client: answer too large")
 )
 
 // MaxKeyBytes bounds a key (the server's limit).
@@ -137,6 +140,12 @@ func WithStreams() Option { return func(c *Client) { c.streams = true } }
 // does not hold a call until its context ends (default 5s; 0: no bound).
 func WithAttemptTimeout(d time.Duration) Option { return func(c *Client) { c.attempt = d } }
 
+// WithMaxResponseBytes bounds the body of an answer over HTTP (default 64
+// MiB, far above any the store gives); a larger one fails the call with
+// ErrResponseTooLarge rather than filling this process's memory. An
+// answer on a stream is bounded by the stream's frames.
+func WithMaxResponseBytes(n int64) Option { return func(c *Client) { c.maxBody = n } }
+
 // Client talks to the members of one store. It is safe for concurrent
 // use.
 type Client struct {
@@ -146,6 +155,7 @@ type Client struct {
 	streams                bool
 	minBackoff, maxBackoff time.Duration
 	attempt                time.Duration
+	maxBody                int64
 	// id and seq make request ids: id is random, seq counts writes.
 	id  string
 	seq atomic.Uint64
@@ -161,7 +171,7 @@ func New(urls []string, opts ...Option) *Client {
 	crand.Read(id[:])
 	c := &Client{
 		hc: http.DefaultClient, minBackoff: 5 * time.Millisecond, maxBackoff: 200 * time.Millisecond,
-		attempt: 5 * time.Second, id: hex.EncodeToString(id[:]),
+		attempt: 5 * time.Second, maxBody: 64 << 20, id: hex.EncodeToString(id[:]),
 	}
 	for _, u := range urls {
 		c.members = append(c.members, &member{url: strings.TrimRight(u, "/")})
@@ -481,9 +491,12 @@ func (c *Client) httpOnce(ctx context.Context, base string, req httpRequest, out
 		return response{}, &retryable{err: fmt.Errorf("client: %s %s: %w", req.method, base, err)}
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(io.LimitReader(resp.Body, c.maxBody+1))
 	if err != nil {
 		return response{}, &retryable{err: fmt.Errorf("client: %s %s: reading the answer: %w", req.method, base, err)}
+	}
+	if int64(len(b)) > c.maxBody {
+		return response{}, fmt.Errorf("client: %s %s: %w (above %d bytes)", req.method, base, ErrResponseTooLarge, c.maxBody)
 	}
 	var r response
 	if h := resp.Header.Get("X-Convoy-Index"); h != "" {

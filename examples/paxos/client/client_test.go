@@ -171,6 +171,36 @@ func TestAttemptTimeout(t *testing.T) {
 	})
 }
 
+// TestMaxResponseBytes: an answer above WithMaxResponseBytes fails the
+// call with ErrResponseTooLarge, without another try; one at the bound is
+// read.
+func TestMaxResponseBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var f fakes
+		value := strings.Repeat("v", 1000)
+		members := inProcess{"m": f.handler("m", answer(200, value, "7"))}
+		for _, tc := range []struct {
+			max  int64
+			want error
+		}{
+			{max: 1000, want: nil},
+			{max: 999, want: ErrResponseTooLarge},
+		} {
+			cl := New([]string{"http://m"}, WithHTTPClient(&http.Client{Transport: members}), WithMaxResponseBytes(tc.max))
+			got, _, err := cl.Get(ctx(t), "k")
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("max %d: error %v, want %v", tc.max, err, tc.want)
+			}
+			if tc.want == nil && string(got) != value {
+				t.Fatalf("max %d: value of %d bytes, want %d", tc.max, len(got), len(value))
+			}
+		}
+		if n := len(f.seen()); n != 2 {
+			t.Fatalf("%d requests, want 2 (one per call)", n)
+		}
+	})
+}
+
 // TestUnavailable: while no member can serve, a call retries until its
 // context ends (here after the third answer), and says why.
 func TestUnavailable(t *testing.T) {
