@@ -179,6 +179,10 @@ func (s *Server) start(ctx context.Context, cfg Config, dir string) (e *embed.Et
 		name = DefaultName
 	}
 	ec := embed.NewConfig()
+	// Passwords are hashed at bcrypt's lowest cost (4, bcrypt.MinCost):
+	// a development server's logins must not cost a loaded machine
+	// seconds of CPU each (etcd's default is 10, 64 times the work).
+	ec.BcryptCost = 4
 	ec.Name = name
 	ec.Dir = dir
 	ec.ListenClientUrls = []url.URL{*clientURL}

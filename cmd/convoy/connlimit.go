@@ -37,8 +37,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		case l.slots <- struct{}{}:
 			return &limitConn{Conn: c, slots: l.slots}, nil
 		default:
-			c.Close()
+			// Counted before the close, which the refused client sees.
 			l.refused.Add(context.Background(), 1)
+			c.Close()
 		}
 	}
 }

@@ -7,3 +7,6 @@ const (
 	raceSlowdown = 1
 	raceMemory   = 1
 )
+
+// raceBuild says whether the tests run with the race detector.
+const raceBuild = false

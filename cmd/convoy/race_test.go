@@ -14,3 +14,6 @@ const (
 	// rest they take without it.
 	raceMemory = 5
 )
+
+// raceBuild says whether the tests run with the race detector.
+const raceBuild = true

@@ -252,20 +252,24 @@ func TestViewsJoinSupersededRestore(t *testing.T) {
 	all := append(nodes, joiner, fifth)
 	c.waitView(3, 5, all...)
 	c.waitCount(joiner, 100)
-	if n := slow.restores.Load(); n != 2 {
-		t.Errorf("the joiner restored %d states, want 2 (view 2's, then view 3's)", n)
+	// (A loaded machine may bring one more view before the joiner's
+	// install ends: then it installs that one's state, restoring again.)
+	if n := slow.restores.Load(); n < 2 {
+		t.Errorf("the joiner restored %d states, want 2 or more (view 2's, then view 3's or a later one's)", n)
 	}
 	first := joiner.firstView()
-	if first.Epoch != 3 {
-		t.Fatalf("the joiner's first view is %d, want 3", first.Epoch)
+	if first.Epoch < 3 {
+		t.Fatalf("the joiner's first view is %d, want 3 or later: view 2 was superseded before its state was installed", first.Epoch)
 	}
 	s, err := joiner.g.disk.ReadSnapshot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Index() != first.Start || !bytes.Equal(s.Meta(), snapshotInLog) || s.Parts() != 3*transferSlices {
-		t.Fatalf("the joiner's log keeps a snapshot at %d with metadata %x and %d parts, want view 3's at %d with the %d transferred",
-			s.Index(), s.Meta(), s.Parts(), first.Start, 3*transferSlices)
+	// Three donors or more (views 3 and later have at least members 1 to
+	// 3 besides the joiner), each sending transferSlices parts.
+	if s.Index() != first.Start || !bytes.Equal(s.Meta(), snapshotInLog) || s.Parts() < 3*transferSlices || s.Parts()%transferSlices != 0 {
+		t.Fatalf("the joiner's log keeps a snapshot at %d with metadata %x and %d parts, want view %d's at %d with the %d or more transferred",
+			s.Index(), s.Meta(), s.Parts(), first.Epoch, first.Start, 3*transferSlices)
 	}
 	for _, n := range all {
 		if n.wasExcluded() {
