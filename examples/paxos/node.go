@@ -68,7 +68,7 @@ var errIssuedAhead = errors.New("paxos: issued time ahead of the member's clock"
 // time (IssuedHeader) may be: a write issued further ahead is refused
 // with 400, so that no client can move the state machine's clock (and
 // expire other writes) much beyond the members' clocks.
-const MaxIssuedAhead = 10 * time.Second
+const MaxIssuedAhead = time.Second
 
 // Options tune the service. The zero value is valid. The package
 // documentation's "Overload and memory" section says how MaxRequests,
