@@ -207,6 +207,14 @@ type Config struct {
 	// OnView, if set, receives every view this member takes part in, in
 	// order with the deliveries, on the same goroutine as the Handler.
 	OnView func(View)
+	// Topics are the group's topics (see Group.Publish). In a group with
+	// fixed membership (Members) they are all its topics, each with its
+	// subscribers, for good, and every member must be given the same
+	// list. In a view-managed group (Etcd) they are the topics this
+	// member asks for as it joins, as Subscribe does: each created if the
+	// group lacks it, and subscribed to if Subscribers lists Self (the
+	// only member it may list). At most MaxTopics; not yet with Durable.
+	Topics []Topic
 
 	// Mode is the delivery guarantee (default Atomic).
 	Mode Mode
@@ -362,6 +370,9 @@ func (c Config) engine() engine.Config {
 		MeterProvider:     c.MeterProvider,
 		TracerProvider:    c.TracerProvider,
 		TraceMessages:     c.TraceMessages,
+	}
+	for _, t := range c.Topics {
+		ec.Topics = append(ec.Topics, engine.Topic(t))
 	}
 	if c.Etcd != nil {
 		e := engine.EtcdConfig(*c.Etcd)

@@ -58,6 +58,10 @@ func TestConfigEngineCopiesEveryField(t *testing.T) {
 			if ec.Clock() != c.Clock() {
 				t.Errorf("Clock not copied")
 			}
+		case "Topics":
+			if len(ec.Topics) != 1 || !reflect.DeepEqual(ec.Topics[0], engine.Topic(c.Topics[0])) {
+				t.Errorf("Topics: got %+v, want %+v", ec.Topics, c.Topics)
+			}
 		default:
 			if f.Type.Kind() == reflect.Interface {
 				if got.Interface() != cv.Field(i).Interface() {
@@ -100,6 +104,9 @@ func fillNonZero(t *testing.T, name string, v reflect.Value) {
 		return
 	case "OnView":
 		return // set by the caller
+	case "Topics":
+		v.Set(reflect.ValueOf([]Topic{{Name: "t", Mode: TotalOrder, Subscribers: []NodeID{1}}}))
+		return
 	case "Clock":
 		v.Set(reflect.ValueOf(func() int64 { return 42 }))
 		return

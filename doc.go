@@ -30,4 +30,20 @@
 // the group restarts from them after all its members failed. The
 // runtime that carries all this out lives in internal/engine; this
 // package is its public face.
+//
+// # Topics
+//
+// A group may have topics (Config.Topics, Group.Subscribe): pub/sub
+// within the group. Group.Publish sends a message on a topic to its
+// subscribers only — its bytes cross only the links of its publisher
+// and subscribers, in an RDMC group per publisher and subscriber set —
+// and every member delivers the messages of the group and of its topics
+// interleaved in one order: any two messages that two members both
+// deliver come in the same relative order at both. 1Pipe's scatterings
+// give the rule that makes it so: a member's beacons are bound to its
+// count of messages on each topic, so that a receiver never passes the
+// barrier before holding everything addressed to it. An atomic topic's
+// message is delivered once every subscriber holds it; subscriptions take
+// effect at view boundaries, and each topic keeps virtual synchrony
+// across view changes. Package ordering documents the protocol.
 package convoy

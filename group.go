@@ -13,9 +13,15 @@ type Delivery struct {
 	// Epoch and Index place the message in the group's sequence; in
 	// Atomic and TotalOrder modes every member gives a message the same
 	// Index. In Unordered mode Index only counts this member's deliveries.
+	// A message on a topic is placed in the topic's sequence instead:
+	// Index counts the topic's messages, the same on every subscriber.
 	Epoch, Index uint64
+	// Topic is the topic the message was published on (Group.Publish),
+	// or "" for a message sent to the whole group (Group.Send).
+	Topic string
 	// Sender is the member that sent the message, Seq its sequence number
-	// among that member's messages (from 1), Timestamp its stamp.
+	// among that member's messages (from 1; on a topic, among its
+	// messages on the topic), Timestamp its stamp.
 	Sender    NodeID
 	Seq       uint64
 	Timestamp uint64
@@ -62,6 +68,9 @@ type View struct {
 	// leader's log holds the entry its own log ends with, completed with
 	// the messages it missed.
 	Excluded bool
+	// Topics are the view's topics with their subscribers, fixed for the
+	// view (see Group.Subscribe).
+	Topics []Topic
 }
 
 func (v View) String() string { return fmt.Sprintf("view %d (%d members)", v.Epoch, len(v.Members)) }
@@ -73,6 +82,9 @@ func publicView(v engine.View) View {
 		for i, m := range v.Members {
 			pv.Members[i] = Member(m)
 		}
+	}
+	for _, t := range v.Topics {
+		pv.Topics = append(pv.Topics, Topic(t))
 	}
 	return pv
 }
@@ -139,8 +151,11 @@ func WaitStable() SendOption { return engine.WaitStable() }
 // Receipt identifies a sent message and, once Send saw it delivered,
 // where it landed.
 type Receipt struct {
-	// Seq is the message's sequence number among this member's messages.
-	Seq uint64
+	// Topic is the topic the message was published on ("": sent to the
+	// group); Seq its sequence number among this member's messages (on
+	// the topic).
+	Topic string
+	Seq   uint64
 	// Epoch and Index place the message in the group's order, as its
 	// Delivery does: set when Send returns after WaitDelivered, zero
 	// otherwise (a message accepted or stable is not yet placed here).

@@ -150,12 +150,31 @@ func (p *Promises) checkPending(rank int, s *senderState, seq uint64, ts Timesta
 // Beacon records sender rank's promise (n, t): after its message #n,
 // nothing of it is stamped below t. It applies once messages 1..n are held.
 func (p *Promises) Beacon(rank int, n uint64, t Timestamp) error {
-	s, err := p.sender(rank)
+	s, err := p.checkBeacon(rank, n, t)
 	if err != nil {
 		return err
 	}
+	s.lastBeacon = t
+	s.add(beacon{n, t}, p.early)
+	return nil
+}
+
+// CheckBeacon returns the error Beacon would return for the promise
+// (n, t) of sender rank, and changes nothing: a record that carries
+// promises for several senders is checked whole before any applies.
+func (p *Promises) CheckBeacon(rank int, n uint64, t Timestamp) error {
+	_, err := p.checkBeacon(rank, n, t)
+	return err
+}
+
+// checkBeacon is CheckBeacon, returning the sender's state.
+func (p *Promises) checkBeacon(rank int, n uint64, t Timestamp) (*senderState, error) {
+	s, err := p.sender(rank)
+	if err != nil {
+		return nil, err
+	}
 	if t < s.lastBeacon {
-		return fmt.Errorf("%w: sender %d promised %d after %d", ErrBackwards, rank, t, s.lastBeacon)
+		return nil, fmt.Errorf("%w: sender %d promised %d after %d", ErrBackwards, rank, t, s.lastBeacon)
 	}
 	// A beacon is issued after message n, so it promises more than n's stamp.
 	nTS, known := s.early[n]
@@ -163,21 +182,19 @@ func (p *Promises) Beacon(rank int, n uint64, t Timestamp) error {
 		nTS, known = s.heldTS, true
 	}
 	if known && t <= nTS {
-		return fmt.Errorf("%w: sender %d promised %d after its message %d stamped %d", ErrBackwards, rank, t, n, nTS)
+		return nil, fmt.Errorf("%w: sender %d promised %d after its message %d stamped %d", ErrBackwards, rank, t, n, nTS)
 	}
 	if n > s.held+p.window {
-		return fmt.Errorf("%w: sender %d beacon after message %d with %d held", ErrSequenceGap, rank, n, s.held)
+		return nil, fmt.Errorf("%w: sender %d beacon after message %d with %d held", ErrSequenceGap, rank, n, s.held)
 	}
 	// A message after n already held out of order must not be stamped
 	// below the promise.
 	for seq, ts := range s.early {
 		if seq > n && ts < t {
-			return fmt.Errorf("%w: sender %d promised %d after message %d, but its message %d is stamped %d", ErrBelowPromise, rank, t, n, seq, ts)
+			return nil, fmt.Errorf("%w: sender %d promised %d after message %d, but its message %d is stamped %d", ErrBelowPromise, rank, t, n, seq, ts)
 		}
 	}
-	s.lastBeacon = t
-	s.add(beacon{n, t}, p.early)
-	return nil
+	return s, nil
 }
 
 // add queues b and applies every pending beacon whose messages are held

@@ -32,6 +32,10 @@ type ChangeInput struct {
 	Leaves map[ID]bool
 	// Reports holds the final reports for Current.Epoch, by reporter ID.
 	Reports map[ID]Report
+	// Topics holds the members' topic requests (TopicRequest); those of
+	// members that are not in the next view, or of other incarnations,
+	// are ignored.
+	Topics []TopicRequest
 }
 
 // Decision is what one member concludes from a ChangeInput. When Change
@@ -115,18 +119,18 @@ func Decide(self ID, in ChangeInput) (Decision, error) {
 			break
 		}
 	}
-	d.Change = len(gone) > 0 || len(joiners) > 0 || len(leaving) > 0 || len(in.Reports) > 0
-	if !d.Change {
-		return d, nil
-	}
-
 	var staying []Member // members of Current that continue, in rank order
 	for _, m := range cur.Members {
 		if !gone[m.ID] && !leaving[m.ID] {
 			staying = append(staying, m)
 		}
 	}
-	d.Next = append(slices.Clone(staying), joiners...)
+	next := append(slices.Clone(staying), joiners...)
+	d.Change = len(gone) > 0 || len(joiners) > 0 || len(leaving) > 0 || len(in.Reports) > 0 || topicsWanted(cur, next, in.Topics)
+	if !d.Change {
+		return d, nil
+	}
+	d.Next = next
 	d.Excluded = cur.Rank(self) >= 0 && (gone[self] || leaving[self])
 	d.Minority = len(d.Next) == 0 || !HasMajority(cur, func(id ID) bool { return in.CaughtUp[id] }, d.Next)
 
@@ -156,6 +160,7 @@ func Decide(self ID, in ChangeInput) (Decision, error) {
 	}
 	if d.HasLeader && self == d.Leader && !d.Minority {
 		d.Propose = proposal(&in, d.Next, cut)
+		d.Propose.Topics = topicsNext(cur, d.Next, staying, reports, in.Topics)
 	}
 	return d, nil
 }
@@ -227,6 +232,10 @@ func validReports(cur *View, all map[ID]Report, gone map[ID]bool) (map[ID]Report
 			return nil, bad("for view %d, not %d", r.Epoch, cur.Epoch)
 		case len(r.Held) != len(cur.Members):
 			return nil, bad("holds %d senders, view %d has %d", len(r.Held), cur.Epoch, len(cur.Members))
+		case len(r.TopicHeld) != len(cur.Topics):
+			return nil, bad("holds %d topics, view %d has %d", len(r.TopicHeld), cur.Epoch, len(cur.Topics))
+		case slices.ContainsFunc(r.TopicHeld, func(h []uint64) bool { return len(h) != len(cur.Members) }):
+			return nil, bad("holds a topic's messages of other than view %d's %d senders", cur.Epoch, len(cur.Members))
 		case r.Delivered < cur.Start:
 			return nil, bad("delivered %d before view %d's start %d", r.Delivered, cur.Epoch, cur.Start)
 		}

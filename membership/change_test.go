@@ -24,7 +24,13 @@ import (
 //	leave 3 [...]             graceful leave requests
 //	caughtup 4 [...]          joiners that completed state transfer
 //	report from=1 held=(10,4,7) delivered=110 [epoch=3] [inc=1] [as=2]
-//	                          a final report (as= files it under another ID)
+//	       [topics=3.0.1/0.0.0]
+//	                          a final report (as= files it under another ID;
+//	                          topics= holds per topic of the view, by sender)
+//	topic name=a [mode=atomic] [subs=(1,2)] [start=0] [sent=(0,0,0)]
+//	                          adds a topic to the current view
+//	request from=1 topic=a [sub=false] [mode=total] [inc=1]
+//	                          a topic request (subscribe unless sub=false)
 //	decide self=1 [self=(1,2)]
 //	                          prints each member's decision
 func TestChangeScenarios(t *testing.T) {
@@ -63,12 +69,55 @@ func TestChangeScenarios(t *testing.T) {
 				if in.Reports == nil {
 					in.Reports = make(map[ID]Report)
 				}
-				in.Reports[ddargs.Uint(t, td, "as", from)] = Report{
+				rep := Report{
 					Epoch:     ddargs.Uint(t, td, "epoch", in.Current.Epoch),
 					Member:    Member{ID: from, Incarnation: inc},
 					Held:      ddargs.Uints(t, td, "held"),
 					Delivered: ddargs.Uint(t, td, "delivered", in.Current.Start),
 				}
+				if td.HasArg("topics") {
+					var s string
+					td.ScanArgs(t, "topics", &s)
+					for _, per := range strings.Split(s, "/") {
+						var held []uint64
+						for _, f := range strings.Split(per, ".") {
+							v, err := strconv.ParseUint(f, 10, 64)
+							if err != nil {
+								t.Fatal(err)
+							}
+							held = append(held, v)
+						}
+						rep.TopicHeld = append(rep.TopicHeld, held)
+					}
+				}
+				in.Reports[ddargs.Uint(t, td, "as", from)] = rep
+			case "topic":
+				var name, mode string
+				td.ScanArgs(t, "name", &name)
+				mode = TopicAtomic
+				if td.HasArg("mode") {
+					td.ScanArgs(t, "mode", &mode)
+				}
+				in.Current.Topics = append(in.Current.Topics, Topic{
+					Name: name, Mode: mode, Subscribers: ddargs.Uints(t, td, "subs"),
+					Start: ddargs.Uint(t, td, "start", 0), Sent: ddargs.Uints(t, td, "sent"),
+				})
+				return describeView(&in.Current)
+			case "request":
+				from := ddargs.Uint(t, td, "from", 0)
+				inc := ddargs.Uint(t, td, "inc", 1)
+				if r := in.Current.Rank(from); r >= 0 && !td.HasArg("inc") {
+					inc = in.Current.Members[r].Incarnation
+				}
+				req := TopicRequest{Member: Member{ID: from, Incarnation: inc}, Subscribe: true}
+				td.ScanArgs(t, "topic", &req.Topic)
+				if td.HasArg("mode") {
+					td.ScanArgs(t, "mode", &req.Mode)
+				}
+				if td.HasArg("sub") {
+					td.ScanArgs(t, "sub", &req.Subscribe)
+				}
+				in.Topics = append(in.Topics, req)
 			case "decide":
 				var out strings.Builder
 				selves := ddargs.Uints(t, td, "self")
@@ -124,8 +173,17 @@ func describeView(v *View) string {
 	for _, c := range v.Cut {
 		cut = append(cut, fmt.Sprintf("%d:%d", c.ID, c.Seq))
 	}
-	return fmt.Sprintf("epoch=%d members=%s cut=(%s) start=%d sent=%s joining=%s\n",
+	out := fmt.Sprintf("epoch=%d members=%s cut=(%s) start=%d sent=%s joining=%s\n",
 		v.Epoch, describeMembers(v.Members), strings.Join(cut, " "), v.Start, describeIDs(v.Sent), describeIDs(v.Joining))
+	for _, tp := range v.Topics {
+		var cut []string
+		for _, c := range tp.Cut {
+			cut = append(cut, fmt.Sprintf("%d:%d", c.ID, c.Seq))
+		}
+		out += fmt.Sprintf("  topic %s %s subs=%s cut=(%s) start=%d sent=%s\n",
+			tp.Name, tp.Mode, describeIDs(tp.Subscribers), strings.Join(cut, " "), tp.Start, describeIDs(tp.Sent))
+	}
+	return out
 }
 
 func describeMembers(ms []Member) string {

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ import (
 //	{p}reports/{epoch}/{id}            Report: member id's final report for view epoch
 //	{p}caughtup/{epoch}/{id}           Member: the joiner id admitted by view epoch has its state
 //	{p}recover/{epoch}/{id}            Recovery: restarted member id's claim to restart view epoch, on its lease
+//	{p}topics/{id}/{hex name}          TopicRequest: member id's standing wish about a topic (no lease)
 //
 // {p}view and {p}views/{epoch} are written together, only by Bootstrap and
 // Install, and a view record never changes once written. Leases are
@@ -52,8 +54,15 @@ func (k keys) reports() string                   { return k.p + "reports/" }
 func (k keys) reportsAt(epoch uint64) string     { return k.reports() + epochKey(epoch) + "/" }
 func (k keys) report(epoch uint64, id ID) string { return k.reportsAt(epoch) + idKey(id) }
 func (k keys) caughtUps() string                 { return k.p + "caughtup/" }
-func (k keys) recoveries() string                { return k.p + "recover/" }
-func (k keys) recoveriesAt(epoch uint64) string  { return k.recoveries() + epochKey(epoch) + "/" }
+func (k keys) topics() string                    { return k.p + "topics/" }
+
+// topic is the key of member id's request about topic name (hex, so
+// that any name makes one key part).
+func (k keys) topic(id ID, name string) string {
+	return k.topics() + idKey(id) + "/" + hex.EncodeToString([]byte(name))
+}
+func (k keys) recoveries() string               { return k.p + "recover/" }
+func (k keys) recoveriesAt(epoch uint64) string { return k.recoveries() + epochKey(epoch) + "/" }
 
 func (k keys) recovery(epoch uint64, id ID) string { return k.recoveriesAt(epoch) + idKey(id) }
 

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"testing"
 
@@ -27,10 +28,15 @@ func FuzzDecodeRecords(f *testing.F) {
 	f.Add(uint8(6), "0000000000000003/1", []byte("5"))
 	f.Add(uint8(1), "99999999999999999999", []byte("{}"))
 	f.Add(uint8(0), "", []byte(`{"epoch":3,"members":null,"cut":[{"id":1}],"suffixes":[{"id":9,"from":0}]}`))
+	topicReq, _ := json.Marshal(TopicRequest{Member: Member{ID: 2, Incarnation: 7}, Topic: "orders", Mode: TopicAtomic, Subscribe: true})
+	f.Add(uint8(7), "2/6f7264657273", topicReq)
+	f.Add(uint8(7), "2/6f72", topicReq)
+	f.Add(uint8(7), "2/", []byte(`{"member":{"id":2},"topic":"","subscribe":true}`))
+	f.Add(uint8(0), "", []byte(`{"epoch":3,"members":[{"id":1}],"sent":[0],"topics":[{"name":"a","mode":"atomic","subscribers":[1,9],"sent":[1,2,3],"cut":[{"id":1,"seq":4}]}]}`))
 	f.Fuzz(func(t *testing.T, dir uint8, key string, value []byte) {
 		const epoch = 3
 		var prefix string
-		switch dir % 7 {
+		switch dir % 8 {
 		case 0:
 			prefix = k.view()
 		case 1:
@@ -45,15 +51,19 @@ func FuzzDecodeRecords(f *testing.F) {
 			prefix = k.recoveriesAt(epoch)
 		case 6:
 			prefix = k.caughtUps()
+		case 7:
+			prefix = k.topics()
 		}
 		kv := []*mvccpb.KeyValue{{Key: []byte(prefix + key), Value: value}}
 		s := &Store{k: k}
-		switch dir % 7 {
+		switch dir % 8 {
 		case 0:
 			if v, err := decodeView(kv[0], 0); err == nil {
 				if _, err := s.decodeState(1, v, nil, nil, nil, nil, nil, nil); err != nil {
 					t.Fatalf("a view decoded, then its state did not: %v", err)
 				}
+				// A view's topics, however odd, go through a decision.
+				_, _ = Decide(1, ChangeInput{Current: v, Topics: []TopicRequest{{Member: Member{ID: 1}, Topic: "a", Subscribe: true}}})
 			}
 		case 1:
 			if m, err := decodeMember(kv[0], k.members()); err == nil && idKey(m.ID) != key {
@@ -79,6 +89,23 @@ func FuzzDecodeRecords(f *testing.F) {
 			}
 		case 6:
 			s.decodeState(1, View{Epoch: epoch, Members: []Member{{ID: 1, Incarnation: 5}}}, nil, nil, nil, nil, nil, kv)
+		case 7:
+			rs, err := decodeTopicRequests(kv, k.topics())
+			if err != nil {
+				return
+			}
+			for _, r := range rs {
+				if want := idKey(r.Member.ID) + "/" + hex.EncodeToString([]byte(r.Topic)); want != key {
+					t.Fatalf("request %+v decoded from key %q", r, key)
+				}
+			}
+			cur := View{Epoch: epoch, Members: []Member{{ID: 1, Incarnation: 5}, {ID: 2, Incarnation: 7}}, Sent: []uint64{0, 0}}
+			for _, r := range topicRequests(rs, cur.Members) {
+				if checkTopicRequest(&r) != nil {
+					t.Fatalf("a bad request %+v counts", r)
+				}
+			}
+			_, _ = Decide(1, ChangeInput{Current: cur, Topics: rs})
 		}
 	})
 }

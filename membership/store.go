@@ -3,6 +3,7 @@ package membership
 import (
 	"cmp"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -215,6 +216,17 @@ type joinRequest struct {
 // leaves m out.
 func (s *Store) RequestLeave(ctx context.Context, m Member) error {
 	return s.putJSON(ctx, "request leave", s.k.leave(m.ID), m)
+}
+
+// PutTopicRequest records r, a member's standing wish about a topic: the
+// next view change makes the group's topics agree with it (see
+// TopicRequest). It replaces the member's earlier request about the same
+// topic.
+func (s *Store) PutTopicRequest(ctx context.Context, r TopicRequest) error {
+	if err := checkTopicRequest(&r); err != nil {
+		return err
+	}
+	return s.putJSON(ctx, "topic request", s.k.topic(r.Member.ID, r.Topic), r)
 }
 
 // MarkCaughtUp records that m, admitted by view epoch, has completed its
@@ -563,6 +575,9 @@ type State struct {
 	// Recoveries holds the claims to restart Current (see
 	// DecideRecovery).
 	Recoveries map[ID]Recovery
+	// Topics holds the topic requests (PutTopicRequest), by member ID
+	// and topic.
+	Topics []TopicRequest
 }
 
 // State reads a consistent snapshot of the store: every part is read in
@@ -596,6 +611,7 @@ func (s *Store) State(ctx context.Context) (State, error) {
 				clientv3.OpGet(s.k.reportsAt(epoch), clientv3.WithPrefix()),
 				clientv3.OpGet(s.k.caughtUps(), clientv3.WithPrefix()),
 				clientv3.OpGet(s.k.recoveriesAt(epoch), clientv3.WithPrefix()),
+				clientv3.OpGet(s.k.topics(), clientv3.WithPrefix()),
 			).Commit()
 		if err != nil {
 			return State{}, fmt.Errorf("membership: read state: %w", err)
@@ -609,6 +625,9 @@ func (s *Store) State(ctx context.Context) (State, error) {
 			return State{}, err
 		}
 		if st.Recoveries, err = decodeRecoveries(r(6), s.k.recoveriesAt(epoch), epoch); err != nil {
+			return State{}, err
+		}
+		if st.Topics, err = decodeTopicRequests(r(7), s.k.topics()); err != nil {
 			return State{}, err
 		}
 		return st, nil
@@ -860,6 +879,31 @@ func decodeMember(kv *mvccpb.KeyValue, dir string) (Member, error) {
 		return Member{}, fmt.Errorf("membership: key %q holds member %d", kv.Key, m.ID)
 	}
 	return m, nil
+}
+
+// decodeTopicRequests decodes the topic requests stored under
+// dir/{id}/{hex name}.
+func decodeTopicRequests(kvs []*mvccpb.KeyValue, dir string) ([]TopicRequest, error) {
+	var out []TopicRequest
+	for _, kv := range kvs {
+		parts, err := splitKey(string(kv.Key), dir, 2)
+		if err != nil {
+			return nil, fmt.Errorf("membership: %w", err)
+		}
+		id, err := parseID(parts[0])
+		if err != nil {
+			return nil, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+		}
+		var r TopicRequest
+		if err := json.Unmarshal(kv.Value, &r); err != nil {
+			return nil, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+		}
+		if r.Member.ID != id || hex.EncodeToString([]byte(r.Topic)) != parts[1] {
+			return nil, fmt.Errorf("membership: key %q holds member %d's request about topic %q", kv.Key, r.Member.ID, r.Topic)
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // decodeReport decodes the report stored under dir/{id} for epoch.

@@ -23,6 +23,8 @@ type (
 	Suffix = record.Suffix
 	// LogPos identifies the last entry of a restarted member's log.
 	LogPos = record.LogPos
+	// Topic is one topic of a view.
+	Topic = record.Topic
 )
 
 // End returns the global index of the last message of view v given its
@@ -45,6 +47,11 @@ type Report struct {
 	// sequence number s such that the reporter holds that member's
 	// messages 1..s complete.
 	Held []uint64 `json:"held"`
+	// TopicHeld[t][r] is, for the view's topic t (from 0) and the member
+	// of rank r, the highest s such that the reporter holds that member's
+	// messages 1..s on the topic: zero for a topic it does not subscribe
+	// to, but its own count of every topic. Nil in a view without topics.
+	TopicHeld [][]uint64 `json:"topic_held,omitempty"`
 	// Delivered is the global index of the last message the reporter
 	// delivered in the view (or the view's Start if none).
 	Delivered uint64 `json:"delivered"`

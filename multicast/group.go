@@ -20,6 +20,11 @@ func streamID(group uint64, ch int) rdma.StreamID {
 	return rdma.StreamID(group*numChannels + uint64(ch))
 }
 
+// StreamGroup returns the id of the group a stream of the transport
+// belongs to, for a stream that a group opened (to tell apart the
+// traffic of different groups on an endpoint).
+func StreamGroup(s rdma.StreamID) uint64 { return uint64(s) / numChannels }
+
 // Group is one member's handle on a multicast group. Its methods are safe
 // for concurrent use.
 type Group struct {

@@ -89,6 +89,11 @@ type Config struct {
 	Window uint64
 	// MaxPayload bounds one message.
 	MaxPayload int
+	// Topics are the view's topics (see Topic): topic t is Topics[t-1].
+	// A group with topics needs an ordered Mode; its records differ from
+	// a group's without (KindPublish, KindTopicBeacon), so every member
+	// of a view must agree on whether it has topics, as on the list.
+	Topics []Topic
 	// Plant plants protocol faults, for the project's own tests only
 	// (package plant); it is zero in every real use. Of the faults, the
 	// core acts on plant.EarlyBeacon.
@@ -104,6 +109,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.FanOut == 1 || c.FanOut < 0 {
 		return c, fmt.Errorf("ordering: fan-out %d, want 0 or at least 2", c.FanOut)
+	}
+	if err := checkTopics(c.Topics, c.Members, c.Mode); err != nil {
+		return c, err
 	}
 	if c.BeaconInterval < 0 || c.BeaconGap < 0 || c.MaxAhead < 0 {
 		return c, errors.New("ordering: negative duration")

@@ -26,13 +26,18 @@ var (
 // Delivery is one message delivered in the agreed order.
 type Delivery struct {
 	// Epoch and Index place the message in the group's sequence: Index
-	// counts deliveries from 1 within the epoch (in Unordered mode it is
-	// only this member's count).
+	// counts deliveries from Config.Start+1 (in Unordered mode it is only
+	// this member's count). A message on a topic is placed in the topic's
+	// sequence instead: Index counts the topic's messages from its
+	// Topic.Start+1, the same on every subscriber.
 	Epoch, Index uint64
-	Sender       int
-	Seq          uint64
-	TS           Timestamp
-	Payload      []byte
+	// Topic is the message's topic (from 1), or 0 for a message to the
+	// whole group.
+	Topic   int
+	Sender  int
+	Seq     uint64
+	TS      Timestamp
+	Payload []byte
 }
 
 // Envelope is a record for one member.
@@ -41,15 +46,18 @@ type Envelope struct {
 	Record Record
 }
 
-// Ready is what the runtime must carry out: multicast Records in this
-// member's group in order, send Control, hand Deliveries to the
+// Ready is what the runtime must carry out: multicast Records in order,
+// each in this member's group (a publish record in its group for the
+// record's topic: see KindPublish), send Control, hand Deliveries to the
 // application in order. Stable is the highest own sequence number every
-// member is known to hold.
+// member is known to hold; TopicStable[t-1] the highest of own messages
+// on topic t that every subscriber of t is known to hold.
 type Ready struct {
-	Records    []Record
-	Control    []Envelope
-	Deliveries []Delivery
-	Stable     uint64
+	Records     []Record
+	Control     []Envelope
+	Deliveries  []Delivery
+	Stable      uint64
+	TopicStable []uint64
 }
 
 // Stats counts what the core did and rejected. Discarded counts the
@@ -61,18 +69,22 @@ type Stats struct {
 type entry struct {
 	ts      Timestamp
 	rank    int
+	topic   int
 	seq     uint64
 	payload []byte
 }
 
-// key places a buffered message in delivery order. The buffer holds keys
-// only, and payloads wait in their sender's queue (payloadQueue): each
-// sender's messages are delivered in its order, and small keys keep the
-// btree's node moves cheap.
+// key places a buffered message in delivery order: by stamp, then
+// sender rank (a sender's stamps all differ, across its channels too),
+// then topic and sequence, so that even a faulty sender's messages have
+// distinct keys. The buffer holds keys only, and payloads wait in their
+// channel's queue (payloadQueue): each channel's messages are delivered
+// in its order, and small keys keep the btree's node moves cheap.
 type key struct {
-	ts   Timestamp
-	seq  uint64
-	rank int32
+	ts    Timestamp
+	seq   uint64
+	rank  int32
+	topic int32
 }
 
 func keyLess(a, b key) bool {
@@ -82,10 +94,13 @@ func keyLess(a, b key) bool {
 	if a.rank != b.rank {
 		return a.rank < b.rank
 	}
+	if a.topic != b.topic {
+		return a.topic < b.topic
+	}
 	return a.seq < b.seq
 }
 
-// payloadQueue holds one sender's buffered payloads by sequence number.
+// payloadQueue holds one channel's buffered payloads by sequence number.
 type payloadQueue struct {
 	next  uint64   // sequence number of items[head]
 	items [][]byte // items[head+i] is message next+i, nil until it arrives
@@ -100,7 +115,7 @@ func (q *payloadQueue) put(seq uint64, p []byte) {
 	q.items[i] = p
 }
 
-// take removes message seq, which is the oldest (each sender's messages
+// take removes message seq, which is the oldest (each channel's messages
 // are delivered in its order).
 func (q *payloadQueue) take(seq uint64) []byte {
 	if seq != q.next || q.head == len(q.items) {
@@ -125,32 +140,42 @@ func (q *payloadQueue) take(seq uint64) []byte {
 // concurrent use; the runtime serializes calls. Times passed in are this
 // member's monotonic clock in nanoseconds; they never go backwards (a
 // smaller value is treated as the last one seen).
+//
+// Every sender has a channel to the whole group and, in a group with
+// topics, one per topic; each numbers its messages from 1. The promises
+// (package barrier) are kept per channel this member receives, in
+// slots: the group channel of rank r in slot r, the channel of rank r
+// for a subscribed topic t in slot topics[t-1].slot+r.
 type Core struct {
 	cfg   Config
 	now   int64
 	clock hlc
-	seq   uint64 // own messages sent
+	seq   uint64 // own messages sent to the group
 	prom  *barrier.Promises
 	// Exactly one of commit (direct) and tree (aggregated) is set.
 	commit *barrier.Commit
 	tree   *barrier.Tree
 	// buf holds complete messages not yet delivered, in delivery order;
-	// payloads[rank] holds their payloads.
+	// payloads[slot] holds their payloads.
 	buf       *btree.BTreeG[key]
 	payloads  []payloadQueue
-	delivered uint64
+	delivered uint64 // messages to the group delivered
+	// topics are the view's topics (Config.Topics); bound[slot] is, for
+	// a topic channel this member receives, the count its sender's
+	// topic beacons last named.
+	topics        []topicState
+	bound         []uint64
+	scratchBounds []uint64
 	// Unordered mode: next sequence to deliver per sender, and early
 	// arrivals.
 	nextSeq []uint64
 	early   []map[uint64]entry
-	// own stamps not yet known stable, oldest first.
-	unstable    []Timestamp
-	unstableSeq uint64 // sequence number of unstable[0]
-	stable      uint64
-	lastSent    int64     // time of the last record multicast
-	lastTree    int64     // time of the last aggregation record sent
-	announcedT  Timestamp // last promise multicast
-	announcedR  Timestamp // last frontier multicast
+	// own tracks own messages to the group until every member holds them.
+	own        ownStamps
+	lastSent   int64     // time of the last record multicast to the group
+	lastTree   int64     // time of the last aggregation record sent
+	announcedT Timestamp // last promise multicast for every channel
+	announcedR Timestamp // last frontier multicast
 	// maxData is the highest stamp of a peer's message held; maxStamp the
 	// highest of any message held, own included.
 	maxData, maxStamp Timestamp
@@ -178,22 +203,26 @@ func NewCore(cfg Config, now int64) (*Core, error) {
 	core := &Core{
 		cfg:         c,
 		now:         now,
-		prom:        barrier.NewPromises(c.Members, c.Window),
 		buf:         btree.NewG(32, keyLess),
-		payloads:    make([]payloadQueue, c.Members),
 		nextSeq:     make([]uint64, c.Members),
 		frontierKey: make([]uint64, c.Members),
 		ahead:       make([][]Record, c.Members),
 		early:       make([]map[uint64]entry, c.Members),
-		unstableSeq: 1,
+		own:         ownStamps{first: 1},
 		lastSent:    now,
 		lastTree:    now,
 	}
+	slots := core.initTopics()
+	core.prom = barrier.NewPromises(slots, c.Window)
+	core.payloads = make([]payloadQueue, slots)
+	core.bound = make([]uint64, slots)
 	if c.Plant.Has(plant.EarlyBeacon) {
 		core.prom.PlantEarlyBeacons()
 	}
 	for i := range core.nextSeq {
 		core.nextSeq[i] = 1
+	}
+	for i := range core.payloads {
 		core.payloads[i].next = 1
 	}
 	if c.FanOut >= 2 {
@@ -215,7 +244,13 @@ func (c *Core) advance(now int64) error {
 	err := c.release()
 	// Promise, for this member's own future messages, the lowest stamp the
 	// clock can still issue.
-	_ = c.prom.Beacon(c.cfg.Self, c.seq, c.clock.peek(c.now))
+	peek := c.clock.peek(c.now)
+	_ = c.prom.Beacon(c.cfg.Self, c.seq, peek)
+	for i := range c.topics {
+		if t := &c.topics[i]; t.subscribed() {
+			_ = c.prom.Beacon(t.slot+c.cfg.Self, t.seq, peek)
+		}
+	}
 	return err
 }
 
@@ -272,7 +307,7 @@ func (c *Core) Send(now int64, payload []byte) (uint64, Timestamp) {
 	if err := c.prom.Hold(c.cfg.Self, c.seq, ts); err != nil {
 		panic(fmt.Sprintf("ordering: own message rejected: %v", err)) // the clock guarantees it cannot be
 	}
-	c.unstable = append(c.unstable, ts)
+	c.own.add(ts, payload, false)
 	c.maxStamp = max(c.maxStamp, ts)
 	c.multicast(Record{Kind: KindData, Seq: c.seq, TS: ts, Payload: payload})
 	c.accept(entry{ts: ts, rank: c.cfg.Self, seq: c.seq, payload: payload})
@@ -281,19 +316,26 @@ func (c *Core) Send(now int64, payload []byte) (uint64, Timestamp) {
 }
 
 // multicast queues r for this member's group, with the frontier attached
-// in the direct scheme.
+// in the direct scheme. A publish record reaches only its topic's
+// subscribers: it carries no frontier and promises nothing to the
+// others.
 func (c *Core) multicast(r Record) {
-	if c.cfg.Mode != Unordered && c.commit != nil {
-		r.Frontier = c.prom.Frontier()
-		c.announcedR = r.Frontier
-	}
-	promise := r.TS
-	if r.Kind == KindData {
-		promise++
-	}
-	c.announcedT = max(c.announcedT, promise)
-	c.lastSent = c.now
 	c.ready.Records = append(c.ready.Records, r)
+	if r.Kind == KindPublish {
+		return
+	}
+	if c.cfg.Mode != Unordered && c.commit != nil {
+		c.ready.Records[len(c.ready.Records)-1].Frontier = c.prom.Frontier()
+		c.announcedR = c.prom.Frontier()
+	}
+	c.lastSent = c.now
+	switch {
+	case r.Kind == KindData && len(c.topics) == 0:
+		// A message is its sender's promise, for its one channel.
+		c.announcedT = max(c.announcedT, r.TS+1)
+	case r.Kind != KindData:
+		c.announcedT = max(c.announcedT, r.TS)
+	}
 }
 
 // Step applies a record received from member from at time now. A record
@@ -347,8 +389,17 @@ func (c *Core) step(from int, r Record) error {
 	if from < 0 || from >= c.cfg.Members || from == c.cfg.Self {
 		return fmt.Errorf("%w: rank %d", barrier.ErrUnknownMember, from)
 	}
+	topics := len(c.topics) > 0
+	switch {
+	case r.Kind == KindBeacon && topics:
+		return fmt.Errorf("%w: a beacon without topic bounds in a group with topics", ErrBadRecord)
+	case (r.Kind == KindTopicBeacon || r.Kind == KindPublish) && !topics:
+		return fmt.Errorf("%w: %v record in a group without topics", ErrBadRecord, r.Kind)
+	}
 	switch r.Kind {
-	case KindData, KindBeacon:
+	case KindPublish:
+		return c.stepPublish(from, r)
+	case KindData, KindBeacon, KindTopicBeacon:
 		direct := c.commit != nil && c.cfg.Mode != Unordered
 		key := frontierOrder(r)
 		// A record overtaken by later ones (a large message) carries an
@@ -366,6 +417,10 @@ func (c *Core) step(from int, r Record) error {
 			c.accept(entry{ts: r.TS, rank: from, seq: r.Seq, payload: r.Payload})
 			c.maxData = max(c.maxData, r.TS)
 			c.maxStamp = max(c.maxStamp, r.TS)
+		} else if r.Kind == KindTopicBeacon {
+			if err := c.stepTopicBeacon(from, r); err != nil {
+				return err
+			}
 		} else if err := c.prom.Beacon(from, r.Seq, r.TS); err != nil {
 			return err
 		}
@@ -390,10 +445,11 @@ func (c *Core) step(from int, r Record) error {
 	return nil
 }
 
-// frontierOrder places a record in its sender's send order: data #n, then
-// the beacons sent after it (which carry n), then data #n+1.
+// frontierOrder places a record in its sender's send order to the
+// group: data #n, then the beacons sent after it (which carry n), then
+// data #n+1.
 func frontierOrder(r Record) uint64 {
-	if r.Kind == KindBeacon {
+	if r.Kind == KindBeacon || r.Kind == KindTopicBeacon {
 		return 2*r.Seq + 1
 	}
 	return 2 * r.Seq
@@ -417,12 +473,15 @@ func (c *Core) Tick(now int64) {
 // last promise (their frontiers wait for a higher one), or the frontier
 // moved while some message this member knows of is not yet below the
 // announced one (the commit barrier waits for it). Otherwise beacons keep
-// the idle pace of one per interval.
+// the idle pace of one per interval. In a group with topics a message
+// promises only for its own channel, so an own message stamped at or
+// above the last promise wants one too: the other channels of this
+// member that reach its receivers wait for it.
 func (c *Core) wantsBeacon() bool {
 	if c.cfg.Mode == Unordered {
 		return false
 	}
-	if c.maxData >= c.announcedT {
+	if c.maxData >= c.announcedT || len(c.topics) > 0 && c.maxStamp >= c.announcedT {
 		return true
 	}
 	return c.commit != nil && c.announcedR <= c.maxStamp && c.prom.Frontier() > c.announcedR
@@ -445,7 +504,11 @@ func (c *Core) react() {
 	silent := c.now - c.lastSent
 	if silent >= int64(c.cfg.BeaconInterval) || (silent >= int64(c.cfg.BeaconGap) && c.wantsBeacon()) {
 		c.stats.Beacons++
-		c.multicast(Record{Kind: KindBeacon, Seq: c.seq, TS: c.clock.peek(c.now)})
+		if len(c.topics) > 0 {
+			c.multicast(Record{Kind: KindTopicBeacon, Seq: c.seq, TS: c.clock.peek(c.now), Bounds: c.topicBounds()})
+		} else {
+			c.multicast(Record{Kind: KindBeacon, Seq: c.seq, TS: c.clock.peek(c.now)})
+		}
 	}
 	if c.tree != nil {
 		c.tree.SetOwn(c.prom.Frontier())
@@ -494,8 +557,8 @@ func (c *Core) Deadline() int64 {
 // soon as its sender's earlier messages are.
 func (c *Core) accept(e entry) {
 	if c.cfg.Mode != Unordered {
-		c.buf.ReplaceOrInsert(key{ts: e.ts, seq: e.seq, rank: int32(e.rank)})
-		c.payloads[e.rank].put(e.seq, e.payload)
+		c.buf.ReplaceOrInsert(key{ts: e.ts, seq: e.seq, rank: int32(e.rank), topic: int32(e.topic)})
+		c.payloads[c.slotOf(e.rank, e.topic)].put(e.seq, e.payload)
 		return
 	}
 	if e.seq != c.nextSeq[e.rank] {
@@ -517,7 +580,8 @@ func (c *Core) accept(e entry) {
 	}
 }
 
-// Barrier returns the timestamp below which this member delivers.
+// Barrier returns the timestamp below which this member delivers the
+// group's messages (a topic's may wait for more: see TopicBarrier).
 func (c *Core) Barrier() Timestamp {
 	if c.cfg.Mode == TotalOrder {
 		return c.prom.Frontier()
@@ -527,11 +591,15 @@ func (c *Core) Barrier() Timestamp {
 
 func (c *Core) deliver() {
 	if c.cfg.Mode == Unordered {
-		c.stable = c.seq
-		c.ready.Stable = c.stable
+		c.own.stable = c.seq
+		c.ready.Stable = c.seq
 		return
 	}
 	b := c.Barrier()
+	if len(c.topics) > 0 {
+		c.deliverTopics(b)
+		return
+	}
 	for {
 		k, ok := c.buf.Min()
 		if !ok || k.ts >= b {
@@ -544,12 +612,90 @@ func (c *Core) deliver() {
 	if c.cfg.Mode == TotalOrder {
 		b = c.commitBarrier()
 	}
-	for len(c.unstable) > 0 && c.unstable[0] < b {
-		c.unstable = c.unstable[1:]
-		c.stable = c.unstableSeq
-		c.unstableSeq++
+	if len(c.own.stamps) > 0 && c.own.stamps[0] < b {
+		c.own.settle(b)
 	}
-	c.ready.Stable = c.stable
+	c.ready.Stable = c.own.stable
+}
+
+// deliverTopics delivers in a group with topics: the buffer's messages
+// in order, each once its channel's barrier has passed it (b for the
+// group's), and stops at the first that must wait, so that every member
+// delivers what it receives in the one order.
+func (c *Core) deliverTopics(b Timestamp) {
+	r := c.prom.Frontier()
+	if c.tree != nil {
+		c.tree.SetOwn(r)
+	} else {
+		_ = c.commit.Announce(c.cfg.Self, r)
+	}
+	for i := range c.topics {
+		t := &c.topics[i]
+		t.commit = c.topicCommit(t)
+		t.barrier = min(t.commit, r)
+		if t.Mode == TotalOrder && t.subscribed() {
+			t.barrier = r
+		}
+	}
+	for {
+		k, ok := c.buf.Min()
+		if !ok {
+			break
+		}
+		topic := int(k.topic)
+		if topic == 0 && k.ts >= b || topic > 0 && k.ts >= c.topics[topic-1].barrier {
+			break
+		}
+		c.buf.DeleteMin()
+		rank := int(k.rank)
+		c.emit(entry{ts: k.ts, rank: rank, topic: topic, seq: k.seq, payload: c.payloads[c.slotOf(rank, topic)].take(k.seq)})
+	}
+	if c.cfg.Mode == TotalOrder {
+		b = c.commitBarrier()
+	}
+	c.own.settle(b)
+	c.ready.Stable = c.own.stable
+	// Nothing announced a frontier since the barriers were computed.
+	stable := c.ready.TopicStable[:0]
+	for i := range c.topics {
+		t := &c.topics[i]
+		t.own.settle(t.commit)
+		stable = append(stable, t.own.stable)
+	}
+	c.ready.TopicStable = stable
+}
+
+// topicCommit returns topic t's commit barrier: below it, every
+// subscriber of t holds every message of t. With frontiers announced to
+// every member it is the minimum over t's subscribers (infinite for a
+// topic without any); through the aggregation tree, the group's commit
+// barrier, which is no higher. This member's own frontier must be
+// announced first (commitBarrier, or deliverTopics, does).
+func (c *Core) topicCommit(t *topicState) Timestamp {
+	if c.tree != nil {
+		return c.tree.Barrier()
+	}
+	b := barrier.Infinity
+	for _, s := range t.Subscribers {
+		b = min(b, c.commit.Announced(s))
+	}
+	return b
+}
+
+// TopicBarrier returns the timestamp below which this member delivers
+// the messages of topic (from 1), as of the last record or tick; zero
+// for a topic that does not exist.
+func (c *Core) TopicBarrier(topic int) Timestamp {
+	if topic <= 0 || topic > len(c.topics) || c.cfg.Mode == Unordered {
+		return 0
+	}
+	t := &c.topics[topic-1]
+	r := c.prom.Frontier()
+	if t.Mode == TotalOrder && t.subscribed() {
+		return r
+	}
+	_ = c.commitBarrier() // announces this member's own frontier
+	return min(r, c.topicCommit(t))
 }
 
 // CommitBarrier returns the barrier below which every member holds every
@@ -577,10 +723,18 @@ func (c *Core) commitBarrier() Timestamp {
 }
 
 func (c *Core) emit(e entry) {
-	c.delivered++
 	c.stats.Delivered++
+	index := uint64(0)
+	if e.topic == 0 {
+		c.delivered++
+		index = c.cfg.Start + c.delivered
+	} else {
+		t := &c.topics[e.topic-1]
+		t.delivered++
+		index = t.Start + t.delivered
+	}
 	c.ready.Deliveries = append(c.ready.Deliveries, Delivery{
-		Epoch: c.cfg.Epoch, Index: c.cfg.Start + c.delivered, Sender: e.rank, Seq: e.seq, TS: e.ts, Payload: e.payload,
+		Epoch: c.cfg.Epoch, Index: index, Topic: e.topic, Sender: e.rank, Seq: e.seq, TS: e.ts, Payload: e.payload,
 	})
 }
 
@@ -600,6 +754,9 @@ func (c *Core) Ready() Ready {
 		Control:    c.spare.Control[:0],
 		Deliveries: c.spare.Deliveries[:0],
 		Stable:     rd.Stable,
+	}
+	if len(rd.TopicStable) > 0 {
+		c.ready.TopicStable = append(c.spare.TopicStable[:0], rd.TopicStable...)
 	}
 	c.spare = rd
 	return rd

@@ -2,6 +2,7 @@ package ordering
 
 import (
 	"encoding/binary"
+	"slices"
 	"testing"
 	"time"
 )
@@ -10,7 +11,9 @@ import (
 // peers could send it: records (as decoded from the network, so any that
 // DecodeRecord accepts: data, beacons and the aggregation tree's), in any
 // order, between ticks and sends of its own; barriers announced directly
-// and aggregated by a tree.
+// and aggregated by a tree; and the same with topics (a core subscribed
+// to topics 1 and 3 of three, whose sends publish on them too, and whose
+// peers' records include publish records and topic beacons).
 // The input is a sequence of operations:
 //
 //	op byte: op%4 == 0 a Tick, 1 a Send, else a record from member op%2+1,
@@ -18,8 +21,8 @@ import (
 //	then for a record a uint16 length and that many bytes of the record.
 //
 // Whatever the records, the core must neither panic nor deliver a
-// sender's messages out of its sequence order, twice, or out of stamp
-// order.
+// channel's messages out of its sequence order, twice, or out of stamp
+// order, nor a topic it does not subscribe to.
 func FuzzCoreInput(f *testing.F) {
 	rec := func(from byte, r Record) []byte {
 		b := AppendRecord(nil, &r)
@@ -59,31 +62,59 @@ func FuzzCoreInput(f *testing.F) {
 		rec(1, Record{Kind: KindBeacon, Seq: 0, TS: 90000, Frontier: 90000}),
 		tick,
 	))
+	// Topics: a publish on topic 1, a topic beacon bound to it, one on a
+	// topic this core does not subscribe to, and one bound to a message
+	// not held yet.
+	f.Add(cat(
+		rec(0, Record{Kind: KindPublish, Topic: 1, Seq: 1, TS: 5000, Payload: []byte("a")}),
+		rec(0, Record{Kind: KindTopicBeacon, Seq: 0, TS: 7000, Frontier: 7000, Bounds: []TopicSeq{{1, 1}}}),
+		rec(1, Record{Kind: KindPublish, Topic: 2, Seq: 1, TS: 6000, Payload: []byte("b")}),
+		rec(1, Record{Kind: KindTopicBeacon, Seq: 0, TS: 8000, Frontier: 7000, Bounds: []TopicSeq{{2, 1}, {3, 2}}}),
+		send, send,
+		rec(1, Record{Kind: KindPublish, Topic: 3, Seq: 2, TS: 7500, Payload: []byte("c")}),
+		rec(1, Record{Kind: KindPublish, Topic: 3, Seq: 1, TS: 7400, Payload: []byte("d")}),
+		rec(0, Record{Kind: KindTopicBeacon, Seq: 0, TS: 90000, Frontier: 90000}),
+		rec(1, Record{Kind: KindTopicBeacon, Seq: 0, TS: 90000, Frontier: 90000}),
+		tick,
+	))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		for _, mode := range []Mode{TotalOrder, Atomic} {
 			for _, fanOut := range []int{0, 2} {
-				runCoreInput(t, mode, fanOut, in)
+				runCoreInput(t, mode, fanOut, nil, in)
+				runCoreInput(t, mode, fanOut, fuzzTopics, in)
 			}
 		}
 	})
 }
 
+// fuzzTopics are the topics of FuzzCoreInput's cores with topics: the
+// core (rank 0) subscribes to topics 1 and 3.
+var fuzzTopics = []Topic{
+	{Subscribers: []int{0, 1}, Mode: Atomic},
+	{Subscribers: []int{1, 2}, Mode: Atomic},
+	{Subscribers: []int{0, 1, 2}, Mode: TotalOrder},
+}
+
 // runCoreInput runs in against a core in mode whose barriers are
 // aggregated by a tree of fanOut (0: announced directly).
-func runCoreInput(t *testing.T, mode Mode, fanOut int, in []byte) {
+func runCoreInput(t *testing.T, mode Mode, fanOut int, topics []Topic, in []byte) {
 	now := int64(1000)
-	c, err := NewCore(Config{Self: 0, Members: 3, Mode: mode, FanOut: fanOut, BeaconInterval: 50 * time.Microsecond, MaxAhead: time.Millisecond}, now)
+	c, err := NewCore(Config{Self: 0, Members: 3, Mode: mode, FanOut: fanOut, BeaconInterval: 50 * time.Microsecond, MaxAhead: time.Millisecond, Topics: topics}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := make([]uint64, 3)
+	next := make(map[[2]int]uint64) // by sender and topic
 	var last Delivery
 	check := func() {
 		for _, d := range c.Ready().Deliveries {
-			if d.Seq != next[d.Sender]+1 {
-				t.Fatalf("%v: member %d's message %d delivered after its message %d", mode, d.Sender, d.Seq, next[d.Sender])
+			ch := [2]int{d.Sender, d.Topic}
+			if d.Seq != next[ch]+1 {
+				t.Fatalf("%v: member %d's message %d on topic %d delivered after its message %d", mode, d.Sender, d.Seq, d.Topic, next[ch])
 			}
-			next[d.Sender] = d.Seq
+			next[ch] = d.Seq
+			if d.Topic > 0 && !slices.Contains(topics[d.Topic-1].Subscribers, 0) {
+				t.Fatalf("%v: delivered a message of topic %d, not subscribed to", mode, d.Topic)
+			}
 			if last.Index > 0 && (d.TS < last.TS || d.TS == last.TS && d.Sender < last.Sender) {
 				t.Fatalf("%v: message stamped %d (member %d) delivered after one stamped %d (member %d)", mode, d.TS, d.Sender, last.TS, last.Sender)
 			}
@@ -98,7 +129,11 @@ func runCoreInput(t *testing.T, mode Mode, fanOut int, in []byte) {
 		case 0:
 			c.Tick(now)
 		case 1:
-			c.Send(now, []byte{op})
+			if topic := int(op/4) % 4; topic > 0 && topics != nil {
+				_, _, _ = c.Publish(now, topic, []byte{op})
+			} else {
+				c.Send(now, []byte{op})
+			}
 		default:
 			if len(in) < 2 {
 				return

@@ -13,15 +13,24 @@ import (
 // TestCoreScenarios runs the scripts in testdata/core. Commands:
 //
 //	init n=3 mode=atomic|total|unordered [interval=100] [gap=10] [fanout=2] [skew=0,5,-3] [ahead=1000] [window=0]
+//	     [topics=01/12/-] [topic-modes=atomic/total/atomic]
+//	                                topics (from 1) by their subscribers' ranks
+//	                                (- for none), and their modes (default atomic)
 //	send m=0 at=5 [data=x]          member 0 sends at common time 5
+//	publish m=0 t=1 at=5 [data=x]   member 0 publishes on topic 1
 //	tick [m=1] at=100               one member (or all) ticks
-//	deliver from=0 to=1 at=7 [n=1]  step records queued on a link
+//	deliver from=0 to=1 at=7 [n=1] [topic=1]
+//	                                step records queued on a link (the
+//	                                group's, or a topic's)
 //	inject from=0 to=1 at=7 kind=data seq=1 ts=3 [frontier=0]
+//	hold from=0 to=1 [topic=1]      stabilize and settle leave that link alone
+//	release                         until this
 //	stabilize at=200                deliver everything, tick everyone, repeat
 //	settle at=200 [until=1200]      stabilize, advancing time to each deadline,
 //	                                until everything is delivered
 //	state                           frontiers, barriers and buffers
 //	check                           every member delivered the same sequence
+//	                                (with topics: the guarantees of topics)
 //
 // Times are nanoseconds of the common clock; a member's clock adds its skew.
 func TestCoreScenarios(t *testing.T) {
@@ -47,6 +56,21 @@ func TestCoreScenarios(t *testing.T) {
 					MaxAhead:       time.Duration(intArg(t, d, "ahead", 1000)),
 					Window:         uint64(intArg(t, d, "window", 0)),
 				}
+				if s := strArg(d, "topics", ""); s != "" {
+					modes := strings.Split(strArg(d, "topic-modes", ""), "/")
+					for i, subs := range strings.Split(s, "/") {
+						topic := Topic{Mode: Atomic}
+						if i < len(modes) && modes[i] != "" {
+							if topic.Mode, err = ParseMode(modes[i]); err != nil {
+								t.Fatal(err)
+							}
+						}
+						for _, r := range strings.TrimPrefix(subs, "-") {
+							topic.Subscribers = append(topic.Subscribers, int(r-'0'))
+						}
+						cfg.Topics = append(cfg.Topics, topic)
+					}
+				}
 				var skew []int64
 				if s := strArg(d, "skew", ""); s != "" {
 					for _, f := range strings.Split(s, ",") {
@@ -62,6 +86,9 @@ func TestCoreScenarios(t *testing.T) {
 			case "send":
 				c.out = &out
 				c.send(intArg(t, d, "m", 0), at, strArg(d, "data", ""))
+			case "publish":
+				c.out = &out
+				c.publish(intArg(t, d, "m", 0), at, intArg(t, d, "t", 1), strArg(d, "data", ""))
 			case "tick":
 				c.out = &out
 				if d.HasArg("m") {
@@ -72,7 +99,7 @@ func TestCoreScenarios(t *testing.T) {
 					}
 				}
 			case "deliver":
-				c.deliverLink(intArg(t, d, "from", 0), intArg(t, d, "to", 0), intArg(t, d, "n", -1), at)
+				c.deliverOn([3]int{intArg(t, d, "from", 0), intArg(t, d, "to", 0), intArg(t, d, "topic", 0)}, intArg(t, d, "n", -1), at)
 			case "inject":
 				kind := map[string]Kind{"data": KindData, "beacon": KindBeacon, "up": KindUp, "down": KindDown}[strArg(d, "kind", "data")]
 				r := Record{Kind: kind, Seq: uint64(intArg(t, d, "seq", 1)), TS: Timestamp(intArg(t, d, "ts", 0)), Frontier: Timestamp(intArg(t, d, "frontier", 0))}
@@ -84,6 +111,13 @@ func TestCoreScenarios(t *testing.T) {
 					fmt.Fprintf(&out, "m%d rejects %s: %v\n", to, describeRecord(r), err)
 				}
 				c.collect(to)
+			case "hold":
+				if c.held == nil {
+					c.held = make(map[[3]int]bool)
+				}
+				c.held[[3]int{intArg(t, d, "from", 0), intArg(t, d, "to", 0), intArg(t, d, "topic", 0)}] = true
+			case "release":
+				c.held = nil
 			case "stabilize":
 				c.stabilize(at)
 			case "settle":
@@ -91,10 +125,25 @@ func TestCoreScenarios(t *testing.T) {
 				fmt.Fprintf(&out, "settled at %d\n", end)
 			case "state":
 				for i, core := range c.cores {
-					fmt.Fprintf(&out, "m%d: frontier=%s barrier=%s buffered=%d delivered=%d stable=%d rejected=%d\n",
-						i, tsString(core.Frontier()), tsString(core.Barrier()), core.Buffered(), core.delivered, core.stable, core.stats.Rejected)
+					fmt.Fprintf(&out, "m%d: frontier=%s barrier=%s buffered=%d delivered=%d stable=%d rejected=%d",
+						i, tsString(core.Frontier()), tsString(core.Barrier()), core.Buffered(), core.delivered, core.own.stable, core.stats.Rejected)
+					for k := range core.topics {
+						tp := &core.topics[k]
+						fmt.Fprintf(&out, " | t%d: barrier=%s delivered=%d stable=%d", k+1, tsString(core.TopicBarrier(k+1)), tp.delivered, tp.own.stable)
+					}
+					fmt.Fprintln(&out)
 				}
 			case "check":
+				if len(c.cfg.Topics) > 0 {
+					if err := checkTopicDeliveries(c.cfg, c.delivered, c.sent, false); err != nil {
+						return err.Error()
+					}
+					var b strings.Builder
+					for i, ds := range c.delivered {
+						fmt.Fprintf(&b, "m%d delivered %d\n", i, len(ds))
+					}
+					return "ok: the guarantees of topics hold\n" + b.String()
+				}
 				if err := sameSequences(c.delivered); err != nil {
 					return err.Error()
 				}

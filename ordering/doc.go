@@ -27,6 +27,52 @@
 // a peer's record stamped more than [Config.MaxAhead] beyond local time
 // waits, with that peer's later records, until local time catches up.
 //
+// # Topics
+//
+// A view may have topics ([Config.Topics], the same list on every
+// member): each with its subscribers, a subset of the members, and a
+// mode (Atomic or TotalOrder). [Core.Publish] sends a message on a
+// topic, to its subscribers only, while [Core.Send] sends to the whole
+// group; a member delivers the messages of the group and of its topics
+// interleaved in the one (stamp, rank, topic, sequence) order, so that
+// any two messages that two members both deliver come in the same
+// relative order at both. These are 1Pipe's scatterings: messages to
+// different sets of receivers, ordered with each other by the same
+// timestamps and barriers.
+//
+// Every sender has a channel per topic besides its channel to the
+// group, each numbering its messages from 1 and carried in order (the
+// runtime uses an RDMC group of the sender and the topic's subscribers);
+// channels are not ordered with each other. A receiver keeps promises
+// per channel it receives ([barrier.Promises], one slot per channel),
+// and its receive frontier is their minimum: it holds every message
+// addressed to it below the frontier. A message promises only for its
+// own channel; a sender's beacons ([KindTopicBeacon]), multicast to the
+// group, promise for all its channels and are bound to a count on each:
+// "after my group message n and my message n_t on each topic t, nothing
+// of mine is stamped below T". A receiver applies the promise to each of
+// its channels from that sender once it holds that channel's messages up
+// to the count, so it never passes the barrier before holding everything
+// addressed to it below it. The counts are sent only for the topics
+// published on since the sender's previous beacon; the others stand.
+// Because a message no longer promises for every channel of its sender,
+// a sender beacons within BeaconGap of its own messages, not only of its
+// peers'.
+//
+// An atomic topic's messages are delivered below the topic's commit
+// barrier: the minimum of its subscribers' announced frontiers (with the
+// aggregation tree, the group's commit barrier, which is no higher), so
+// a subscriber that falls behind holds back the atomic delivery of its
+// own topics only. A topic in TotalOrder mode is delivered below the
+// subscriber's own frontier. Delivery.Index counts a topic's messages
+// from its Topic.Start+1.
+//
+// A view with topics ends at a [Cut] per channel: its receivers that
+// stay report what they hold ([Core.Held], [Core.HeldTopics]), the cut
+// is the minimum, and [Core.Finish] delivers the rest of it, so that the
+// subscribers of an atomic topic that install the next view delivered
+// the same messages of it in this one (virtual synchrony per topic).
+//
 // Records between members are encoded by [AppendRecord] and decoded by
 // [DecodeRecord], which checks every field read from the network.
 package ordering

@@ -75,7 +75,7 @@ func runRandom(seed uint64, mode Mode, fanOut int, faults plant.Faults) error {
 				continue
 			}
 			k := keys[r.IntN(len(keys))]
-			c.deliverLink(k[0], k[1], 1+r.IntN(3), now)
+			c.deliverOn(k, 1+r.IntN(3), now)
 		default:
 			c.tick(r.IntN(n), now)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -21,6 +22,10 @@ func TestRecordRoundTrip(t *testing.T) {
 		{"beacon before any message", Record{Kind: KindBeacon, Seq: 0, TS: 12}},
 		{"up", Record{Kind: KindUp, TS: 25}},
 		{"down", Record{Kind: KindDown, TS: 25}},
+		{"publish", Record{Kind: KindPublish, Seq: 5, TS: 50, Topic: 3, Payload: []byte("on topic 3")}},
+		{"publish without payload", Record{Kind: KindPublish, Seq: 1, TS: 51, Topic: math.MaxUint32}},
+		{"topic beacon", Record{Kind: KindTopicBeacon, Seq: 6, TS: 60, Frontier: 55, Bounds: []TopicSeq{{1, 4}, {7, 1}, {math.MaxUint32, math.MaxUint64}}}},
+		{"topic beacon without bounds", Record{Kind: KindTopicBeacon, Seq: 0, TS: 61}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -30,14 +35,15 @@ func TestRecordRoundTrip(t *testing.T) {
 				t.Fatalf("AppendRecord overwrote dst: %x", enc)
 			}
 			frame := enc[len(prefix):]
-			if want := RecordHeaderBytes + len(tt.r.Payload); len(frame) != want {
+			if want := tt.r.Size(); len(frame) != want {
 				t.Fatalf("encoded %d bytes, want %d", len(frame), want)
 			}
 			got, err := DecodeRecord(frame, 64)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Kind != tt.r.Kind || got.Seq != tt.r.Seq || got.TS != tt.r.TS || got.Frontier != tt.r.Frontier || !bytes.Equal(got.Payload, tt.r.Payload) {
+			if got.Kind != tt.r.Kind || got.Seq != tt.r.Seq || got.TS != tt.r.TS || got.Frontier != tt.r.Frontier || got.Topic != tt.r.Topic ||
+				!slices.Equal(got.Bounds, tt.r.Bounds) || !bytes.Equal(got.Payload, tt.r.Payload) {
 				t.Fatalf("decoded %+v, want %+v", got, tt.r)
 			}
 			if again := AppendRecord(nil, &got); !bytes.Equal(again, frame) {
@@ -75,9 +81,17 @@ func TestDecodeRecordAliases(t *testing.T) {
 	}
 }
 
+// bounds appends the encoding of topic beacon bounds to a header.
+func bounds(b []byte, bs ...TopicSeq) []byte {
+	r := Record{Kind: KindTopicBeacon, Bounds: bs}
+	return append(b, AppendRecord(nil, &r)[RecordHeaderBytes:]...)
+}
+
 func TestDecodeRecordRejects(t *testing.T) {
+	// header is a record's first RecordHeaderBytes, without what the
+	// topic kinds add.
 	header := func(kind Kind, seq uint64) []byte {
-		return AppendRecord(nil, &Record{Kind: kind, Seq: seq, TS: 5, Frontier: 3})
+		return AppendRecord(nil, &Record{Kind: kind, Seq: seq, TS: 5, Frontier: 3})[:RecordHeaderBytes]
 	}
 	withPayload := func(b []byte, n int) []byte {
 		return append(b, bytes.Repeat([]byte{'p'}, n)...)
@@ -91,7 +105,7 @@ func TestDecodeRecordRejects(t *testing.T) {
 		{"empty", nil, 64, "0 bytes"},
 		{"short", header(KindBeacon, 1)[:RecordHeaderBytes-1], 64, "24 bytes"},
 		{"kind zero", header(0, 1), 64, "unknown kind 0"},
-		{"unknown kind", header(5, 1), 64, "unknown kind 5"},
+		{"unknown kind", header(7, 1), 64, "unknown kind 7"},
 		{"unknown kind 255", header(255, 1), 64, "unknown kind 255"},
 		{"data with sequence 0", withPayload(header(KindData, 0), 1), 64, "sequence 0"},
 		{"payload on beacon", withPayload(header(KindBeacon, 1), 1), 64, "beacon record with 1 payload bytes"},
@@ -99,6 +113,16 @@ func TestDecodeRecordRejects(t *testing.T) {
 		{"payload on down", withPayload(header(KindDown, 0), 3), 64, "down record with 3 payload bytes"},
 		{"payload over the limit", withPayload(header(KindData, 1), 65), 64, "65-byte payload exceeds 64"},
 		{"any payload with limit 0", withPayload(header(KindData, 1), 1), 0, "1-byte payload exceeds 0"},
+		{"publish without topic", withPayload(header(KindPublish, 1), 3), 64, "without its topic"},
+		{"publish topic 0", append(header(KindPublish, 1), 0, 0, 0, 0), 64, "on topic 0"},
+		{"publish with sequence 0", append(header(KindPublish, 0), 0, 0, 0, 1), 64, "sequence 0"},
+		{"publish over the limit", withPayload(append(header(KindPublish, 1), 0, 0, 0, 1), 65), 64, "65-byte payload exceeds 64"},
+		{"topic beacon with a partial bound", withPayload(header(KindTopicBeacon, 1), 11), 64, "not a multiple of 12"},
+		{"topic beacon bound on topic 0", bounds(header(KindTopicBeacon, 1), TopicSeq{0, 1}), 64, "on topic 0"},
+		{"topic beacon bound 0", bounds(header(KindTopicBeacon, 1), TopicSeq{2, 0}), 64, "bound 0 on topic 2"},
+		{"topic beacon bounds out of order", bounds(header(KindTopicBeacon, 1), TopicSeq{2, 1}, TopicSeq{1, 1}), 64, "not increasing"},
+		{"topic beacon bound twice", bounds(header(KindTopicBeacon, 1), TopicSeq{2, 1}, TopicSeq{2, 3}), 64, "not increasing"},
+		{"topic beacon with too many bounds", append(header(KindTopicBeacon, 1), make([]byte, boundBytes*(MaxTopics+1))...), 64, "at most 65536 topics"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -114,7 +138,7 @@ func TestDecodeRecordRejects(t *testing.T) {
 }
 
 func TestKindString(t *testing.T) {
-	for k, want := range map[Kind]string{KindData: "data", KindBeacon: "beacon", KindUp: "up", KindDown: "down", 0: "Kind(0)", 9: "Kind(9)"} {
+	for k, want := range map[Kind]string{KindData: "data", KindBeacon: "beacon", KindUp: "up", KindDown: "down", KindPublish: "publish", KindTopicBeacon: "topic-beacon", 0: "Kind(0)", 9: "Kind(9)"} {
 		if got := k.String(); got != want {
 			t.Errorf("Kind(%d).String() = %q, want %q", uint8(k), got, want)
 		}
@@ -125,8 +149,10 @@ func TestKindString(t *testing.T) {
 const fuzzMaxPayload = 32
 
 // FuzzDecodeRecord: DecodeRecord never panics on any frame; what it
-// accepts is a known kind with a payload only on data, within the limit,
-// and re-encodes to exactly the frame; what it rejects wraps ErrBadRecord.
+// accepts is a known kind with a payload only on data and publish
+// records, within the limit, a topic only on publish records, bounds
+// only on topic beacons, and re-encodes to exactly the frame; what it
+// rejects wraps ErrBadRecord.
 // The seed corpus is in testdata/fuzz/FuzzDecodeRecord.
 func FuzzDecodeRecord(f *testing.F) {
 	f.Fuzz(func(t *testing.T, frame []byte) {
@@ -137,6 +163,9 @@ func FuzzDecodeRecord(f *testing.F) {
 			}
 			return
 		}
+		if r.Kind != KindPublish && r.Topic != 0 || r.Kind != KindTopicBeacon && r.Bounds != nil {
+			t.Fatalf("accepted %v record with topic %d and bounds %v", r.Kind, r.Topic, r.Bounds)
+		}
 		switch r.Kind {
 		case KindData:
 			if r.Seq == 0 {
@@ -144,6 +173,22 @@ func FuzzDecodeRecord(f *testing.F) {
 			}
 			if len(r.Payload) > fuzzMaxPayload {
 				t.Fatalf("accepted %d-byte payload, limit %d", len(r.Payload), fuzzMaxPayload)
+			}
+		case KindPublish:
+			if r.Seq == 0 || r.Topic == 0 {
+				t.Fatalf("accepted publish record with sequence %d on topic %d", r.Seq, r.Topic)
+			}
+			if len(r.Payload) > fuzzMaxPayload {
+				t.Fatalf("accepted %d-byte payload, limit %d", len(r.Payload), fuzzMaxPayload)
+			}
+		case KindTopicBeacon:
+			if len(r.Payload) != 0 {
+				t.Fatalf("accepted %v record with %d payload bytes", r.Kind, len(r.Payload))
+			}
+			for i, b := range r.Bounds {
+				if b.Topic == 0 || b.Seq == 0 || i > 0 && b.Topic <= r.Bounds[i-1].Topic {
+					t.Fatalf("accepted bounds %v", r.Bounds)
+				}
 			}
 		case KindBeacon, KindUp, KindDown:
 			if len(r.Payload) != 0 {

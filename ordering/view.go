@@ -1,8 +1,10 @@
 package ordering
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // ErrCut is returned by Finish for a cut this member cannot deliver.
@@ -32,41 +34,83 @@ func (c *Core) Held() []uint64 {
 	return out
 }
 
-// Index returns the global index of the last message delivered.
+// HeldTopics returns, for every topic t and member rank r, at
+// [t-1][r], the highest sequence number s such that this member holds
+// r's messages 1..s on t complete: zero for the topics it does not
+// subscribe to, but its own count of every topic.
+func (c *Core) HeldTopics() [][]uint64 {
+	if len(c.topics) == 0 {
+		return nil
+	}
+	out := make([][]uint64, len(c.topics))
+	for i := range c.topics {
+		t := &c.topics[i]
+		out[i] = make([]uint64, c.cfg.Members)
+		if t.subscribed() {
+			for r := range out[i] {
+				out[i][r] = c.prom.Held(t.slot + r)
+			}
+		}
+		out[i][c.cfg.Self] = t.seq
+	}
+	return out
+}
+
+// Index returns the global index of the last message to the group
+// delivered.
 func (c *Core) Index() uint64 { return c.cfg.Start + c.delivered }
 
-// Finish ends a wedged view at cut: cut[r] is how many of member r's
-// messages the view delivers. Finish returns the deliveries up to the cut
-// that this member has not made yet, in the agreed order, and this
+// TopicIndex returns the index of topic's last message delivered (its
+// Topic.Start if none was, or if this member does not subscribe), and
+// zero for a topic that does not exist.
+func (c *Core) TopicIndex(topic int) uint64 {
+	if topic <= 0 || topic > len(c.topics) {
+		return 0
+	}
+	t := &c.topics[topic-1]
+	return t.Start + t.delivered
+}
+
+// Cut ends a view: for every channel, how many of its sender's messages
+// the view delivers.
+type Cut struct {
+	// Senders[r] counts member r's messages to the group.
+	Senders []uint64
+	// Topics[t-1][r] counts member r's messages on topic t; nil in a
+	// group without topics.
+	Topics [][]uint64
+}
+
+// Message is an own message a view did not deliver, to send again in the
+// next: on Topic (from 1), or to the group (0).
+type Message struct {
+	Topic   int
+	Payload []byte
+}
+
+// Finish ends a wedged view at cut. It returns the deliveries up to the
+// cut that this member has not made yet, in the agreed order, and this
 // member's own messages beyond the cut, in its send order, which it must
-// send again in the next view. Every other message is discarded.
+// send again in the next view (those on topics delivered in TotalOrder
+// mode excepted: best effort sends nothing again). Every other message
+// is discarded.
 //
 // Every member that delivered messages of the view delivers the rest of
-// the cut in the same (stamp, rank, sequence) order, so all of them end
-// the view with the same sequence: a message below a member's commit
-// barrier is held by every member, so it is inside the cut, and the cut
-// is the same for everyone.
-func (c *Core) Finish(cut []uint64) ([]Delivery, [][]byte, error) {
-	if !c.wedged {
-		return nil, nil, fmt.Errorf("%w: the core is not wedged", ErrCut)
+// the cut in the same (stamp, rank, topic, sequence) order, so all of
+// them end the view with the same sequence of the group's messages, and
+// the subscribers of a topic with the same sequence of its messages: a
+// message below a member's commit barrier for its channel is held by
+// every receiver of the channel, so it is inside the cut, and the cut is
+// the same for everyone.
+func (c *Core) Finish(cut Cut) ([]Delivery, []Message, error) {
+	if err := c.checkCut(cut); err != nil {
+		return nil, nil, err
 	}
-	if c.cfg.Mode != Atomic {
-		// Other modes deliver before every member holds a message, so no
-		// cut can make their members agree.
-		return nil, nil, fmt.Errorf("%w: views end only in atomic mode, not %v", ErrCut, c.cfg.Mode)
+	type own struct {
+		ts  Timestamp
+		msg Message
 	}
-	if len(cut) != c.cfg.Members {
-		return nil, nil, fmt.Errorf("%w: %d senders, view has %d", ErrCut, len(cut), c.cfg.Members)
-	}
-	held := c.Held()
-	for r, s := range cut {
-		if s > held[r] {
-			return nil, nil, fmt.Errorf("%w: member %d's messages up to %d, only %d held", ErrCut, r, s, held[r])
-		}
-		if s+1 < c.payloads[r].next {
-			return nil, nil, fmt.Errorf("%w: member %d's messages up to %d, %d delivered", ErrCut, r, s, c.payloads[r].next-1)
-		}
-	}
+	var resend []own
 	saved := c.ready.Deliveries
 	c.ready.Deliveries = nil
 	var beyond []key
@@ -75,31 +119,98 @@ func (c *Core) Finish(cut []uint64) ([]Delivery, [][]byte, error) {
 		if !ok {
 			break
 		}
-		r := int(k.rank)
-		if k.seq > cut[r] {
-			beyond = append(beyond, k)
-			if r != c.cfg.Self {
-				c.stats.Discarded++
-			}
+		r, topic := int(k.rank), int(k.topic)
+		limit := cut.Senders[r]
+		if topic > 0 {
+			limit = cut.Topics[topic-1][r]
+		}
+		if k.seq <= limit {
+			c.emit(entry{ts: k.ts, rank: r, topic: topic, seq: k.seq, payload: c.payloads[c.slotOf(r, topic)].take(k.seq)})
 			continue
 		}
-		c.emit(entry{ts: k.ts, rank: r, seq: k.seq, payload: c.payloads[r].take(k.seq)})
+		beyond = append(beyond, k)
+		if r != c.cfg.Self {
+			c.stats.Discarded++
+		} else if topic == 0 || c.topics[topic-1].Mode == Atomic {
+			q := &c.payloads[c.slotOf(r, topic)]
+			resend = append(resend, own{k.ts, Message{Topic: topic, Payload: q.items[q.head+int(k.seq-q.next)]}})
+		}
 	}
-	// Keep own messages beyond the cut for ownPayload; the core is done.
+	// Keep the messages beyond the cut, which nothing delivers; the core
+	// is done.
 	for _, k := range beyond {
 		c.buf.ReplaceOrInsert(k)
 	}
 	out := c.ready.Deliveries
 	c.ready.Deliveries = saved
-	var resend [][]byte
-	for s := cut[c.cfg.Self] + 1; s <= c.seq; s++ {
-		resend = append(resend, c.ownPayload(s))
+	for i := range c.topics {
+		t := &c.topics[i]
+		if t.subscribed() || t.Mode != Atomic {
+			continue
+		}
+		for s := cut.Topics[i][c.cfg.Self] + 1; s <= t.seq; s++ {
+			p, _ := t.own.payload(s) // checkCut made sure it is kept
+			resend = append(resend, own{t.own.stamps[s-t.own.first], Message{Topic: i + 1, Payload: p}})
+		}
 	}
-	return out, resend, nil
+	// In send order: by stamp (an own stamp is never issued twice).
+	slices.SortFunc(resend, func(a, b own) int { return cmp.Compare(a.ts, b.ts) })
+	var msgs []Message
+	for _, o := range resend {
+		msgs = append(msgs, o.msg)
+	}
+	return out, msgs, nil
 }
 
-// ownPayload returns this member's undelivered message seq.
-func (c *Core) ownPayload(seq uint64) []byte {
-	q := &c.payloads[c.cfg.Self]
-	return q.items[q.head+int(seq-q.next)]
+// checkCut returns an error wrapping ErrCut for a cut this member cannot
+// deliver: before Wedge, in a mode other than Atomic, of the wrong shape,
+// beyond what it holds, below what it delivered in atomic mode, or below
+// the own messages on a topic it does not subscribe to that it kept for
+// sending again.
+func (c *Core) checkCut(cut Cut) error {
+	if !c.wedged {
+		return fmt.Errorf("%w: the core is not wedged", ErrCut)
+	}
+	if c.cfg.Mode != Atomic {
+		// Other modes deliver before every member holds a message, so no
+		// cut can make their members agree.
+		return fmt.Errorf("%w: views end only in atomic mode, not %v", ErrCut, c.cfg.Mode)
+	}
+	if len(cut.Senders) != c.cfg.Members {
+		return fmt.Errorf("%w: %d senders, view has %d", ErrCut, len(cut.Senders), c.cfg.Members)
+	}
+	if len(cut.Topics) != len(c.topics) {
+		return fmt.Errorf("%w: %d topics, view has %d", ErrCut, len(cut.Topics), len(c.topics))
+	}
+	held := c.Held()
+	for r, s := range cut.Senders {
+		if s > held[r] {
+			return fmt.Errorf("%w: member %d's messages up to %d, only %d held", ErrCut, r, s, held[r])
+		}
+		if s+1 < c.payloads[r].next {
+			return fmt.Errorf("%w: member %d's messages up to %d, %d delivered", ErrCut, r, s, c.payloads[r].next-1)
+		}
+	}
+	heldTopics := c.HeldTopics()
+	for i, tc := range cut.Topics {
+		t := &c.topics[i]
+		if len(tc) != c.cfg.Members {
+			return fmt.Errorf("%w: topic %d has %d senders, view has %d", ErrCut, i+1, len(tc), c.cfg.Members)
+		}
+		for r, s := range tc {
+			if !t.subscribed() && r != c.cfg.Self {
+				continue
+			}
+			if s > heldTopics[i][r] {
+				return fmt.Errorf("%w: member %d's messages on topic %d up to %d, only %d held", ErrCut, r, i+1, s, heldTopics[i][r])
+			}
+			if t.subscribed() && t.Mode == Atomic && s+1 < c.payloads[t.slot+r].next {
+				return fmt.Errorf("%w: member %d's messages on topic %d up to %d, %d delivered", ErrCut, r, i+1, s, c.payloads[t.slot+r].next-1)
+			}
+		}
+		if s := tc[c.cfg.Self]; !t.subscribed() && t.Mode == Atomic && s < t.own.stable {
+			return fmt.Errorf("%w: own messages on topic %d up to %d, but %d are held by every subscriber", ErrCut, i+1, s, t.own.stable)
+		}
+	}
+	return nil
 }

@@ -86,7 +86,7 @@ func runViewEnd(seed uint64, fanOut int, cutOf func([][]uint64) []uint64) error 
 				continue
 			}
 			k := keys[r.IntN(len(keys))]
-			c.deliverLink(k[0], k[1], 1+r.IntN(3), now)
+			c.deliverOn(k, 1+r.IntN(3), now)
 		default:
 			c.tick(r.IntN(n), now)
 		}
@@ -118,7 +118,7 @@ func runViewEnd(seed uint64, fanOut int, cutOf func([][]uint64) []uint64) error 
 	cut := cutOf(reports)
 	ended := make([][]Delivery, 0, len(survivors))
 	for k, i := range survivors {
-		rest, resend, err := c.cores[i].Finish(cut)
+		rest, resendMsgs, err := c.cores[i].Finish(Cut{Senders: cut})
 		if err != nil {
 			return fmt.Errorf("m%d: %w", i, err)
 		}
@@ -145,8 +145,8 @@ func runViewEnd(seed uint64, fanOut int, cutOf func([][]uint64) []uint64) error 
 			}
 		}
 		// Own messages: delivered 1..cut, re-sent cut+1..sent, in order.
-		if want := sent[i][cut[i]:]; !slices.Equal(texts(resend), want) {
-			return fmt.Errorf("m%d re-sends %q, want %q", i, texts(resend), want)
+		if resend := payloadsOf(resendMsgs); !slices.Equal(texts(resend), sent[i][cut[i]:]) {
+			return fmt.Errorf("m%d re-sends %q, want %q", i, texts(resend), sent[i][cut[i]:])
 		}
 		ended = append(ended, all)
 	}
@@ -163,6 +163,14 @@ func runViewEnd(seed uint64, fanOut int, cutOf func([][]uint64) []uint64) error 
 	return nil
 }
 
+func payloadsOf(ms []Message) [][]byte {
+	var out [][]byte
+	for _, m := range ms {
+		out = append(out, m.Payload)
+	}
+	return out
+}
+
 func texts(bs [][]byte) []string {
 	out := make([]string, len(bs))
 	for i, b := range bs {
@@ -175,12 +183,12 @@ func TestFinishRejects(t *testing.T) {
 	c := newCluster(t, 2, Config{Mode: Atomic, BeaconInterval: 100}, nil)
 	c.send(0, 10, "a")
 	core := c.cores[1]
-	if _, _, err := core.Finish([]uint64{0, 0}); !errors.Is(err, ErrCut) {
+	if _, _, err := core.Finish(Cut{Senders: []uint64{0, 0}}); !errors.Is(err, ErrCut) {
 		t.Fatalf("Finish before Wedge: %v, want ErrCut", err)
 	}
 	core.Wedge()
 	for _, cut := range [][]uint64{{0}, {1, 0}, {0, 1}} {
-		if _, _, err := core.Finish(cut); !errors.Is(err, ErrCut) {
+		if _, _, err := core.Finish(Cut{Senders: cut}); !errors.Is(err, ErrCut) {
 			t.Errorf("Finish(%v) with nothing held: %v, want ErrCut", cut, err)
 		}
 	}

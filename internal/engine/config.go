@@ -117,6 +117,7 @@ type Config struct {
 	TransferStall                                   time.Duration
 	Durable                                         *DurableConfig
 	OnView                                          func(View)
+	Topics                                          []Topic
 
 	Mode            Mode
 	Epoch           uint64
@@ -239,6 +240,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	c.checkMembers(bad)
 	c.checkApplies(bad)
+	c.checkTopics(bad)
 	if c.Etcd != nil {
 		c.Etcd.check(c.test.etcd != nil, bad)
 	}

@@ -21,7 +21,10 @@
 //     that no member holds a large state in memory;
 //   - durable.go: the durable log and the persisted frontiers;
 //   - replay.go: restarting from the durable log, alone or as a group;
-//   - send.go, snapshot.go: the application's calls.
+//   - send.go, snapshot.go: the application's calls;
+//   - topics.go: topics (pub/sub within the group): Publish, Subscribe,
+//     the view's topic table, and the settling of own publications; a
+//     topic's records travel in the RDMC groups of viewnet.go.
 //
 // The member's phases, and every transition between them, are listed in
 // internal/vsync (phase.go). Time comes from one clock, Config.Clock:

@@ -19,6 +19,7 @@ import (
 // agreed order (see its documentation; the two convert into each other).
 type Delivery struct {
 	Epoch, Index uint64
+	Topic        string
 	Sender       NodeID
 	Seq          uint64
 	Timestamp    uint64
@@ -49,9 +50,11 @@ type Group struct {
 		// must not be written to the log any more (one at a time).
 		superseded *view
 	}
-	h     Handler
-	ep    rdma.Endpoint
-	ownEP bool
+	h Handler
+	// handlers are the handlers attached to topics (Subscribe).
+	handlers topicHandlers
+	ep       rdma.Endpoint
+	ownEP    bool
 	// mem is the membership runtime of a view-managed group (Config.Etcd
 	// set); nil with fixed membership.
 	mem *member
@@ -104,9 +107,18 @@ type Group struct {
 		sending, sendingBytes   int
 		// queued counts messages accepted and not yet taken by the loop.
 		queued, queuedBytes int
-		waiters             map[uint64][]waiter
-		delivered           uint64 // highest own seq delivered locally
-		stable              uint64 // highest own seq held by every member
+		waiters             map[msgID][]waiter
+		// pubSeq is, per topic, the number of the last message published
+		// on it that Publish accepted (numbered as nextSeq, per topic).
+		pubSeq map[string]uint64
+		// topics is the current view's topic table (Publish's check);
+		// topicsSet is closed when it is replaced; wanted holds the topic
+		// requests of a member of a view-managed group, by topic.
+		topics    map[string]*membership.Topic
+		topicsSet chan struct{}
+		wanted    map[string]membership.TopicRequest
+		delivered uint64 // highest own seq delivered locally
+		stable    uint64 // highest own seq held by every member
 		// durable is the highest index on every member's disk, in durable
 		// delivery; durWaiters wait in WaitDurable.
 		durable    uint64
@@ -144,6 +156,7 @@ type event struct {
 	from    int // evRecord, evSignal: the sender's rank
 	rec     ordering.Record
 	payload []byte
+	topic   string // evSend: the topic published on ("": to the group)
 	imm     uint64
 	err     error
 	state   *membership.State
@@ -189,7 +202,22 @@ func (g *Group) openFixed(ctx context.Context) (*Group, error) {
 		}
 		g.ownEP = true
 	}
-	rec := membership.View{Epoch: c.Epoch, Sent: make([]uint64, len(c.Members))}
+	v, err := g.fixedView(ctx)
+	if err != nil {
+		g.cancel()
+		g.closeTransport()
+		g.closeLog()
+		return nil, err
+	}
+	g.loopWG.Add(1)
+	go g.loop(&runner{g: g, v: v})
+	return g, nil
+}
+
+// fixedView opens the one view of a group with fixed membership.
+func (g *Group) fixedView(ctx context.Context) (*view, error) {
+	c := g.cfg
+	rec := membership.View{Epoch: c.Epoch, Sent: make([]uint64, len(c.Members)), Topics: topicRecords(c.Topics)}
 	self := 0
 	for i, m := range c.Members {
 		rec.Members = append(rec.Members, membership.Member{ID: uint64(m.ID), Addr: m.Addr})
@@ -199,16 +227,14 @@ func (g *Group) openFixed(ctx context.Context) (*Group, error) {
 	}
 	v, err := g.openView(ctx, rec, self, c.Clock())
 	if err != nil {
-		g.cancel()
-		g.closeTransport()
-		g.closeLog()
 		return nil, err
 	}
+	g.mu.Lock()
 	g.mu.epoch = rec.Epoch
 	g.mu.view = publicView(&rec, nil)
-	g.loopWG.Add(1)
-	go g.loop(&runner{g: g, v: v})
-	return g, nil
+	g.mu.Unlock()
+	g.setTopics(&rec)
+	return v, nil
 }
 
 // newGroup makes a Group for cfg, with its durable log open, before it
@@ -233,7 +259,10 @@ func newGroup(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.mu.nextSeq = 1
-	g.mu.waiters = make(map[uint64][]waiter)
+	g.mu.waiters = make(map[msgID][]waiter)
+	g.mu.pubSeq = make(map[string]uint64)
+	g.mu.topicsSet = make(chan struct{})
+	g.wantTopics()
 	g.tr = c.TracerProvider.Tracer("github.com/convoy-gcs/convoy")
 	g.msgs = newMsgTracer(g.tr, c.traceEvery(), c.identity())
 	if g.m, err = newMetrics(c.MeterProvider, c.Mode); err != nil {
@@ -289,9 +318,14 @@ func (g *Group) listen(resolve func(NodeID) (string, error)) (rdma.Endpoint, err
 }
 
 // received is called by multicast, in each sender's order, with a record
-// from member rank of view v.
-func (g *Group) received(v *view, rank int, msg []byte) {
+// from member rank of view v: from its data group (set -1), or from its
+// group for the topics of subscriber set set (see viewTopic), which
+// carries publish records of those topics only.
+func (g *Group) received(v *view, rank, set int, msg []byte) {
 	rec, err := ordering.DecodeRecord(msg, g.cfg.MaxMessageBytes)
+	if err == nil {
+		err = v.checkChannel(set, &rec)
+	}
 	if err != nil {
 		g.m.rejected.Add(context.Background(), 1)
 		g.log.Warn("rejected record", "from", v.ids[rank], "epoch", v.rec.Epoch, "err", err)
@@ -324,10 +358,14 @@ func (g *Group) sent(v *view, frame []byte) {
 		return
 	}
 	kind := ordering.Kind(frame[0])
+	payload := len(frame) - ordering.RecordHeaderBytes
+	if kind == ordering.KindPublish {
+		payload -= 4 // the topic
+	}
 	if cap(frame) == smallFrameBytes {
 		g.frames.Put(&frame)
 	}
-	if kind != ordering.KindData {
+	if kind != ordering.KindData && kind != ordering.KindPublish {
 		return
 	}
 	g.mu.Lock()
@@ -336,7 +374,7 @@ func (g *Group) sent(v *view, frame []byte) {
 		return // the window was recounted when the view ended
 	}
 	g.mu.sending--
-	g.mu.sendingBytes -= len(frame) - ordering.RecordHeaderBytes
+	g.mu.sendingBytes -= payload
 	g.spaceFreedLocked()
 }
 

@@ -100,7 +100,7 @@ type runner struct {
 	vs *vsync.Core
 	// pending holds own messages accepted while v is ending: they wait
 	// for the next view.
-	pending [][]byte
+	pending []outMsg
 	// restoring: this member joined v and waits for its state.
 	restoring bool
 	// installing says a transferred state is being installed off the
@@ -199,9 +199,9 @@ func (r *runner) handle(ev event) bool {
 		case r.v == nil:
 			// Excluded meanwhile: the message's waiters were told.
 		case r.ending():
-			r.pending = append(r.pending, ev.payload)
+			r.pending = append(r.pending, outMsg{ev.topic, ev.payload})
 		default:
-			r.send(now, ev.payload)
+			r.sendMsg(now, outMsg{ev.topic, ev.payload})
 		}
 	case evRecord:
 		if ev.v != r.v || r.v.core.Wedged() {
@@ -263,7 +263,36 @@ func (r *runner) handle(ev event) bool {
 	return true
 }
 
-// send hands an own message to the current view's core.
+// outMsg is an own message for the loop to send: on a topic, or to the
+// group (topic "").
+type outMsg struct {
+	topic   string
+	payload []byte
+}
+
+// sendMsg hands an own message to the current view's core.
+func (r *runner) sendMsg(now int64, m outMsg) {
+	if m.topic == "" {
+		r.send(now, m.payload)
+		return
+	}
+	r.publishOn(now, m.topic, m.payload)
+}
+
+// publishOn hands an own message on topic to the current view's core.
+func (r *runner) publishOn(now int64, topic string, payload []byte) {
+	v := r.v
+	id := v.topicIDs[topic]
+	if _, _, err := v.core.Publish(now, id, payload); err != nil {
+		// Publish checked the topic against the view it was accepted in,
+		// and a view keeps every topic of the views before it.
+		r.g.log.Error("message on a topic the view does not have", "topic", topic, "epoch", v.rec.Epoch, "err", err)
+		return
+	}
+	v.pubs[id-1].sizes = append(v.pubs[id-1].sizes, len(payload))
+}
+
+// send hands an own message to the group to the current view's core.
 func (r *runner) send(now int64, payload []byte) {
 	seq, _ := r.v.core.Send(now, payload)
 	r.g.msgs.step(msgKey{r.g.cfg.Self, r.v.rec.Sent[r.v.self] + seq}, "sent")
@@ -341,6 +370,9 @@ func (r *runner) ready() bool {
 	if rd.Stable > 0 {
 		g.ownStable(v.rec.Sent[v.self] + rd.Stable)
 	}
+	if len(rd.TopicStable) > 0 {
+		r.settlePublished(rd.TopicStable)
+	}
 	if v.det != nil {
 		r.detectorReady()
 	}
@@ -368,11 +400,18 @@ func (r *runner) recordLags() {
 func (r *runner) multicast(rd ordering.Ready) error {
 	g, v, ctx := r.g, r.v, r.g.ctx
 	for i := range rd.Records {
-		frame := ordering.AppendRecord(g.frame(ordering.RecordHeaderBytes+len(rd.Records[i].Payload)), &rd.Records[i])
+		rec := &rd.Records[i]
+		frame := ordering.AppendRecord(g.frame(rec.Size()), rec)
+		if rec.Kind == ordering.KindPublish {
+			if err := v.net.publish(ctx, int(rec.Topic), frame); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := v.net.multicast(ctx, frame); err != nil {
 			return err
 		}
-		if rd.Records[i].Kind == ordering.KindBeacon {
+		if k := rd.Records[i].Kind; k == ordering.KindBeacon || k == ordering.KindTopicBeacon {
 			g.m.control.Add(ctx, int64(len(v.ids)-1), g.m.beacon.add...)
 		}
 	}
@@ -407,6 +446,16 @@ func (r *runner) deliver(ds []ordering.Delivery) {
 			Epoch: d.Epoch, Index: d.Index, Sender: v.ids[d.Sender],
 			Seq: v.rec.Sent[d.Sender] + d.Seq, Timestamp: uint64(d.TS), Payload: d.Payload,
 		}
+		if d.Topic > 0 {
+			t := &v.topics[d.Topic-1]
+			out.Topic, out.Seq = t.name, t.sent[d.Sender]+d.Seq
+			if r.holding() {
+				r.held = append(r.held, durItem{d: out})
+			} else {
+				r.hand(out, d.Sender == v.self)
+			}
+			continue
+		}
 		r.g.msgs.ordered(msgKey{out.Sender, out.Seq}, out.Index, out.Epoch)
 		if r.holding() {
 			// In durable delivery the log takes it at once when it
@@ -439,6 +488,20 @@ func (r *runner) hand(d Delivery, own bool) {
 // handNow gives one delivery to the application and settles own messages.
 func (r *runner) handNow(d Delivery, own bool) {
 	g := r.g
+	if d.Topic != "" {
+		g.m.delivered(len(d.Payload))
+		h := g.handlers.get(d.Topic)
+		if h == nil {
+			h = g.h
+		}
+		if h != nil {
+			h(d)
+		}
+		if own {
+			g.ownTopicDelivered(&d)
+		}
+		return
+	}
 	g.m.delivered(len(d.Payload))
 	g.msgs.delivered(msgKey{d.Sender, d.Seq})
 	if g.h != nil {

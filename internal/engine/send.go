@@ -44,8 +44,16 @@ func WaitStable() SendOption { return func(o *sendOptions) { o.level = Stable } 
 // Receipt is convoy.Receipt: a sent message's sequence number and, once
 // Send saw it delivered, where it landed.
 type Receipt struct {
+	Topic        string
 	Seq          uint64
 	Epoch, Index uint64
+}
+
+// msgID names an own message: its sequence number among this member's
+// messages to the group (topic "") or on a topic.
+type msgID struct {
+	topic string
+	seq   uint64
 }
 
 type waiter struct {
@@ -70,6 +78,13 @@ type waitResult struct {
 // error wrapping ErrFailed after the group failed, and the context's error
 // if it ends first (the message may still be delivered).
 func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (Receipt, error) {
+	return g.submit(ctx, "", payload, opts)
+}
+
+// submit is Send, or Publish on topic (not ""): the two share the window
+// and the turn, so that a member's messages reach its loop in the order
+// they were accepted, each numbered in its channel.
+func (g *Group) submit(ctx context.Context, topic string, payload []byte, opts []SendOption) (Receipt, error) {
 	var o sendOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -117,8 +132,13 @@ func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (R
 		}
 		g.mu.Lock()
 	}
-	seq := g.mu.nextSeq
-	g.mu.nextSeq++
+	if topic != "" {
+		if err := g.canPublishLocked(topic); err != nil {
+			g.mu.Unlock()
+			return Receipt{}, err
+		}
+	}
+	seq := g.nextSeqLocked(topic)
 	g.mu.inflight++
 	g.mu.inflightBytes += len(payload)
 	g.mu.sending++
@@ -128,16 +148,18 @@ func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (R
 	var w waiter
 	if o.level > Accepted {
 		w = waiter{level: o.level, done: make(chan waitResult, 1)}
-		g.mu.waiters[seq] = append(g.mu.waiters[seq], w)
+		id := msgID{topic, seq}
+		g.mu.waiters[id] = append(g.mu.waiters[id], w)
 	}
 	g.mu.Unlock()
+	ev := event{kind: evSend, payload: payload, topic: topic}
 	if g.host != nil {
-		g.host.post(g, event{kind: evSend, payload: payload})
+		g.host.post(g, ev)
 		g.m.sent(len(payload))
-		return Receipt{Seq: seq}, nil // the simulation waits for no level
+		return Receipt{Topic: topic, Seq: seq}, nil // the simulation waits for no level
 	}
 	select {
-	case g.events <- event{kind: evSend, payload: payload}:
+	case g.events <- ev:
 		g.m.sent(len(payload))
 	case <-g.stop:
 		return Receipt{}, ErrClosed
@@ -145,28 +167,48 @@ func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (R
 		// Not queued: give the number back (no later one was taken, as
 		// this sender holds the turn).
 		g.mu.Lock()
-		g.mu.nextSeq--
+		g.unnumberLocked(topic)
 		g.mu.inflight--
 		g.mu.inflightBytes -= len(payload)
 		g.mu.sending--
 		g.mu.sendingBytes -= len(payload)
 		g.mu.queued--
 		g.mu.queuedBytes -= len(payload)
-		delete(g.mu.waiters, seq)
+		delete(g.mu.waiters, msgID{topic, seq})
 		g.mu.Unlock()
 		return Receipt{}, ctx.Err()
 	}
 	<-g.sendTurn
 	turn = false
 	if w.done == nil {
-		return Receipt{Seq: seq}, nil
+		return Receipt{Topic: topic, Seq: seq}, nil
 	}
 	select {
 	case res := <-w.done:
-		return Receipt{Seq: seq, Epoch: res.epoch, Index: res.index}, res.err
+		return Receipt{Topic: topic, Seq: seq, Epoch: res.epoch, Index: res.index}, res.err
 	case <-ctx.Done():
-		return Receipt{Seq: seq}, ctx.Err()
+		return Receipt{Topic: topic, Seq: seq}, ctx.Err()
 	}
+}
+
+// nextSeqLocked numbers an own message on topic ("": to the group).
+func (g *Group) nextSeqLocked(topic string) uint64 {
+	if topic == "" {
+		seq := g.mu.nextSeq
+		g.mu.nextSeq++
+		return seq
+	}
+	g.mu.pubSeq[topic]++
+	return g.mu.pubSeq[topic]
+}
+
+// unnumberLocked gives back the number nextSeqLocked just gave.
+func (g *Group) unnumberLocked(topic string) {
+	if topic == "" {
+		g.mu.nextSeq--
+		return
+	}
+	g.mu.pubSeq[topic]--
 }
 
 // ownDelivered records that own message d was delivered locally and
@@ -178,7 +220,7 @@ func (g *Group) ownDelivered(d *Delivery) {
 	g.mu.inflightBytes -= len(d.Payload)
 	g.mu.delivered = d.Seq
 	g.spaceFreedLocked()
-	g.wakeLocked(d.Seq, Delivered, waitResult{epoch: d.Epoch, index: d.Index})
+	g.wakeLocked(msgID{"", d.Seq}, Delivered, waitResult{epoch: d.Epoch, index: d.Index})
 }
 
 // windowOpenLocked reports whether a message of n bytes fits in the
@@ -203,16 +245,16 @@ func (g *Group) ownStable(seq uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for s := g.mu.stable + 1; s <= seq; s++ {
-		g.wakeLocked(s, Stable, waitResult{})
+		g.wakeLocked(msgID{"", s}, Stable, waitResult{})
 	}
 	g.mu.stable = max(g.mu.stable, seq)
 }
 
-// wakeLocked completes the waiters of message seq for level with res.
+// wakeLocked completes the waiters of message id for level with res.
 // Levels are reached independently: a message is stable (held
 // everywhere) before it is delivered when delivery waits for more
 // (durable delivery waits for every member's disk).
-func (g *Group) wakeLocked(seq uint64, level Level, res waitResult) {
+func (g *Group) wakeLocked(seq msgID, level Level, res waitResult) {
 	ws := g.mu.waiters[seq]
 	if len(ws) == 0 {
 		return

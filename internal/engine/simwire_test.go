@@ -42,6 +42,12 @@ type simWire struct {
 	stepped bool
 	kicked  func()
 
+	// extra, if set, adds to the delay of every frame on a FIFO; onFrame,
+	// if set, sees every data frame handed to a member (both are set
+	// before the wire carries anything).
+	extra   func(pipeKey) time.Duration
+	onFrame func(pipeKey, []byte)
+
 	mu       sync.Mutex
 	rng      *rand.Rand
 	maxDelay time.Duration
@@ -62,12 +68,14 @@ type wireKey struct {
 	id    NodeID
 }
 
-// Kinds of traffic, each with its own FIFO.
+// Kinds of traffic, each with its own FIFO; the publish records of the
+// topics of subscriber set s (viewTopic.set) take kind wireTopic+s.
 const (
 	wireData = iota
 	wireUp
 	wireDown
 	wireCtrl
+	wireTopic
 )
 
 type pipeKey struct {
@@ -385,6 +393,9 @@ func (w *simWire) pushLocked(p *pipe, f wireFrame) bool {
 	if w.maxDelay > 0 {
 		due = due.Add(time.Duration(w.rng.Int64N(int64(w.maxDelay) + 1)))
 	}
+	if w.extra != nil {
+		due = due.Add(w.extra(p.key))
+	}
 	if !due.After(p.last) {
 		due = p.last.Add(1) // after the frame before, never with it
 	}
@@ -489,6 +500,9 @@ func (w *simWire) step() (bool, time.Duration) {
 	}
 	key := p.key
 	w.mu.Unlock()
+	if w.onFrame != nil && f.data != nil {
+		w.onFrame(key, f.data)
+	}
 	to.receive(key, f)
 	if sent != nil {
 		sent()
@@ -538,7 +552,11 @@ func (n *wireNet) ctrlOpen(peer NodeID) bool {
 func (n *wireNet) receive(k pipeKey, f wireFrame) {
 	from := slices.Index(n.v.ids, k.from)
 	if k.kind != wireCtrl {
-		n.v.g.received(n.v, from, f.data)
+		set := -1
+		if k.kind >= wireTopic {
+			set = k.kind - wireTopic
+		}
+		n.v.g.received(n.v, from, set, f.data)
 		return
 	}
 	kind := evSignal
@@ -576,6 +594,21 @@ func (n *wireNet) multicast(_ context.Context, frame []byte) error {
 		return nil
 	}
 	return n.send(wireData, to, frame, &wireMsg{frame: frame, left: len(to), from: n})
+}
+
+func (n *wireNet) publish(_ context.Context, topic int, frame []byte) error {
+	t := &n.v.topics[topic-1]
+	var to []int
+	for _, r := range t.ranks {
+		if r != n.v.self {
+			to = append(to, r)
+		}
+	}
+	if len(to) == 0 {
+		n.v.g.sent(n.v, frame)
+		return nil
+	}
+	return n.send(wireTopic+t.set, to, frame, &wireMsg{frame: frame, left: len(to), from: n})
 }
 
 func (n *wireNet) up(_ context.Context, frame []byte) error {

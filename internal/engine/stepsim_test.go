@@ -280,6 +280,8 @@ type stepSim struct {
 	// spins counts the loop's timer running again at one instant.
 	spinAt time.Duration
 	spins  int
+	// topics records the topics' deliveries, in runs with topics.
+	topics *topicHist
 }
 
 type stepTask struct {
@@ -930,7 +932,13 @@ func (s *stepSim) open(id NodeID, initial int) {
 			n.mu.Lock()
 			n.addLocked(vsEvent{view: &v})
 			n.mu.Unlock()
+			if s.topics != nil {
+				s.topics.view(m, v)
+			}
 		},
+	}
+	if s.topics != nil {
+		cfg.Topics = s.topics.declare(id)
 	}
 	if s.plan.wire {
 		// The views' traffic goes over the simulated wire; otherwise
@@ -949,6 +957,12 @@ func (s *stepSim) open(id NodeID, initial int) {
 		cfg.test.openDisk = s.disks[id].open
 	}
 	g, err := newGroup(context.Background(), cfg, func(d Delivery) {
+		if s.topics != nil && !d.Replayed {
+			s.topics.deliver(m, d)
+			if d.Topic != "" {
+				return
+			}
+		}
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		n.state.Apply(d.Payload)
@@ -1030,6 +1044,9 @@ func (s *stepSim) load(m *stepMember) {
 		n.accepted = append(n.accepted, p)
 		n.acceptedInc = append(n.acceptedInc, before)
 		n.mu.Unlock()
+		if s.topics != nil {
+			s.topics.load(m)
+		}
 	})
 }
 
@@ -1129,6 +1146,9 @@ type stepOptions struct {
 	long bool
 	// noSync leaves out the Syncs the load makes now and then.
 	noSync bool
+	// topics gives the members topics to publish on and subscribe to
+	// (stepsim_topics_test.go).
+	topics bool
 }
 
 // runStepWith runs seed with opts.
@@ -1184,6 +1204,9 @@ func runStepWith(t testing.TB, seed uint64, opts stepOptions) stepResult {
 	}
 	t.Logf("seed %d: %v", seed, plan)
 	n := plan.n
+	if opts.topics {
+		s.topics = newTopicHist(s, seed)
+	}
 	if plan.durable {
 		for i := range n {
 			id := NodeID(i + 1)
@@ -1304,6 +1327,10 @@ func runStepWith(t testing.TB, seed uint64, opts stepOptions) stepResult {
 		s.fail("the members did not settle at one index")
 	}
 	s.c.check()
+	if s.topics != nil {
+		s.topics.final(live, liveness)
+		s.topics.check()
+	}
 	if !plan.stateless {
 		s.sameState(live)
 	}

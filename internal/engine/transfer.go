@@ -295,7 +295,7 @@ func (r *runner) release() {
 			r.passView(*it.v)
 			continue
 		}
-		if it.d.Index > limit {
+		if it.d.Topic == "" && it.d.Index > limit {
 			break
 		}
 		if it.logged {

@@ -18,6 +18,7 @@ type View struct {
 	Members      []Member
 	Joined, Left []NodeID
 	Excluded     bool
+	Topics       []Topic
 }
 
 // view is one view's machinery on this member: its traffic (the
@@ -35,6 +36,14 @@ type view struct {
 	// net carries the view's records and control signals.
 	net  viewNet
 	core *ordering.Core
+	// topics are the view's topics by number (from 1) less one, topicIDs
+	// their numbers by name; sets are their distinct non-empty subscriber
+	// sets (viewTopic.set); pubs[t-1] are this member's messages on topic
+	// t not yet held by every subscriber.
+	topics   []viewTopic
+	topicIDs map[string]int
+	sets     [][]int
+	pubs     []ownPubs
 	// det watches the neighbours; nil in a group with fixed membership.
 	// nbrs are their ranks, and nbrLag[i] how far neighbour nbrs[i]
 	// trailed this member's receive frontier at its last heartbeat, in
@@ -84,10 +93,17 @@ func (g *Group) openView(ctx context.Context, rec membership.View, self int, now
 	for _, m := range rec.Members {
 		v.ids = append(v.ids, NodeID(m.ID))
 	}
+	topics, err := v.initTopics()
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range v.topics {
+		v.pubs = append(v.pubs, ownPubs{first: t.sent[self] + 1})
+	}
 	core, err := ordering.NewCore(ordering.Config{
 		Self: self, Members: len(rec.Members), Mode: g.cfg.Mode, Epoch: rec.Epoch, Start: rec.Start,
 		BeaconInterval: g.cfg.BeaconInterval, BeaconGap: g.cfg.BeaconGap, FanOut: g.cfg.FanOut, MaxPayload: g.cfg.MaxMessageBytes,
-		Plant: g.cfg.test.plant,
+		Topics: topics, Plant: g.cfg.test.plant,
 	}, now)
 	if err != nil {
 		return nil, err
@@ -169,6 +185,14 @@ func publicView(rec *membership.View, prev *membership.View) View {
 		for _, m := range prev.Members {
 			was[m.ID] = true
 		}
+	}
+	for _, t := range rec.Topics {
+		mode, _ := ordering.ParseMode(t.Mode)
+		pt := Topic{Name: t.Name, Mode: mode}
+		for _, id := range t.Subscribers {
+			pt.Subscribers = append(pt.Subscribers, NodeID(id))
+		}
+		out.Topics = append(out.Topics, pt)
 	}
 	now := make(map[uint64]bool)
 	for _, m := range rec.Members {

@@ -13,6 +13,7 @@ import (
 	"github.com/convoy-gcs/convoy/internal/plant"
 	"github.com/convoy-gcs/convoy/internal/vsync"
 	"github.com/convoy-gcs/convoy/membership"
+	"github.com/convoy-gcs/convoy/ordering"
 )
 
 // onState applies a state read from etcd: the view-change core decides
@@ -59,8 +60,12 @@ func (r *runner) do(a vsync.Action) bool {
 	case vsync.RequestJoin:
 		self := r.vs.Self()
 		pos, fromLog := r.logPos()
+		reqs := g.topicRequests(self)
 		r.async("join request", func(ctx context.Context, s *membership.Store) error {
 			if err := s.Register(ctx, self); err != nil {
+				return err
+			}
+			if err := putTopicRequests(ctx, s, reqs); err != nil {
 				return err
 			}
 			if fromLog {
@@ -199,7 +204,10 @@ func (r *runner) endChange(attrs ...attribute.KeyValue) {
 // report writes this member's final report for the wedged view.
 func (r *runner) report() {
 	g, v := r.g, r.v
-	rep := membership.Report{Epoch: v.rec.Epoch, Member: r.vs.Self(), Held: v.core.Held(), Delivered: v.core.Index(), Hears: r.hears()}
+	rep := membership.Report{
+		Epoch: v.rec.Epoch, Member: r.vs.Self(), Held: v.core.Held(), TopicHeld: v.core.HeldTopics(),
+		Delivered: v.core.Index(), Hears: r.hears(),
+	}
 	g.log.Debug("final report", "epoch", v.rec.Epoch, "hears", rep.Hears)
 	if r.change != nil {
 		r.change.AddEvent("final report", trace.WithAttributes(attribute.Int("convoy.hears", len(rep.Hears))))
@@ -208,7 +216,7 @@ func (r *runner) report() {
 	if g.cfg.test.plant.Has(plant.EarlyDelivery) {
 		// The planted fault: the member delivers what it holds as if that
 		// were the cut, before the cut is committed.
-		ds, _, _ := v.core.Finish(rep.Held)
+		ds, _, _ := v.core.Finish(ordering.Cut{Senders: rep.Held, Topics: rep.TopicHeld})
 		r.deliver(ds)
 	}
 }
@@ -358,7 +366,7 @@ func (r *runner) install(rec membership.View) bool {
 		r.excluded(&rec, "not a member of the new view")
 		return false
 	}
-	rest, resend, err := old.core.Finish(cut)
+	rest, again, err := old.core.Finish(cut)
 	if err != nil {
 		g.log.Error("cannot end the view at its cut", "epoch", old.rec.Epoch, "err", err)
 		r.excluded(&rec, err.Error())
@@ -368,6 +376,11 @@ func (r *runner) install(rec membership.View) bool {
 		g.m.fenced.Add(g.ctx, int64(n), g.m.cut.add...)
 	}
 	r.deliver(rest)
+	r.endTopics(old, cut)
+	resend := make([]outMsg, len(again))
+	for i, m := range again {
+		resend[i] = outMsg{old.topicName(m.Topic), m.Payload}
+	}
 	old.close()
 	// What the old view did not order beyond the cut, it never delivers.
 	g.msgs.abandonUnordered("beyond the view's cut")
@@ -379,6 +392,7 @@ func (r *runner) install(rec membership.View) bool {
 		return false
 	}
 	r.v, r.pendingDonate = v, nil
+	g.setTopics(&rec)
 	// The old view's report (if it was not needed) and held-back decision
 	// are moot: the core forgets them, or a deadline in the past would
 	// wake the loop again and again.
@@ -427,11 +441,11 @@ func (r *runner) install(rec membership.View) bool {
 	g.mu.Lock()
 	g.mu.epoch = rec.Epoch
 	g.mu.sending, g.mu.sendingBytes = len(resend)+len(r.pending)+g.mu.queued, g.mu.queuedBytes
-	for _, p := range resend {
-		g.mu.sendingBytes += len(p)
+	for _, m := range resend {
+		g.mu.sendingBytes += len(m.payload)
 	}
-	for _, p := range r.pending {
-		g.mu.sendingBytes += len(p)
+	for _, m := range r.pending {
+		g.mu.sendingBytes += len(m.payload)
 	}
 	g.spaceFreedLocked()
 	g.mu.Unlock()
@@ -440,29 +454,78 @@ func (r *runner) install(rec membership.View) bool {
 	if r.ending() {
 		return true
 	}
-	for _, p := range resend {
-		v.core.Send(now, p)
+	for _, m := range resend {
+		if m.topic == "" {
+			v.core.Send(now, m.payload)
+		} else {
+			r.publishOn(now, m.topic, m.payload)
+		}
 	}
-	for _, p := range r.pending {
-		r.send(now, p)
+	for _, m := range r.pending {
+		r.sendMsg(now, m)
 	}
 	r.pending = nil
 	return true
 }
 
-// cutFor returns the cut that rec sets on view old, by rank in old.
-func cutFor(old, rec *membership.View) ([]uint64, error) {
-	if rec.Epoch != old.Epoch+1 || len(rec.Cut) != len(old.Members) {
-		return nil, fmt.Errorf("view %d does not follow view %d (%d cuts for %d members)", rec.Epoch, old.Epoch, len(rec.Cut), len(old.Members))
+// cutFor returns the cut that rec sets on view old, by rank in old: on
+// the group's messages, and on each topic of old.
+func cutFor(old, rec *membership.View) (ordering.Cut, error) {
+	senders, err := senderCut(old, rec.Epoch, rec.Cut)
+	if err != nil {
+		return ordering.Cut{}, err
 	}
-	cut := make([]uint64, len(rec.Cut))
-	for i, c := range rec.Cut {
+	cut := ordering.Cut{Senders: senders}
+	for _, t := range old.Topics {
+		next, _ := rec.Topic(t.Name)
+		if next == nil {
+			return ordering.Cut{}, fmt.Errorf("view %d drops topic %q of view %d", rec.Epoch, t.Name, old.Epoch)
+		}
+		tc, err := senderCut(old, rec.Epoch, next.Cut)
+		if err != nil {
+			return ordering.Cut{}, fmt.Errorf("topic %q: %w", t.Name, err)
+		}
+		cut.Topics = append(cut.Topics, tc)
+	}
+	return cut, nil
+}
+
+// senderCut returns, by rank in old, the counts of a cut that view
+// epoch sets on old.
+func senderCut(old *membership.View, epoch uint64, sc []membership.SenderCut) ([]uint64, error) {
+	if epoch != old.Epoch+1 || len(sc) != len(old.Members) {
+		return nil, fmt.Errorf("view %d does not follow view %d (%d cuts for %d members)", epoch, old.Epoch, len(sc), len(old.Members))
+	}
+	cut := make([]uint64, len(sc))
+	for i, c := range sc {
 		if c.ID != old.Members[i].ID {
-			return nil, fmt.Errorf("view %d's cut names member %d at rank %d of view %d, which is member %d", rec.Epoch, c.ID, i, old.Epoch, old.Members[i].ID)
+			return nil, fmt.Errorf("view %d's cut names member %d at rank %d of view %d, which is member %d", epoch, c.ID, i, old.Epoch, old.Members[i].ID)
 		}
 		cut[i] = c.Seq
 	}
 	return cut, nil
+}
+
+// endTopics settles this member's messages on the topics of the ended
+// view old up to its cut: every subscriber that stays delivered them.
+// Those beyond it are sent again in the next view, but for those on a
+// topic in total order mode, which best effort sends no more (they may
+// or may not have been delivered).
+func (r *runner) endTopics(old *view, cut ordering.Cut) {
+	for i := range old.topics {
+		t, q := &old.topics[i], &old.pubs[i]
+		end := t.sent[old.self] + cut.Topics[i][old.self]
+		if t.mode != Atomic && len(q.sizes) > 0 {
+			end = q.first + uint64(len(q.sizes)) - 1
+		}
+		if end < q.first || len(q.sizes) == 0 {
+			continue
+		}
+		n := min(int(end-q.first+1), len(q.sizes))
+		r.g.ownPublished(t.name, q.first, q.first+uint64(n)-1, q.sizes[:n], t.subscribed)
+		q.sizes = q.sizes[n:]
+		q.first += uint64(n)
+	}
 }
 
 // enter starts this incarnation's first view, rec, in which it has rank.
@@ -474,7 +537,13 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 		return false
 	}
 	r.v = v
+	g.setTopics(rec)
 	r.vs.Entered(rec)
+	// The incarnation's topic requests (a joiner's went with its join
+	// request, but a founder of the group or of its restart makes none).
+	if reqs := g.topicRequests(r.vs.Self()); len(reqs) > 0 {
+		r.async("topic requests", func(ctx context.Context, s *membership.Store) error { return putTopicRequests(ctx, s, reqs) })
+	}
 	g.mu.Lock()
 	g.mu.epoch, g.mu.out = rec.Epoch, nil
 	g.mu.Unlock()
@@ -632,6 +701,7 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	g.mu.epoch, g.mu.out = 0, out
 	g.wakeAllLocked(out)
 	g.mu.nextSeq = 1
+	clear(g.mu.pubSeq)
 	g.mu.inflight, g.mu.inflightBytes, g.mu.sending, g.mu.sendingBytes = 0, 0, 0, 0
 	g.mu.delivered, g.mu.stable = 0, 0
 	g.mu.Unlock()
@@ -664,8 +734,12 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	wait := r.vs.Excluded(g.cfg.Clock(), self)
 	m.setSelf(self)
 	g.log.Info("rejoining as a new incarnation", "incarnation", self.Incarnation, "after", wait)
+	reqs := g.topicRequests(self)
 	r.asyncAfter(wait, "rejoin", func(ctx context.Context, s *membership.Store) error {
 		if err := s.Register(ctx, self); err != nil {
+			return err
+		}
+		if err := putTopicRequests(ctx, s, reqs); err != nil {
 			return err
 		}
 		return s.RequestJoin(ctx, self)

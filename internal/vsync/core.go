@@ -334,7 +334,7 @@ func (c *Core) giveWay(st *membership.State) []Action {
 func (c *Core) decide(now int64, st *membership.State) []Action {
 	in := membership.ChangeInput{
 		Current: st.Current, CaughtUp: st.CaughtUp,
-		Joins: st.Joins, Leaves: st.Leaves, Reports: st.Reports,
+		Joins: st.Joins, Leaves: st.Leaves, Reports: st.Reports, Topics: st.Topics,
 	}
 	in.Suspected = membership.Suspected(&st.Current, st.Suspects, st.Reports)
 	for id := range c.unregistered(now, st) {

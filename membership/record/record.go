@@ -67,6 +67,48 @@ type View struct {
 	// sequence up to From-1: each receives the messages From..Start from
 	// its Donor's log instead of a snapshot of the state.
 	Suffixes []Suffix `json:"suffixes,omitempty"`
+	// Topics are the view's topics (pub/sub within the group), in the
+	// order that numbers them in the view (from 1). A topic stays listed
+	// from the view that creates it on, in its place, subscribed to or
+	// not.
+	Topics []Topic `json:"topics,omitempty"`
+}
+
+// Topic is one topic of a view: its name, how its messages are
+// delivered and to whom, where its sequence starts, the cut that ended
+// the previous view's messages on it, and how many of each member's
+// messages on it earlier views delivered.
+type Topic struct {
+	Name string `json:"name"`
+	// Mode is how its messages are delivered: "atomic" (once every
+	// subscriber holds one) or "total" (best-effort total order).
+	Mode string `json:"mode"`
+	// Subscribers lists the members of the view that receive it, by
+	// increasing ID.
+	Subscribers []ID `json:"subscribers,omitempty"`
+	// Start is the topic index of its last message delivered before this
+	// view: the view's first message on it gets index Start+1.
+	Start uint64 `json:"start,omitempty"`
+	// Cut ends the previous view's messages on the topic: for every
+	// member of the previous view, in its rank order, how many of its
+	// messages on the topic are delivered. Empty in the view that
+	// creates the topic.
+	Cut []SenderCut `json:"cut,omitempty"`
+	// Sent gives, for every member of this view in rank order, how many
+	// of its messages on the topic earlier views delivered (per
+	// incarnation, as View.Sent); empty when all are zero.
+	Sent []uint64 `json:"sent,omitempty"`
+}
+
+// Topic returns the topic of v named name, and its number in v (from
+// 1); 0 if v has none of that name.
+func (v *View) Topic(name string) (*Topic, int) {
+	for i := range v.Topics {
+		if v.Topics[i].Name == name {
+			return &v.Topics[i], i + 1
+		}
+	}
+	return nil, 0
 }
 
 // Suffix says that joiner ID receives the group's messages From..Start

@@ -1,0 +1,83 @@
+// Package pubsub is a publish/subscribe service over HTTP, served by the
+// members of a view-managed Convoy group with topics: a message
+// published on a topic reaches the topic's subscribing members only, and
+// every member delivers the messages of all its topics in the group's
+// one order.
+//
+// # Use
+//
+// Every member opens the group and serves the API:
+//
+//	n, err := pubsub.Open(ctx, convoy.Config{
+//		Self: 1,
+//		Addr: "10.0.0.1:7000",
+//		Etcd: &convoy.EtcdConfig{Endpoints: []string{"http://10.0.0.9:2379"}},
+//	}, pubsub.Options{})
+//	if err != nil { ... }
+//	defer n.Close()
+//	http.ListenAndServe(":7101", n.Handler())
+//
+// and clients use package client, which fails over between members and
+// resumes a stream of events where it broke off:
+//
+//	c := client.New([]string{"http://10.0.0.1:7101", "http://10.0.0.2:7101"})
+//	err := c.Subscribe(ctx, "http://10.0.0.1:7101", "orders", "atomic")
+//	r, err := c.Publish(ctx, "orders", []byte("42 apples"))
+//	s := c.Events(ctx, "orders", 1)
+//	for { ev, err := s.Next(); ... }
+//
+// # HTTP API
+//
+//	POST /topics/{name}                     body = the message → 200 {"topic", "seq"}
+//	GET  /topics/{name}/events?from=INDEX   → 200 text/event-stream, one event per message
+//	POST /topics/{name}/subscribe[?mode=atomic|total] → 200 {"topic", "subscribed": true}
+//	POST /topics/{name}/unsubscribe         → 200 {"topic", "subscribed": false}
+//	GET  /topics                            → 200 [{"name", "mode", "subscribers", "subscribed", "first", "last"}]
+//	GET  /status                            → 200 {"id", "epoch", "members"}
+//
+// A publish returns once every subscriber of the topic holds the message
+// (an atomic topic's subscribers then all deliver it, unless they fail);
+// Seq numbers the message among this member's on the topic. A
+// subscription asks the group for it and returns once the view that
+// makes this member a subscriber is installed: the member receives the
+// topic's messages from that view's start on (subscriptions take effect
+// at view boundaries, the points of the group's order every member
+// agrees on). A topic is created by the first subscription to it, with
+// the mode it names (default atomic).
+//
+// An event stream sends the topic's messages this member delivered,
+// from index INDEX on (every subscriber gives a message of a topic the
+// same index, counting from 1), then each new one as it is delivered;
+// without from, only the new ones. Each event is
+//
+//	id: INDEX
+//	event: message
+//	data: {"index": n, "epoch": e, "sender": id, "seq": s, "data": base64}
+//
+// and a reconnecting client resumes with Last-Event-ID (or from=INDEX+1)
+// at any subscribing member: they all number the topic alike. A member
+// keeps the last Options.Retain messages of each topic it subscribes to
+// (in memory: a member that restarts keeps none, and its clients resume
+// at another subscriber).
+//
+// Errors are JSON {"error": "..."}: 400 for a malformed request (a bad
+// INDEX, a bad mode), 404 for a topic the group does not have, 409 for
+// an event stream of a topic this member does not subscribe to, 410 for
+// a cursor below the prefix this member keeps (the message is gone from
+// it: resume at another subscriber, or from a later index), 413 for a
+// message above Options.MaxMessageBytes, and 503 when this member cannot
+// serve: it takes part in no view (joining, rejoining after an
+// exclusion, on the minority side of a partition), it is closing, or the
+// request ended first. A 503 on a publish leaves open whether it took
+// effect.
+//
+// A topic's indexes go on across view changes as long as one of its
+// subscribers stays; if every subscriber of a topic fails in one view
+// change, what they delivered is lost with them and the topic's indexes
+// go on from what its publishers hold, so an index may repeat (with a
+// later epoch): a member that sees a topic's index go back starts its
+// kept prefix afresh.
+//
+// The handler does no authentication: serve it behind TLS and a token,
+// as the other examples do.
+package pubsub

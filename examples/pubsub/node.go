@@ -1,0 +1,216 @@
+package pubsub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/convoy-gcs/convoy"
+)
+
+// Options tune the service (validated defaults for zero values).
+type Options struct {
+	// MaxMessageBytes bounds a published message (default
+	// DefaultMaxMessageBytes): a larger one gets 413. It must fit in the
+	// group's Config.MaxMessageBytes.
+	MaxMessageBytes int
+	// Retain is how many of each subscribed topic's last messages the
+	// member keeps for event streams to start or resume in (default
+	// DefaultRetain).
+	Retain int
+	// Logger receives the service's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Defaults for Options.
+const (
+	DefaultMaxMessageBytes = 1 << 20
+	DefaultRetain          = 10_000
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.MaxMessageBytes == 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if o.Retain == 0 {
+		o.Retain = DefaultRetain
+	}
+	if o.MaxMessageBytes < 0 || o.Retain < 0 {
+		return o, fmt.Errorf("pubsub: negative MaxMessageBytes %d or Retain %d", o.MaxMessageBytes, o.Retain)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+// Errors of the service, each answered with its HTTP status (see the
+// package documentation).
+var (
+	// ErrUnavailable: this member cannot serve now (503).
+	ErrUnavailable = errors.New("pubsub: unavailable")
+	// ErrTrimmed: a cursor below the prefix of the topic this member
+	// keeps (410).
+	ErrTrimmed = errors.New("pubsub: below the kept prefix")
+	// ErrNotSubscribed: an event stream of a topic this member does not
+	// subscribe to (409).
+	ErrNotSubscribed = errors.New("pubsub: this member does not subscribe to the topic")
+	// errTooLarge: a message above Options.MaxMessageBytes (413).
+	errTooLarge = errors.New("message too large")
+	// errBadRequest: a malformed request (400).
+	errBadRequest = errors.New("bad request")
+)
+
+// group is what a Node needs of its group: *convoy.Group, or a
+// stand-in in tests.
+type group interface {
+	Publish(ctx context.Context, topic string, payload []byte, opts ...convoy.SendOption) (convoy.Receipt, error)
+	Subscribe(ctx context.Context, topic string, h convoy.Handler, opts ...convoy.TopicOption) error
+	Unsubscribe(ctx context.Context, topic string) error
+	Topics() []convoy.TopicInfo
+	View() (convoy.View, bool)
+	Close() error
+}
+
+// Node is one member of the service: its group, the messages it keeps
+// of its topics, and the HTTP API (Handler). Its methods are safe for
+// concurrent use.
+type Node struct {
+	self convoy.NodeID
+	opts Options
+	log  *slog.Logger
+	g    group
+	cg   *convoy.Group // g, outside tests
+
+	mu struct {
+		sync.Mutex
+		topics map[string]*topicLog
+	}
+	done      chan struct{} // closed by Close
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens the group (cfg is the member's convoy.Config: Self, Etcd,
+// Endpoint or ListenAddr/Addr, and Topics to subscribe to as it joins)
+// with this service's handler, and returns once the member takes part in
+// a view. The service needs a view-managed group (cfg.Etcd), whose
+// members subscribe themselves.
+func Open(ctx context.Context, cfg convoy.Config, opts Options) (*Node, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Etcd == nil {
+		return nil, errors.New("pubsub: the service needs a view-managed group: set Config.Etcd")
+	}
+	limit := cfg.MaxMessageBytes
+	if limit == 0 {
+		limit = convoy.DefaultMaxMessageBytes
+	}
+	if opts.MaxMessageBytes > limit {
+		return nil, fmt.Errorf("pubsub: MaxMessageBytes %d exceeds the group's %d", opts.MaxMessageBytes, limit)
+	}
+	n := newNode(cfg.Self, opts)
+	g, err := convoy.Open(ctx, cfg, n.deliver)
+	if err != nil {
+		return nil, fmt.Errorf("pubsub: open the group: %w", err)
+	}
+	n.g, n.cg = g, g
+	return n, nil
+}
+
+func newNode(self convoy.NodeID, opts Options) *Node {
+	n := &Node{self: self, opts: opts, log: opts.Logger.With("member", self), done: make(chan struct{})}
+	n.mu.topics = make(map[string]*topicLog)
+	return n
+}
+
+// Group returns the member's group.
+func (n *Node) Group() *convoy.Group { return n.cg }
+
+// Close leaves the service: event streams end, and the group closes.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		close(n.done)
+		n.closeErr = n.g.Close()
+	})
+	return n.closeErr
+}
+
+// deliver is the group's handler: it keeps the messages of the topics.
+func (n *Node) deliver(d convoy.Delivery) {
+	if d.Topic == "" {
+		return // the service sends nothing to the whole group
+	}
+	n.topic(d.Topic).add(Event{Index: d.Index, Epoch: d.Epoch, Sender: uint64(d.Sender), Seq: d.Seq, Data: d.Payload}, n.opts.Retain)
+}
+
+// topic returns the log kept of topic, made if need be.
+func (n *Node) topic(name string) *topicLog {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	t := n.mu.topics[name]
+	if t == nil {
+		t = newTopicLog()
+		n.mu.topics[name] = t
+	}
+	return t
+}
+
+// Publish publishes data on topic and returns once every subscriber
+// holds it, with the message's number among this member's on the
+// topic.
+func (n *Node) Publish(ctx context.Context, topic string, data []byte) (uint64, error) {
+	if len(data) > n.opts.MaxMessageBytes {
+		return 0, fmt.Errorf("%w: %d bytes, limit %d", errTooLarge, len(data), n.opts.MaxMessageBytes)
+	}
+	r, err := n.g.Publish(ctx, topic, data, convoy.WaitStable())
+	if err != nil {
+		return 0, n.groupErr(err)
+	}
+	return r.Seq, nil
+}
+
+// Subscribe makes this member a subscriber of topic, creating the topic
+// in mode if the group lacks it; it returns once the subscription is in
+// effect.
+func (n *Node) Subscribe(ctx context.Context, topic string, mode convoy.Mode) error {
+	n.topic(topic) // its messages are kept from the first on
+	if err := n.g.Subscribe(ctx, topic, nil, convoy.WithTopicMode(mode)); err != nil {
+		return n.groupErr(err)
+	}
+	return nil
+}
+
+// Unsubscribe ends this member's subscription to topic.
+func (n *Node) Unsubscribe(ctx context.Context, topic string) error {
+	if err := n.g.Unsubscribe(ctx, topic); err != nil {
+		return n.groupErr(err)
+	}
+	return nil
+}
+
+// groupErr classifies an error of the group for the API.
+func (n *Node) groupErr(err error) error {
+	switch {
+	case errors.Is(err, convoy.ErrUnknownTopic), errors.Is(err, convoy.ErrInvalidConfig):
+		return err
+	case errors.Is(err, convoy.ErrTooLarge):
+		return fmt.Errorf("%w: %w", errTooLarge, err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// subscribed reports whether this member subscribes to topic in its
+// current view, and whether the group has the topic.
+func (n *Node) subscribed(topic string) (sub, exists bool) {
+	for _, t := range n.g.Topics() {
+		if t.Name == topic {
+			return t.Subscribed, true
+		}
+	}
+	return false, false
+}

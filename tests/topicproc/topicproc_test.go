@@ -1,0 +1,398 @@
+package topicproc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/convoy-gcs/convoy"
+)
+
+// Environment variables that describe a member to a child process.
+const (
+	envMember  = "TOPICPROC_MEMBER"  // this member's id
+	envMembers = "TOPICPROC_MEMBERS" // id=host:port,... in rank order
+	envCount   = "TOPICPROC_COUNT"   // messages each member publishes on each topic
+)
+
+// summaryPrefix starts the line on which a member reports what it
+// delivered; the test framework's own output shares the stream.
+const summaryPrefix = "topicproc-summary "
+
+// The topics of the group: their subscribers by member id (members 1 to
+// 4), and modes.
+var testTopics = []convoy.Topic{
+	{Name: "a", Subscribers: []convoy.NodeID{1, 2}},
+	{Name: "b", Subscribers: []convoy.NodeID{2, 3, 4}, Mode: convoy.TotalOrder},
+	{Name: "c", Subscribers: []convoy.NodeID{4}},
+	{Name: "d"},
+	{Name: "e", Subscribers: []convoy.NodeID{1, 2}}, // the set of "a"
+}
+
+// delivery is one message a member delivered, as it reports it.
+type delivery struct {
+	Topic  string `json:"t,omitempty"`
+	Index  uint64 `json:"i"`
+	Sender uint64 `json:"s"`
+	Seq    uint64 `json:"q"`
+	TS     uint64 `json:"ts"`
+	ID     string `json:"id"` // the payload: sender/topic/k
+}
+
+// summary is what a member reports.
+type summary struct {
+	Member     uint64     `json:"member"`
+	Deliveries []delivery `json:"deliveries"`
+}
+
+// memberTimeout bounds a member process's whole run; it only catches a
+// hang.
+const memberTimeout = 2 * time.Minute
+
+// TestHelperMember is the body of a member process; it runs only when the
+// environment describes a member (see TestProcesses).
+func TestHelperMember(t *testing.T) {
+	if os.Getenv(envMember) == "" {
+		t.Skip("runs only as a member process started by TestProcesses")
+	}
+	id, err1 := strconv.ParseUint(os.Getenv(envMember), 10, 64)
+	count, err2 := strconv.Atoi(os.Getenv(envCount))
+	var members []convoy.Member
+	for _, kv := range strings.Split(os.Getenv(envMembers), ",") {
+		k, addr, _ := strings.Cut(kv, "=")
+		mid, err := strconv.ParseUint(k, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, convoy.Member{ID: convoy.NodeID(mid), Addr: addr})
+	}
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), memberTimeout)
+	defer cancel()
+	if err := runMember(ctx, convoy.NodeID(id), members, count, os.Stdin, os.Stdout); err != nil {
+		t.Fatalf("member %d: %v", id, err)
+	}
+}
+
+// expected returns how many messages member self receives when every
+// member publishes count on each topic and sends count to the group.
+func expected(self convoy.NodeID, members, count int) int {
+	n := members * count // the group's
+	for _, tp := range testTopics {
+		if slices.Contains(tp.Subscribers, self) {
+			n += members * count
+		}
+	}
+	return n
+}
+
+// runMember opens the group, publishes and sends, waits for everything
+// addressed to it, prints its summary, then waits for in to end before
+// closing the group (closing earlier would make the group fail on
+// members still delivering).
+func runMember(ctx context.Context, self convoy.NodeID, members []convoy.Member, count int, in io.Reader, out io.Writer) error {
+	var mu sync.Mutex
+	var sum summary
+	sum.Member = uint64(self)
+	want := expected(self, len(members), count)
+	done := make(chan struct{})
+	g, err := convoy.Open(ctx, convoy.Config{Self: self, Members: members, Topics: testTopics}, func(d convoy.Delivery) {
+		mu.Lock()
+		defer mu.Unlock()
+		sum.Deliveries = append(sum.Deliveries, delivery{Topic: d.Topic, Index: d.Index, Sender: uint64(d.Sender), Seq: d.Seq, TS: d.Timestamp, ID: string(d.Payload)})
+		if len(sum.Deliveries) == want {
+			close(done)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	defer g.Close()
+	for k := range count {
+		for _, tp := range testTopics {
+			if _, err := g.Publish(ctx, tp.Name, fmt.Appendf(nil, "%d/%s/%d", self, tp.Name, k)); err != nil {
+				return fmt.Errorf("publish: %w", err)
+			}
+		}
+		if _, err := g.Send(ctx, fmt.Appendf(nil, "%d//%d", self, k)); err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		mu.Lock()
+		n := len(sum.Deliveries)
+		mu.Unlock()
+		return fmt.Errorf("delivered %d of %d messages: %w (group: %v)", n, want, ctx.Err(), g.Err())
+	}
+	mu.Lock()
+	line, err := json.Marshal(sum)
+	mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(out, "%s%s\n", summaryPrefix, line); err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, bufio.NewReader(in))
+	return err
+}
+
+// TestProcesses runs a group of four member processes with five topics —
+// subscribed by two, three, one and no members, two sharing a subscriber
+// set, one in total order mode — every member publishing on every topic
+// and sending to the group at once, and checks the guarantees of topics
+// on what each delivered.
+func TestProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts member processes; skipped with -short")
+	}
+	const n, count = 4, 1000
+	sums := runGroup(t, n, count)
+	checkTopics(t, sums, n, count)
+}
+
+// checkTopics checks the members' sequences (see the package
+// documentation).
+func checkTopics(t *testing.T, sums []summary, n, count int) {
+	t.Helper()
+	ref := make(map[string][]string) // per topic, one subscriber's sequence
+	for _, s := range sums {
+		self := convoy.NodeID(s.Member)
+		seen := make(map[string]bool)
+		next := make(map[string]uint64)
+		perTopic := make(map[string][]string)
+		for k, d := range s.Deliveries {
+			sender, topic, _ := strings.Cut(d.ID, "/")
+			topic, _, _ = strings.Cut(topic, "/")
+			switch {
+			case topic != d.Topic || sender != strconv.FormatUint(d.Sender, 10):
+				t.Fatalf("member %d delivered %q as %+v", self, d.ID, d)
+			case d.Topic != "" && !slices.Contains(topicSubs(d.Topic), self):
+				t.Fatalf("member %d delivered %q of a topic it does not subscribe to", self, d.ID)
+			case seen[d.ID]:
+				t.Fatalf("member %d delivered %q twice", self, d.ID)
+			}
+			seen[d.ID] = true
+			ch := sender + "/" + d.Topic
+			if d.Seq != next[ch]+1 {
+				t.Fatalf("member %d: %q is #%d of %s after #%d", self, d.ID, d.Seq, ch, next[ch])
+			}
+			next[ch] = d.Seq
+			if k > 0 {
+				p := s.Deliveries[k-1]
+				if p.TS > d.TS || p.TS == d.TS && p.Sender >= d.Sender {
+					t.Fatalf("member %d delivered %q (stamp %d) after %q (stamp %d)", self, d.ID, d.TS, p.ID, p.TS)
+				}
+			}
+			perTopic[d.Topic] = append(perTopic[d.Topic], d.ID)
+			if d.Index != uint64(len(perTopic[d.Topic])) {
+				t.Fatalf("member %d: %q has index %d, is the topic's delivery %d", self, d.ID, d.Index, len(perTopic[d.Topic]))
+			}
+		}
+		if len(s.Deliveries) != expected(self, n, count) {
+			t.Fatalf("member %d delivered %d messages, want %d", self, len(s.Deliveries), expected(self, n, count))
+		}
+		for topic, seq := range perTopic {
+			if r, ok := ref[topic]; ok && !slices.Equal(r, seq) {
+				t.Fatalf("topic %q: member %d's sequence differs from another subscriber's", topic, self)
+			}
+			ref[topic] = seq
+		}
+	}
+	for i, a := range sums {
+		for _, b := range sums[i+1:] {
+			inB := make(map[string]bool)
+			for _, d := range b.Deliveries {
+				inB[d.ID] = true
+			}
+			var ca, cb []string
+			for _, d := range a.Deliveries {
+				if inB[d.ID] {
+					ca = append(ca, d.ID)
+				}
+			}
+			inA := make(map[string]bool)
+			for _, d := range a.Deliveries {
+				inA[d.ID] = true
+			}
+			for _, d := range b.Deliveries {
+				if inA[d.ID] {
+					cb = append(cb, d.ID)
+				}
+			}
+			if !slices.Equal(ca, cb) {
+				t.Fatalf("members %d and %d deliver the messages both deliver in different orders", a.Member, b.Member)
+			}
+		}
+	}
+}
+
+func topicSubs(name string) []convoy.NodeID {
+	for _, tp := range testTopics {
+		if tp.Name == name {
+			return tp.Subscribers
+		}
+	}
+	return nil
+}
+
+// groupTimeout bounds one group's run, from starting the processes to
+// their exit.
+const groupTimeout = memberTimeout + 30*time.Second
+
+// child is one member process.
+type child struct {
+	id     uint64
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	mu     sync.Mutex
+	output bytes.Buffer // stdout lines other than the summary, and stderr
+}
+
+func (c *child) log(p []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.output.Write(p)
+}
+
+func (c *child) logged() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.output.String()
+}
+
+type report struct {
+	id  uint64
+	sum summary
+	err error
+}
+
+// runGroup starts n member processes and returns their summaries, by
+// rank.
+func runGroup(t *testing.T, n, count int) []summary {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), groupTimeout)
+	defer cancel()
+	var list []string
+	for i, addr := range freeAddrs(t, n) {
+		list = append(list, fmt.Sprintf("%d=%s", i+1, addr))
+	}
+	reports := make(chan report, n)
+	children := make([]*child, n)
+	var readers sync.WaitGroup
+	for i := range n {
+		c := &child{id: uint64(i + 1)}
+		c.cmd = exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperMember$", "-test.count=1", "-test.timeout=150s")
+		c.cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", envMember, c.id), envMembers+"="+strings.Join(list, ","), fmt.Sprintf("%s=%d", envCount, count))
+		c.cmd.Stderr = writerFunc(func(p []byte) (int, error) { c.log(p); return len(p), nil })
+		stdout, err := c.cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.cmd.Start(); err != nil {
+			t.Fatalf("start member %d: %v", c.id, err)
+		}
+		children[i] = c
+		readers.Go(func() { c.read(stdout, reports) })
+	}
+	defer func() {
+		if t.Failed() {
+			cancel()
+		}
+		for _, c := range children {
+			c.stdin.Close()
+		}
+		readers.Wait()
+		for _, c := range children {
+			if err := c.cmd.Wait(); err != nil && !t.Failed() {
+				t.Errorf("member %d: %v\n%s", c.id, err, c.logged())
+			}
+		}
+	}()
+	sums := make([]summary, n)
+	for range n {
+		select {
+		case r := <-reports:
+			if r.err != nil {
+				t.Fatalf("member %d: %v\n%s", r.id, r.err, children[r.id-1].logged())
+			}
+			sums[r.id-1] = r.sum
+		case <-ctx.Done():
+			var out strings.Builder
+			for _, c := range children {
+				fmt.Fprintf(&out, "--- member %d:\n%s", c.id, c.logged())
+			}
+			t.Fatalf("no summary from every member after %v:\n%s", groupTimeout, out.String())
+		}
+	}
+	return sums
+}
+
+// read reads the child's stdout to its end and sends one report: its
+// summary, or why there is none.
+func (c *child) read(stdout io.Reader, reports chan<- report) {
+	sent := false
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), summaryPrefix)
+		if !ok || sent {
+			c.log(append(sc.Bytes(), '\n'))
+			continue
+		}
+		r := report{id: c.id}
+		r.err = json.Unmarshal([]byte(line), &r.sum)
+		if r.err == nil && r.sum.Member != c.id {
+			r.err = fmt.Errorf("summary names member %d", r.sum.Member)
+		}
+		reports <- r
+		sent = true
+	}
+	if !sent {
+		err := errors.New("exited without a summary")
+		if serr := sc.Err(); serr != nil {
+			err = fmt.Errorf("reading output: %w", serr)
+		}
+		reports <- report{id: c.id, err: err}
+	}
+}
+
+// freeAddrs returns n loopback addresses whose ports were free a moment
+// ago.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
