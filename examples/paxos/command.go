@@ -4,11 +4,19 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 )
 
-// commandVersion is the first byte of every command on the wire. A member
-// skips commands of another version (as malformed) rather than guess.
-const commandVersion = 1
+// commandVersion is the first byte of every command on the wire: a
+// command with an issued time. A command without one (issued 0) is
+// written as version 1, as members wrote every command before issued
+// times existed, so that the logs they left decode and apply as they
+// did. A member skips commands of other versions (as malformed) rather
+// than guess.
+const (
+	commandVersion   = 2
+	commandVersionV1 = 1
+)
 
 // Bounds of a command. They are constants, not options: every member must
 // decide alike whether a delivered command is well formed.
@@ -18,8 +26,9 @@ const (
 	// MaxRequestIDBytes bounds a request id (the Idempotency-Key header).
 	MaxRequestIDBytes = 256
 	// commandOverhead bounds what a command adds to its key and values:
-	// version, op, flags, the request id and five length prefixes.
-	commandOverhead = 3 + MaxRequestIDBytes + 5*binary.MaxVarintLen64
+	// version, op, flags, the request id, the issued time and five length
+	// prefixes.
+	commandOverhead = 3 + MaxRequestIDBytes + 6*binary.MaxVarintLen64
 )
 
 // errMalformed is wrapped by the errors of decodeCommand.
@@ -54,17 +63,23 @@ func (o op) String() string {
 
 // command is one operation sent through the group.
 //
-// On the wire: the version byte, the op byte, the request id, then per
-// op: put: key, value; delete: key; cas: key, a flags byte (bit 0: old is
+// On the wire: the version byte, the op byte, the request id, in version
+// 2 the issued time (a uvarint, from 1 to math.MaxInt64), then per op:
+// put: key, value; delete: key; cas: key, a flags byte (bit 0: old is
 // present), old if present, new; barrier: nothing more. Every string or
 // byte field is a uvarint length followed by the bytes; nothing may
-// follow the last field.
+// follow the last field. Version 1 is the same without the issued time.
 type command struct {
 	op op
 	// id is the request id: writes with the same id are applied once.
 	// For a barrier it names the barrier.
-	id  string
-	key string
+	id string
+	// issued is the time, in Unix nanoseconds, of the first attempt of
+	// the request that may have reached the group: the same for all the
+	// attempts of one request (see RequestLifetime). 0: none, a version 1
+	// command.
+	issued int64
+	key    string
 	// value is the value a put stores, or the new value of a cas.
 	value []byte
 	// old is the value a cas expects; hasOld false expects no value.
@@ -74,10 +89,16 @@ type command struct {
 
 // encodeCommand returns c's wire form.
 func encodeCommand(c command) []byte {
-	n := 2 + 4*binary.MaxVarintLen64 + len(c.id) + len(c.key) + len(c.value) + len(c.old) + 1
+	n := 2 + 5*binary.MaxVarintLen64 + len(c.id) + len(c.key) + len(c.value) + len(c.old) + 1
 	b := make([]byte, 0, n)
-	b = append(b, commandVersion, byte(c.op))
-	b = appendField(b, []byte(c.id))
+	if c.issued > 0 {
+		b = append(b, commandVersion, byte(c.op))
+		b = appendField(b, []byte(c.id))
+		b = binary.AppendUvarint(b, uint64(c.issued))
+	} else {
+		b = append(b, commandVersionV1, byte(c.op))
+		b = appendField(b, []byte(c.id))
+	}
 	switch c.op {
 	case opPut:
 		b = appendField(b, []byte(c.key))
@@ -108,13 +129,17 @@ func appendField(b, f []byte) []byte {
 func decodeCommand(b []byte) (command, error) {
 	d := decoder{b: b}
 	var c command
-	if v := d.byte(); d.err == nil && v != commandVersion {
+	v := d.byte()
+	if d.err == nil && v != commandVersion && v != commandVersionV1 {
 		return c, fmt.Errorf("%w: version %d", errMalformed, v)
 	}
 	c.op = op(d.byte())
 	c.id = string(d.field("request id", MaxRequestIDBytes))
 	if d.err == nil && c.id == "" {
 		d.fail("empty request id")
+	}
+	if v == commandVersion {
+		c.issued = d.issued()
 	}
 	switch c.op {
 	case opPut, opDelete, opCAS:
@@ -175,6 +200,24 @@ func (d *decoder) byte() byte {
 	v := d.b[0]
 	d.b = d.b[1:]
 	return v
+}
+
+// issued reads an issued time: a uvarint from 1 to math.MaxInt64.
+func (d *decoder) issued() int64 {
+	if d.err != nil {
+		return 0
+	}
+	t, k := binary.Uvarint(d.b)
+	switch {
+	case k <= 0:
+		d.fail("issued time: bad uvarint")
+		return 0
+	case t == 0 || t > math.MaxInt64:
+		d.fail(fmt.Sprintf("issued time %d out of range", t))
+		return 0
+	}
+	d.b = d.b[k:]
+	return int64(t)
 }
 
 // field reads a length-prefixed field of at most limit bytes.

@@ -2,7 +2,9 @@ package paxos
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 )
@@ -16,12 +18,20 @@ var commandSeeds = []command{
 	{op: opCAS, id: "c3-1", key: "k", hasOld: true, old: []byte("a"), value: []byte("b")},
 	{op: opCAS, id: "c3-2", key: "k", value: []byte("b")},
 	{op: opBarrier, id: "barrier-1"},
+	{op: opPut, id: "c4-1", issued: 1_700_000_000_123_456_789, key: "k", value: []byte("v")},
+	{op: opDelete, id: "c4-2", issued: 1, key: "k"},
+	{op: opCAS, id: "c4-3", issued: math.MaxInt64, key: "k", hasOld: true, old: []byte("a"), value: []byte("b")},
+	{op: opBarrier, id: "barrier-2", issued: 5},
 }
 
 func TestCommandRoundTrip(t *testing.T) {
 	for _, c := range commandSeeds {
 		t.Run(c.op.String()+"/"+c.id, func(t *testing.T) {
-			got, err := decodeCommand(encodeCommand(c))
+			b := encodeCommand(c)
+			if want := byte(commandVersion); c.issued == 0 && b[0] != commandVersionV1 || c.issued != 0 && b[0] != want {
+				t.Fatalf("version %d for issued %d", b[0], c.issued)
+			}
+			got, err := decodeCommand(b)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -41,13 +51,25 @@ func TestDecodeCommandRejects(t *testing.T) {
 	longID := encodeCommand(command{op: opDelete, id: strings.Repeat("r", MaxRequestIDBytes+1), key: "k"})
 	casFlags := bytes.Clone(cas)
 	casFlags[2+1+1+1+1] = 2 // version, op, id "r", key "k", then flags
+	// Version 2: version, op, id "r", then the issued time.
+	v2 := func(issued ...byte) []byte {
+		return append(append([]byte{commandVersion, byte(opDelete), 1, 'r'}, issued...), 1, 'k')
+	}
+	maxInt64 := binary.AppendUvarint(nil, math.MaxInt64)
 	for _, tc := range []struct {
 		name string
 		b    []byte
 	}{
 		{"empty", nil},
 		{"version only", []byte{commandVersion}},
-		{"other version", append([]byte{2}, put[1:]...)},
+		{"other version", append([]byte{3}, put[1:]...)},
+		{"version 0", append([]byte{0}, put[1:]...)},
+		{"version 2 without an issued time", append([]byte{commandVersion}, put[1:]...)},
+		{"issued time zero", v2(0)},
+		{"issued time above MaxInt64", v2(binary.AppendUvarint(nil, math.MaxInt64+1)...)},
+		{"issued time overflowing", v2(0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01)},
+		{"issued time truncated", []byte{commandVersion, byte(opDelete), 1, 'r', 0x80}},
+		{"version 2 truncated after the issued time", append([]byte{commandVersion, byte(opDelete), 1, 'r'}, maxInt64...)},
 		{"unknown op", append([]byte{commandVersion, 9}, put[2:]...)},
 		{"op zero", append([]byte{commandVersion, 0}, put[2:]...)},
 		{"truncated", put[:len(put)-1]},
@@ -70,7 +92,7 @@ func TestDecodeCommandRejects(t *testing.T) {
 }
 
 func sameCommand(a, b command) bool {
-	return a.op == b.op && a.id == b.id && a.key == b.key && bytes.Equal(a.value, b.value) &&
+	return a.op == b.op && a.id == b.id && a.issued == b.issued && a.key == b.key && bytes.Equal(a.value, b.value) &&
 		a.hasOld == b.hasOld && bytes.Equal(a.old, b.old)
 }
 

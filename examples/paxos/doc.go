@@ -32,9 +32,12 @@
 // Keys are one URL path segment (escape "/" as %2F), 1 to MaxKeyBytes
 // bytes; "." and ".." cannot be addressed. KV answers carry the
 // X-Convoy-Index header: the delivery index a write was applied at, or
-// the applied index a read reflects. Errors are JSON {"error": "..."}:
-// 400 for a malformed request, 404 for a missing key, 413 above
-// Options.MaxValueBytes, and 503 when this member cannot serve now (it
+// the applied index a read reflects. Writes may carry the headers
+// Idempotency-Key and Request-Issued (see "Retries"). Errors are JSON
+// {"error": "..."}: 400 for a malformed request, 404 for a missing key,
+// 409 for a write that expired before it was applied (see "Retries"),
+// 413 above Options.MaxValueBytes, and 503 when this member cannot serve
+// now (it
 // takes part in no view, was excluded, is on the minority side, or is
 // closing): the client tries another member. A 503 with a Retry-After
 // header says the member is at capacity (see "Overload and memory"):
@@ -55,11 +58,13 @@
 // and the connection then carries binary request and response frames
 // (package wire), many requests in flight at once, each answer tagged
 // with its request; the member reads and writes them in batches. The
-// answers are the HTTP API's, status codes included. The Go client uses
-// streams with client.WithStreams. A member serves at most
-// Options.MaxStreams streams (an upgrade beyond them gets 503 with
-// Retry-After); a stream serves at most 1,024 requests at once (beyond
-// that the member stops reading it, and TCP holds the client back), and
+// answers are the HTTP API's, status codes included; a write's issued
+// time travels in its request frame (wire.Request.Issued), as its request
+// id does. The Go client uses streams with client.WithStreams. A member
+// serves at most Options.MaxStreams streams (an upgrade beyond them
+// gets 503 with Retry-After); a stream serves at most 1,024 requests at
+// once (beyond that the member stops reading it, and TCP holds the client
+// back), and
 // buffers at most 256 KiB of answers the client has not read, and one
 // answer more; a frame above the largest command gets 413, a malformed
 // one 400, one beyond the member's capacity 503 with the response's
@@ -88,20 +93,58 @@
 // # Retries
 //
 // A write carries a request id, the Idempotency-Key header (the server
-// makes one up when it is absent, which then dedupes nothing). The state
-// machine keeps the results of the last DedupeWindow writes by request
-// id, evicted in delivery order so that every member keeps the same
-// ones, and answers a repeated id with the original result instead of
-// applying it again — whatever the repeated request asks. This is what
-// makes retries safe: a Send that failed, or a member that failed after
-// sending, may leave a command that is still applied, and the client's
-// retry with the same id, at any member, gets its result. The kept
-// results are part of the replicated state and of its snapshots.
+// makes one up when it is absent, which then dedupes nothing), and an
+// issued time, the Request-Issued header (IssuedHeader): the time, in
+// Unix nanoseconds, of the first attempt of the request that may have
+// reached the group, the same on every retry. Package client sends both.
+// The state machine answers a write whose request id it has a kept
+// result for with that result instead of applying it again — whatever
+// the repeated request asks. This is what makes retries safe: a Send that
+// failed, or a member that failed after sending, may leave a command that
+// is still applied (even much later: an attempt may wait in an overloaded
+// member's queues long after its client retried elsewhere), and the
+// client's retry with the same id, at any member, gets its result.
+//
+// The results cannot be kept forever; the issued times say when one may
+// go. The state machine keeps a clock, the latest issued time of the
+// commands delivered, and a write delivered once the clock is more than
+// RequestLifetime past its issued time expires: it is not applied, and
+// its request ends with 409 ("request expired before it was applied"),
+// which no retry changes: an earlier attempt may or may not have been
+// applied (client.ErrExpired). A kept result goes once it has expired
+// too, or, to keep at most DedupeWindow of them, when DedupeWindow later
+// writes come first; then the floor, the latest issued time of the
+// results that went that way, rises to its issued time, and a write
+// issued no later than the floor expires too. So no write is applied
+// twice: all the attempts of one request carry the same issued time t,
+// and once one was applied, the others get its result while it is kept;
+// after that, either the clock passed t + RequestLifetime or the floor
+// reached t, neither ever goes back, and every later attempt expires.
+// Every member decides alike: the clock, the floor and the kept results
+// with their issued times are part of the replicated state and of its
+// snapshots, and change only with deliveries.
+//
+// The clock follows the issued times the clients send, within bounds: a
+// member answers 400 to a write issued more than MaxIssuedAhead ahead of
+// its own clock, and 409 at once to one already more than
+// RequestLifetime behind it. A write without Request-Issued counts from
+// the time the member read it, by the member's clock: a retry of it that
+// also has none counts from its own reading, and is deduplicated while
+// the first attempt's result is kept, but not beyond. The clocks of the
+// members and of their clients must agree to well within RequestLifetime
+// − MaxIssuedAhead; a client whose clock lags by more than that sees its
+// writes expire. Under a load of more than DedupeWindow writes per
+// RequestLifetime, results go by count before they expire, and a write
+// expires if it waits longer than about DedupeWindow writes take, less
+// how far ahead of its client's clock the others' are. Commands logged by
+// members from before issued times (command version 1) carry none: they
+// never expire, do not move the clock, and are deduplicated only while
+// their results are among the last DedupeWindow kept.
 //
 // A request whose command is not applied while it lasts (its context
 // ends, or this member is excluded from the group) ends with 503; the
 // write may still be applied later, and a retry with the same id learns
-// its result.
+// its result, or that it expired.
 //
 // # Overload and memory
 //
@@ -153,8 +196,8 @@
 //	    command (value, key, request id and 20 bytes), and about 100 bytes
 //	    of map; during a state transfer, once more (the parts of the
 //	    snapshot, on a donor or a joiner)
-//	D   the kept results: DedupeWindow × (request id + 100 bytes), at most
-//	    34 MiB
+//	D   the kept results: DedupeWindow × (request id + 180 bytes), at most
+//	    42 MiB
 //
 // and (1 + GOGC/100), 2 by default, is the room the garbage collector
 // lets the heap take beyond what is live. Every term but S (the data
@@ -189,7 +232,11 @@
 // # Commands on the wire
 //
 // A command is a version byte, an op byte, and length-prefixed fields
-// (command.go). Decoding checks every length against the bytes left and
-// against fixed bounds (MaxKeyBytes, MaxRequestIDBytes); a member skips a
-// malformed command, which every member does alike.
+// (command.go); version 2 adds the issued time, and members still decode
+// the version 1 commands of logs written before it. Decoding checks every
+// length against the bytes left and against fixed bounds (MaxKeyBytes,
+// MaxRequestIDBytes); a member skips a malformed command, which every
+// member does alike. A member of an older version skips version 2
+// commands as malformed: the members of a group must be upgraded
+// together, not one by one.
 package paxos

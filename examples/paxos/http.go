@@ -24,6 +24,15 @@ const IndexHeader = "X-Convoy-Index"
 // id are applied once, and a retry gets the original result.
 const IdempotencyHeader = "Idempotency-Key"
 
+// IssuedHeader carries a write's issued time, in Unix nanoseconds (a
+// decimal integer): the time of the first attempt of its request that
+// may have reached the group, the same on every retry (see
+// RequestLifetime). Without it, the member that reads the request stamps
+// it with its own clock. A time more than MaxIssuedAhead ahead of the
+// member's clock gets 400; one more than RequestLifetime behind it gets
+// 409, as a write that expired.
+const IssuedHeader = "Request-Issued"
+
 // Handler returns the HTTP/JSON API of this member.
 func (n *Node) Handler() http.Handler { return n.handler }
 
@@ -78,7 +87,7 @@ type casResponse struct {
 }
 
 func (n *Node) handlePut(w http.ResponseWriter, r *http.Request) {
-	key, id, ok := n.writeArgs(w, r)
+	key, id, issued, ok := n.writeArgs(w, r)
 	if !ok {
 		return
 	}
@@ -91,7 +100,7 @@ func (n *Node) handlePut(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	res, err := n.submit(r.Context(), command{op: opPut, id: id, key: key, value: value})
+	res, err := n.submit(r.Context(), command{op: opPut, id: id, issued: issued, key: key, value: value})
 	if err != nil {
 		n.writeFailure(w, r, err)
 		return
@@ -101,7 +110,7 @@ func (n *Node) handlePut(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) handleDelete(w http.ResponseWriter, r *http.Request) {
-	key, id, ok := n.writeArgs(w, r)
+	key, id, issued, ok := n.writeArgs(w, r)
 	if !ok {
 		return
 	}
@@ -110,7 +119,7 @@ func (n *Node) handleDelete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	res, err := n.submit(r.Context(), command{op: opDelete, id: id, key: key})
+	res, err := n.submit(r.Context(), command{op: opDelete, id: id, issued: issued, key: key})
 	if err != nil {
 		n.writeFailure(w, r, err)
 		return
@@ -124,7 +133,7 @@ func (n *Node) handleDelete(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) handleCAS(w http.ResponseWriter, r *http.Request) {
-	key, id, ok := n.writeArgs(w, r)
+	key, id, issued, ok := n.writeArgs(w, r)
 	if !ok {
 		return
 	}
@@ -153,7 +162,7 @@ func (n *Node) handleCAS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, `"new" is required`)
 		return
 	}
-	c := command{op: opCAS, id: id, key: key, value: []byte(*req.New)}
+	c := command{op: opCAS, id: id, issued: issued, key: key, value: []byte(*req.New)}
 	if req.Old != nil {
 		c.hasOld, c.old = true, []byte(*req.Old)
 	}
@@ -238,10 +247,11 @@ func keyOf(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return key, true
 }
 
-// writeArgs returns a write's key and request id, or answers 400.
-func (n *Node) writeArgs(w http.ResponseWriter, r *http.Request) (key, id string, ok bool) {
+// writeArgs returns a write's key, request id and issued time, or
+// answers 400 (or 409 for a write expired already).
+func (n *Node) writeArgs(w http.ResponseWriter, r *http.Request) (key, id string, issued int64, ok bool) {
 	if key, ok = keyOf(w, r); !ok {
-		return "", "", false
+		return "", "", 0, false
 	}
 	id = r.Header.Get(IdempotencyHeader)
 	switch {
@@ -250,9 +260,21 @@ func (n *Node) writeArgs(w http.ResponseWriter, r *http.Request) (key, id string
 		id = "server-" + rand.Text()
 	case len(id) > MaxRequestIDBytes:
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s of %d bytes, limit %d", IdempotencyHeader, len(id), MaxRequestIDBytes))
-		return "", "", false
+		return "", "", 0, false
 	}
-	return key, id, true
+	if h := r.Header.Get(IssuedHeader); h != "" {
+		var err error
+		if issued, err = strconv.ParseInt(h, 10, 64); err != nil || issued <= 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s %q: not a positive number of nanoseconds", IssuedHeader, h))
+			return "", "", 0, false
+		}
+	}
+	issued, err := n.issuedTime(issued)
+	if err != nil {
+		n.writeFailure(w, r, err)
+		return "", "", 0, false
+	}
+	return key, id, issued, true
 }
 
 // admitHTTP admits a request that holds bytes (see Options.
@@ -329,11 +351,16 @@ func (n *Node) logFailure(method, target string, err error) {
 }
 
 // statusOf maps an error to the status of its answer: 503 whenever this
-// member cannot serve now and another member (or a later try) may.
+// member cannot serve now and another member (or a later try) may; 409
+// for a write that expired, which no retry changes.
 func statusOf(err error) int {
 	switch {
 	case errors.Is(err, convoy.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, errExpired):
+		return http.StatusConflict
+	case errors.Is(err, errIssuedAhead):
+		return http.StatusBadRequest
 	case errors.Is(err, convoy.ErrNotMember), errors.Is(err, convoy.ErrExcluded),
 		errors.Is(err, convoy.ErrClosed), errors.Is(err, convoy.ErrLeft),
 		errors.Is(err, convoy.ErrFailed), errors.Is(err, convoy.ErrBackpressure),

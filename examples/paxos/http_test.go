@@ -7,12 +7,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/convoy-gcs/convoy"
+	"github.com/convoy-gcs/convoy/examples/paxos/wire"
 )
 
 // fakeGroup stands in for a convoy.Group: Send delivers at once, in
@@ -35,6 +37,8 @@ type fakeGroup struct {
 	syncs     int
 	heldSyncs []chan uint64
 	syncErr   error // for the held Syncs failSyncs ended
+	// last is the payload delivered last.
+	last []byte
 }
 
 // Sync returns the index delivered so far, or, while hold is set, once
@@ -90,6 +94,7 @@ func (f *fakeGroup) Send(ctx context.Context, p []byte, _ ...convoy.SendOption) 
 
 func (f *fakeGroup) deliverLocked(p []byte) {
 	f.index++
+	f.last = p
 	f.n.deliver(convoy.Delivery{Epoch: 1, Index: f.index, Sender: 1, Payload: p})
 }
 
@@ -485,4 +490,97 @@ func mustMarshal(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestIssued: a write's issued time, from its Request-Issued header (or
+// a stream request's Issued), or this member's clock without one. One
+// ahead of the member's clock by more than MaxIssuedAhead is refused
+// with 400; one expired by the member's clock, or by the state
+// machine's when it is delivered, ends with 409, over HTTP and streams.
+func TestIssued(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	issued := func(id string, d time.Duration) map[string]string {
+		return map[string]string{IdempotencyHeader: id, IssuedHeader: strconv.FormatInt(now.Add(d).UnixNano(), 10)}
+	}
+	const expiredBody = `{"error":"paxos: request expired before it was applied"}` + "\n"
+	n, f := newTestNode(t, Options{})
+	n.now = func() time.Time { return now }
+	for _, r := range []req{
+		{method: "PUT", path: "/kv/a", body: "x", header: map[string]string{IssuedHeader: "soon"}, code: 400, want: "~Request-Issued"},
+		{method: "PUT", path: "/kv/a", body: "x", header: map[string]string{IssuedHeader: "0"}, code: 400, want: "~Request-Issued"},
+		{method: "PUT", path: "/kv/a", body: "x", header: map[string]string{IssuedHeader: "-5"}, code: 400, want: "~Request-Issued"},
+		{method: "PUT", path: "/kv/a", body: "x", header: issued("w0", MaxIssuedAhead+time.Nanosecond), code: 400, want: "~ahead"},
+		// Expired by this member's clock: not sent.
+		{method: "DELETE", path: "/kv/a", header: issued("w1", -RequestLifetime-time.Nanosecond), code: 409, want: expiredBody},
+		// The state machine's clock moves to now + MaxIssuedAhead.
+		{method: "PUT", path: "/kv/a", body: "1", header: issued("w2", MaxIssuedAhead), code: 200, want: `{"index":1}` + "\n", index: "1"},
+		{method: "PUT", path: "/kv/a", body: "2", header: issued("w3", MaxIssuedAhead-RequestLifetime), code: 200, want: `{"index":2}` + "\n", index: "2"},
+		// Sent, and expired by the state machine's clock once delivered.
+		{method: "POST", path: "/kv/a/cas", body: `{"new":"3"}`, header: issued("w4", MaxIssuedAhead-RequestLifetime-time.Nanosecond), code: 409, want: expiredBody},
+		{method: "PUT", path: "/kv/a", body: "4", header: issued("w4", MaxIssuedAhead-RequestLifetime-time.Nanosecond), code: 409, want: expiredBody},
+		// Stamped with the member's clock.
+		{method: "PUT", path: "/kv/b", body: "5", code: 200, want: `{"index":5}` + "\n", index: "5"},
+		{method: "GET", path: "/kv/a", code: 200, want: "2", index: "5"},
+	} {
+		r.check(t, r.do(t, n.Handler()))
+	}
+	f.mu.Lock()
+	index, last := f.index, f.last
+	f.mu.Unlock()
+	if index != 5 {
+		t.Fatalf("%d commands delivered, want 5", index)
+	}
+	if c, err := decodeCommand(last); err != nil || c.issued != now.UnixNano() {
+		t.Fatalf("the last command: %+v, %v; want it issued at the member's clock", c, err)
+	}
+	for _, tc := range []struct {
+		issued time.Duration
+		status uint16
+		body   string
+	}{
+		{MaxIssuedAhead + 1, 400, "ahead"},
+		{-RequestLifetime - 1, 409, "expired"},
+		{MaxIssuedAhead - RequestLifetime - 1, 409, "expired"},
+		{0, 200, ""},
+	} {
+		resp := n.serveRequest(t.Context(), wire.Request{Tag: 1, Op: wire.OpPut, Key: "c", ID: fmt.Sprint("s", tc.issued), Value: []byte("v"), Issued: now.Add(tc.issued).UnixNano()})
+		if resp.Status != tc.status || !strings.Contains(string(resp.Body), tc.body) {
+			t.Errorf("stream write issued %v from now: %d %q, want %d %q", tc.issued, resp.Status, resp.Body, tc.status, tc.body)
+		}
+	}
+}
+
+// TestPendingExpired: an expired result ends the waits of commands
+// issued no later than the expired one's; a wait for a command issued
+// later (a retry the member stamped itself) goes on, for its own result.
+func TestPendingExpired(t *testing.T) {
+	p := newPending()
+	var chs []chan outcome
+	for _, issued := range []int64{5, 10, 11} {
+		ch, err := p.add("x", issued)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chs = append(chs, ch)
+	}
+	p.complete("x", 10, result{index: 3, expired: true})
+	for i, want := range []bool{true, true, false} {
+		select {
+		case o := <-chs[i]:
+			if !want || !o.res.expired {
+				t.Fatalf("wait %d ended with %+v", i, o)
+			}
+		default:
+			if want {
+				t.Fatalf("wait %d goes on", i)
+			}
+		}
+	}
+	p.complete("x", 11, ok(4))
+	if o := <-chs[2]; o.res != ok(4) {
+		t.Fatalf("the later wait ended with %+v", o)
+	}
+	if ids := p.ids(); len(ids) != 0 {
+		t.Fatalf("still waiting for %v", ids)
+	}
 }

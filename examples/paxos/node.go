@@ -55,6 +55,21 @@ var (
 	errNotServing = errors.New("paxos: this member takes part in no view")
 )
 
+// errExpired ends, with 409, a write that expired before it was applied
+// (see RequestLifetime): it was not applied, and an earlier attempt of
+// the same request may or may not have been.
+var errExpired = errors.New("paxos: request expired before it was applied")
+
+// errIssuedAhead ends, with 400, a write whose issued time is more than
+// MaxIssuedAhead ahead of this member's clock.
+var errIssuedAhead = errors.New("paxos: issued time ahead of the member's clock")
+
+// MaxIssuedAhead is how far ahead of a member's clock a write's issued
+// time (IssuedHeader) may be: a write issued further ahead is refused
+// with 400, so that no client can move the state machine's clock (and
+// expire other writes) much beyond the members' clocks.
+const MaxIssuedAhead = time.Second
+
 // Options tune the service. The zero value is valid. The package
 // documentation's "Overload and memory" section says how MaxRequests,
 // MaxRequestBytes, MaxStreams and MaxValueBytes bound a member's memory.
@@ -177,6 +192,9 @@ type Node struct {
 	wait  *pending
 	// maybeSentWait is the constant of that name, shorter in tests.
 	maybeSentWait time.Duration
+	// now is the member's clock (time.Now; another in tests): it stamps
+	// the writes that carry no issued time, and checks those that do.
+	now func() time.Time
 	// group is the member's group (nil in tests); g is the same, or the
 	// fake a test put in its place. Both are set once Open returns.
 	group *convoy.Group
@@ -264,7 +282,7 @@ func newNode(self convoy.NodeID, opts Options) (*Node, error) {
 	n := &Node{
 		self: self, opts: opts, log: log, m: m,
 		admit: newAdmission(opts.MaxRequests, opts.MaxRequestBytes, m),
-		state: newState(log), wait: newPending(), maybeSentWait: maybeSentWait,
+		state: newState(log), wait: newPending(), maybeSentWait: maybeSentWait, now: time.Now,
 		streamSlots: make(chan struct{}, opts.MaxStreams),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -295,7 +313,7 @@ func (n *Node) Close() error {
 func (n *Node) deliver(d convoy.Delivery) {
 	a, ok := n.state.apply(d.Index, d.Payload)
 	if ok {
-		n.wait.complete(a.cmd.id, a.res)
+		n.wait.complete(a.cmd.id, a.cmd.issued, a.res)
 	}
 }
 
@@ -319,15 +337,24 @@ func (n *Node) restored() {
 	n.log.Info("state restored", "applied", n.state.appliedIndex())
 	for _, id := range n.wait.ids() {
 		if r, ok := n.state.resultOf(id); ok {
-			n.wait.complete(id, r)
+			n.wait.complete(id, 0, r)
 		}
 	}
 }
 
 // submit sends c through the group and waits until it is applied, ctx
-// ends, or this member cannot tell any more.
+// ends, or this member cannot tell any more. A command that expired
+// before it was applied ends with errExpired.
 func (n *Node) submit(ctx context.Context, c command) (result, error) {
-	ch, err := n.wait.add(c.id)
+	res, err := n.submitWait(ctx, c)
+	if err == nil && res.expired {
+		return result{}, errExpired
+	}
+	return res, err
+}
+
+func (n *Node) submitWait(ctx context.Context, c command) (result, error) {
+	ch, err := n.wait.add(c.id, c.issued)
 	if err != nil {
 		return result{}, err
 	}
@@ -359,6 +386,25 @@ func (n *Node) submit(ctx context.Context, c command) (result, error) {
 		return result{}, sendErr
 	}
 	return result{}, ctx.Err()
+}
+
+// issuedTime returns the issued time of a write that carries issued (0:
+// none): issued itself, or this member's clock for a write without one,
+// which then counts from the time the member read it. It returns
+// errIssuedAhead for a time more than MaxIssuedAhead ahead of the
+// member's clock, and errExpired for one the member's clock says has
+// expired already (see RequestLifetime), which is not worth sending.
+func (n *Node) issuedTime(issued int64) (int64, error) {
+	now := n.now().UnixNano()
+	switch {
+	case issued == 0:
+		return now, nil
+	case issued-now > int64(MaxIssuedAhead):
+		return 0, fmt.Errorf("%w: by %v, at most %v", errIssuedAhead, time.Duration(issued-now), MaxIssuedAhead)
+	case now-issued > int64(RequestLifetime):
+		return 0, errExpired
+	}
+	return issued, nil
 }
 
 // maybeSent reports whether a command whose Send failed with err may

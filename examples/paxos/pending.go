@@ -15,7 +15,7 @@ type outcome struct {
 type pending struct {
 	mu struct {
 		sync.Mutex
-		waiters map[string][]chan outcome
+		waiters map[string][]waiter
 		// closed, once set, fails every new wait.
 		closed error
 	}
@@ -23,20 +23,28 @@ type pending struct {
 
 func newPending() *pending {
 	p := &pending{}
-	p.mu.waiters = make(map[string][]chan outcome)
+	p.mu.waiters = make(map[string][]waiter)
 	return p
 }
 
-// add registers a wait for request id. The channel receives exactly one
-// outcome, unless remove takes it back first.
-func (p *pending) add(id string) (chan outcome, error) {
+// waiter is a request waiting: the issued time of its command, and the
+// channel that gets its outcome.
+type waiter struct {
+	issued int64
+	ch     chan outcome
+}
+
+// add registers a wait for request id, whose command was issued at
+// issued. The channel receives exactly one outcome, unless remove takes
+// it back first.
+func (p *pending) add(id string, issued int64) (chan outcome, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.mu.closed != nil {
 		return nil, p.mu.closed
 	}
 	ch := make(chan outcome, 1)
-	p.mu.waiters[id] = append(p.mu.waiters[id], ch)
+	p.mu.waiters[id] = append(p.mu.waiters[id], waiter{issued: issued, ch: ch})
 	return ch, nil
 }
 
@@ -46,7 +54,7 @@ func (p *pending) remove(id string, ch chan outcome) {
 	defer p.mu.Unlock()
 	ws := p.mu.waiters[id]
 	for i, w := range ws {
-		if w == ch {
+		if w.ch == ch {
 			ws = append(ws[:i], ws[i+1:]...)
 			break
 		}
@@ -58,14 +66,28 @@ func (p *pending) remove(id string, ch chan outcome) {
 	}
 }
 
-// complete hands res to every request waiting for id.
-func (p *pending) complete(id string, res result) {
+// complete hands res, the result of request id's command issued at
+// issued, to the requests waiting for id. An expired result goes only to
+// those whose commands were issued no later, which expire too; one issued
+// later (a retry that carried no issued time, stamped by the member that
+// read it) may still be applied, and goes on waiting.
+func (p *pending) complete(id string, issued int64, res result) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, ch := range p.mu.waiters[id] {
-		ch <- outcome{res: res}
+	ws := p.mu.waiters[id]
+	rest := ws[:0]
+	for _, w := range ws {
+		if res.expired && w.issued > issued {
+			rest = append(rest, w)
+			continue
+		}
+		w.ch <- outcome{res: res}
 	}
-	delete(p.mu.waiters, id)
+	if len(rest) == 0 {
+		delete(p.mu.waiters, id)
+	} else {
+		p.mu.waiters[id] = rest
+	}
 }
 
 // failAll ends every wait with err.
@@ -77,8 +99,8 @@ func (p *pending) failAll(err error) {
 
 func (p *pending) failAllLocked(err error) {
 	for id, ws := range p.mu.waiters {
-		for _, ch := range ws {
-			ch <- outcome{err: err}
+		for _, w := range ws {
+			w.ch <- outcome{err: err}
 		}
 		delete(p.mu.waiters, id)
 	}

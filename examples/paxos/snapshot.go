@@ -9,13 +9,20 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math"
 	"slices"
 
 	"github.com/google/btree"
 )
 
-// snapshotVersion is the first byte of every snapshot part.
-const snapshotVersion = 1
+// snapshotVersion is the first byte of every snapshot part. Restore
+// reads parts of version 1 too, which members wrote before issued times
+// existed: a state without clock or floor, whose results have no issued
+// time.
+const (
+	snapshotVersion   = 2
+	snapshotVersionV1 = 1
+)
 
 // maxSnapshotValue bounds a value read from a snapshot part.
 const maxSnapshotValue = 1 << 30
@@ -37,9 +44,10 @@ func partOf(key string, of int) int {
 // which the deliveries applied since do not change. It is the state
 // machine's convoy.StateSnapshot.
 type checkpoint struct {
-	applied uint64
-	data    *btree.BTreeG[pair]
-	results *btree.BTreeG[kept]
+	applied      uint64
+	clock, floor int64
+	data         *btree.BTreeG[pair]
+	results      *btree.BTreeG[kept]
 }
 
 // checkpoint returns the state as it is now. It costs next to nothing:
@@ -49,7 +57,10 @@ func (s *state) checkpoint() *checkpoint {
 	// write lock.
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return &checkpoint{applied: s.mu.applied, data: s.mu.data.Clone(), results: s.mu.results.Clone()}
+	return &checkpoint{
+		applied: s.mu.applied, clock: s.mu.clock, floor: s.mu.floor,
+		data: s.mu.data.Clone(), results: s.mu.results.Clone(),
+	}
 }
 
 // snapshot writes part `part` of `of` of the state as it is now.
@@ -58,15 +69,16 @@ func (s *state) snapshot(w io.Writer, part, of int) error {
 }
 
 // Snapshot writes part `part` of `of` of the state as of the checkpoint:
-// the applied index (in every part), then the keys and the kept write
-// results that hash to the part, each in order (keys, request ids), so
-// that a part's bytes depend only on the state. It may run concurrently
-// with deliveries and with other calls.
+// the applied index, the clock and the floor (in every part), then the
+// keys and the kept write results that hash to the part, each in order
+// (keys, request ids), so that a part's bytes depend only on the state.
+// It may run concurrently with deliveries and with other calls.
 //
-// Format: the version byte; uvarints applied, part, of; a uvarint count
-// of keys, each a length-prefixed key and value; a uvarint count of
-// results, each a length-prefixed request id, a uvarint index and an ok
-// byte.
+// Format: the version byte; uvarints applied, part, of, clock, floor; a
+// uvarint count of keys, each a length-prefixed key and value; a uvarint
+// count of results, each a length-prefixed request id, a uvarint index,
+// a uvarint issued time (0: none) and an ok byte. Version 1 has no clock,
+// floor or issued times.
 func (c *checkpoint) Snapshot(w io.Writer, part, of int) error {
 	if of < 1 || part < 0 || part >= of {
 		return fmt.Errorf("paxos: snapshot part %d of %d", part, of)
@@ -90,6 +102,8 @@ func (c *checkpoint) Snapshot(w io.Writer, part, of int) error {
 	buf = binary.AppendUvarint(buf, c.applied)
 	buf = binary.AppendUvarint(buf, uint64(part))
 	buf = binary.AppendUvarint(buf, uint64(of))
+	buf = binary.AppendUvarint(buf, uint64(c.clock))
+	buf = binary.AppendUvarint(buf, uint64(c.floor))
 	buf = binary.AppendUvarint(buf, keys)
 	bw.Write(buf)
 	c.data.Ascend(func(p pair) bool {
@@ -107,6 +121,7 @@ func (c *checkpoint) Snapshot(w io.Writer, part, of int) error {
 		if partOf(k.id, of) == part {
 			buf = appendField(buf[:0], []byte(k.id))
 			buf = binary.AppendUvarint(buf, k.res.index)
+			buf = binary.AppendUvarint(buf, uint64(k.issued))
 			ok := byte(0)
 			if k.res.ok {
 				ok = 1
@@ -128,88 +143,119 @@ func (s *state) restore(parts []io.Reader) error {
 	data := btree.NewG(btreeDegree, pairLess)
 	results := btree.NewG(btreeDegree, keptLess)
 	var order []entry
-	var applied uint64
+	var first partHeader
 	for i, p := range parts {
-		a, err := readPart(bufio.NewReader(p), i, len(parts), data, results, &order)
+		h, err := readPart(bufio.NewReader(p), i, len(parts), data, results, &order)
 		if err != nil {
 			return fmt.Errorf("%w: part %d of %d: %w", errBadSnapshot, i, len(parts), err)
 		}
-		if i > 0 && a != applied {
-			return fmt.Errorf("%w: part %d is at index %d, part 0 at %d", errBadSnapshot, i, a, applied)
+		if i == 0 {
+			first = h
+		} else if h != first {
+			return fmt.Errorf("%w: part %d is at index %d (clock %d, floor %d), part 0 at %d (clock %d, floor %d)",
+				errBadSnapshot, i, h.applied, h.clock, h.floor, first.applied, first.clock, first.floor)
 		}
-		applied = a
 	}
 	slices.SortFunc(order, func(a, b entry) int { return cmp.Compare(a.index, b.index) })
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.mu.data, s.mu.results, s.mu.applied = data, results, applied
+	s.mu.data, s.mu.results, s.mu.applied = data, results, first.applied
+	s.mu.clock, s.mu.floor = first.clock, first.floor
 	s.mu.order = fifo{items: order}
-	for s.mu.order.len() > s.window {
-		s.mu.results.Delete(kept{id: s.mu.order.pop().id})
-	}
+	// Nothing to do for a snapshot of a state with the same window:
+	// apply evicts after every delivery.
+	s.evictLocked()
 	return nil
 }
 
+// partHeader is what every part of a snapshot repeats.
+type partHeader struct {
+	applied      uint64
+	clock, floor int64
+}
+
 // readPart decodes part i of of into data, results and order and returns
-// its applied index.
-func readPart(r *bufio.Reader, i, of int, data *btree.BTreeG[pair], results *btree.BTreeG[kept], order *[]entry) (uint64, error) {
+// its header.
+func readPart(r *bufio.Reader, i, of int, data *btree.BTreeG[pair], results *btree.BTreeG[kept], order *[]entry) (partHeader, error) {
+	var h partHeader
 	v, err := r.ReadByte()
 	if err != nil {
-		return 0, unexpected(err)
+		return h, unexpected(err)
 	}
-	if v != snapshotVersion {
-		return 0, fmt.Errorf("version %d", v)
+	if v != snapshotVersion && v != snapshotVersionV1 {
+		return h, fmt.Errorf("version %d", v)
 	}
-	var hdr [4]uint64 // applied, part, of, keys
+	// applied, part, of, then clock and floor in version 2
+	hdr := []uint64{0, 0, 0, 0, 0}
+	if v == snapshotVersionV1 {
+		hdr = hdr[:3]
+	}
 	for k := range hdr {
 		if hdr[k], err = binary.ReadUvarint(r); err != nil {
-			return 0, unexpected(err)
+			return h, unexpected(err)
 		}
 	}
 	if hdr[1] != uint64(i) || hdr[2] != uint64(of) {
-		return 0, fmt.Errorf("it says it is part %d of %d", hdr[1], hdr[2])
+		return h, fmt.Errorf("it says it is part %d of %d", hdr[1], hdr[2])
 	}
-	for range hdr[3] {
+	h.applied = hdr[0]
+	if v == snapshotVersion {
+		if hdr[3] > math.MaxInt64 || hdr[4] > hdr[3] {
+			return h, fmt.Errorf("clock %d, floor %d", hdr[3], hdr[4])
+		}
+		h.clock, h.floor = int64(hdr[3]), int64(hdr[4])
+	}
+	keys, err := binary.ReadUvarint(r)
+	if err != nil {
+		return h, unexpected(err)
+	}
+	for range keys {
 		k, err := readField(r, MaxKeyBytes)
 		if err != nil {
-			return 0, fmt.Errorf("key: %w", err)
+			return h, fmt.Errorf("key: %w", err)
 		}
 		val, err := readField(r, maxSnapshotValue)
 		if err != nil {
-			return 0, fmt.Errorf("value: %w", err)
+			return h, fmt.Errorf("value: %w", err)
 		}
 		if len(k) == 0 || data.Has(pair{key: string(k)}) {
-			return 0, fmt.Errorf("key %q empty or in two parts", k)
+			return h, fmt.Errorf("key %q empty or in two parts", k)
 		}
 		data.ReplaceOrInsert(pair{key: string(k), value: val})
 	}
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
-		return 0, unexpected(err)
+		return h, unexpected(err)
 	}
 	for range n {
 		id, err := readField(r, MaxRequestIDBytes)
 		if err != nil {
-			return 0, fmt.Errorf("request id: %w", err)
+			return h, fmt.Errorf("request id: %w", err)
 		}
 		index, err := binary.ReadUvarint(r)
 		if err != nil {
-			return 0, unexpected(err)
+			return h, unexpected(err)
+		}
+		var issued uint64
+		if v == snapshotVersion {
+			if issued, err = binary.ReadUvarint(r); err != nil {
+				return h, unexpected(err)
+			}
 		}
 		ok, err := r.ReadByte()
 		if err != nil {
-			return 0, unexpected(err)
+			return h, unexpected(err)
 		}
-		if len(id) == 0 || ok > 1 || index == 0 || index > hdr[0] || results.Has(kept{id: string(id)}) {
-			return 0, fmt.Errorf("result of %q: bad or repeated", id)
+		if len(id) == 0 || ok > 1 || index == 0 || index > h.applied || issued > uint64(h.clock) || results.Has(kept{id: string(id)}) {
+			return h, fmt.Errorf("result of %q: bad or repeated", id)
 		}
-		results.ReplaceOrInsert(kept{id: string(id), res: result{index: index, ok: ok == 1}})
-		*order = append(*order, entry{index: index, id: string(id)})
+		results.ReplaceOrInsert(kept{id: string(id), issued: int64(issued), res: result{index: index, ok: ok == 1}})
+		*order = append(*order, entry{index: index, issued: int64(issued), id: string(id)})
 	}
 	if _, err := r.ReadByte(); err != io.EOF {
-		return 0, errors.New("data after the part")
+		return h, errors.New("data after the part")
 	}
-	return hdr[0], nil
+	return h, nil
 }
 
 // readField reads a length-prefixed field of at most limit bytes. A large

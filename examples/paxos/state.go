@@ -4,23 +4,40 @@ import (
 	"bytes"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/google/btree"
 )
 
-// DedupeWindow is how many write results the state machine keeps for
-// deduplication: the results of the most recent DedupeWindow writes, by
-// delivery index, the same on every member. A write retried with the same
-// request id after more than DedupeWindow later writes is applied again.
+// DedupeWindow is how many write results the state machine keeps at
+// most for deduplication: of the most recent writes, by delivery index,
+// the same on every member. A result evicted for the window before it
+// expired raises the floor to its issued time, and every write issued no
+// later expires (see the package documentation's "Retries"). It must be
+// the same on every member of a group.
 const DedupeWindow = 100_000
+
+// RequestLifetime is how long after its issued time (the time of the
+// first attempt of its request that may have reached the group) a write
+// may be applied: a write delivered once the state machine's clock (the
+// latest issued time of the commands delivered) is more than
+// RequestLifetime past its issued time is not applied, but answered as
+// expired, and a kept result is evicted once it has expired. It must be
+// the same on every member of a group.
+const RequestLifetime = time.Minute
 
 // result is what a write did, kept for its retries.
 type result struct {
-	// index is the delivery index at which the command was applied.
+	// index is the delivery index at which the command was applied, or,
+	// if it expired, at which it was delivered.
 	index uint64
 	// ok: for a delete, the key existed; for a cas, it swapped; for a
 	// put, always true.
 	ok bool
+	// expired says the write was not applied: it was delivered after its
+	// request's lifetime (see RequestLifetime). Expired results are not
+	// kept.
+	expired bool
 }
 
 // state is the replicated key-value state: what every member builds from
@@ -49,6 +66,11 @@ type state struct {
 		// that eviction is the same on every member.
 		results *btree.BTreeG[kept]
 		order   fifo
+		// clock is the latest issued time of the well-formed commands
+		// applied (0: none yet), and floor the latest issued time of the
+		// results evicted before they expired: a write issued at or
+		// before floor may be a retry of one of them, and is not applied.
+		clock, floor int64
 	}
 }
 
@@ -65,8 +87,10 @@ func pairLess(a, b pair) bool { return a.key < b.key }
 
 // kept is the kept result of a request, in request id order.
 type kept struct {
-	id  string
-	res result
+	id string
+	// issued is the write's issued time (0: none, a version 1 command).
+	issued int64
+	res    result
 }
 
 func keptLess(a, b kept) bool { return a.id < b.id }
@@ -89,7 +113,18 @@ type effect struct {
 // it ignores: one at or below the applied index, or a malformed payload
 // (logged; it still counts as applied, as on every other member). A write
 // whose request id has a kept result is not applied again: apply returns
-// that result.
+// that result. A write that expired (see RequestLifetime) is not applied
+// either: apply returns a result that says so.
+//
+// Why no write is applied twice, if all the attempts of one request carry
+// the same issued time t: while the result of an attempt is kept, the
+// others get it. It stops being kept either because it expired, once the
+// clock passed t + RequestLifetime — the clock never goes back, so every
+// later attempt expires too — or because DedupeWindow later writes came
+// before it expired, which raises floor to at least t — floor never goes
+// back either, so every later attempt, issued at t ≤ floor, expires.
+// Commands of version 1 carry no issued time: they never expire, do not
+// move the clock, and are deduplicated within the window only, as before.
 func (s *state) apply(index uint64, payload []byte) (effect, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -102,11 +137,19 @@ func (s *state) apply(index uint64, payload []byte) (effect, bool) {
 		s.log.Warn("skipping a malformed command", "index", index, "bytes", len(payload), "err", err)
 		return effect{}, false
 	}
+	s.mu.clock = max(s.mu.clock, c.issued)
+	// Whatever the command, the clock may have moved: the results it
+	// expired go now, so that the state after each delivery (and in a
+	// snapshot) keeps only unexpired ones.
+	defer s.evictLocked()
 	if c.op == opBarrier {
 		return effect{cmd: c, res: result{index: index, ok: true}}, true
 	}
 	if k, ok := s.mu.results.Get(kept{id: c.id}); ok {
 		return effect{cmd: c, res: k.res}, true
+	}
+	if c.issued > 0 && (s.expiredLocked(c.issued) || c.issued <= s.mu.floor) {
+		return effect{cmd: c, res: result{index: index, expired: true}}, true
 	}
 	r := result{index: index, ok: true}
 	old, exists := s.mu.data.Get(pair{key: c.key})
@@ -122,17 +165,36 @@ func (s *state) apply(index uint64, payload []byte) (effect, bool) {
 			s.mu.data.ReplaceOrInsert(pair{key: c.key, value: c.value})
 		}
 	}
-	s.rememberLocked(c.id, r)
+	s.mu.results.ReplaceOrInsert(kept{id: c.id, issued: c.issued, res: r})
+	s.mu.order.push(entry{index: r.index, issued: c.issued, id: c.id})
 	return effect{cmd: c, res: r}, true
 }
 
-// rememberLocked keeps r as id's result, evicting the oldest beyond the
-// window. REQUIRES: s.mu held for writing.
-func (s *state) rememberLocked(id string, r result) {
-	s.mu.results.ReplaceOrInsert(kept{id: id, res: r})
-	s.mu.order.push(entry{index: r.index, id: id})
+// expiredLocked reports whether a write issued at issued (> 0, at most
+// the clock) has expired. REQUIRES: s.mu held.
+func (s *state) expiredLocked(issued int64) bool {
+	return s.mu.clock-issued > int64(RequestLifetime)
+}
+
+// evictLocked drops the oldest kept results while they have expired,
+// then beyond the window; a result dropped before it expired raises the
+// floor to its issued time. Results of version 1 commands never expire,
+// and leave the floor as it is. REQUIRES: s.mu held for writing.
+func (s *state) evictLocked() {
+	for s.mu.order.len() > 0 {
+		e := s.mu.order.front()
+		if e.issued == 0 || !s.expiredLocked(e.issued) {
+			break
+		}
+		s.mu.order.pop()
+		s.mu.results.Delete(kept{id: e.id})
+	}
 	for s.mu.order.len() > s.window {
-		s.mu.results.Delete(kept{id: s.mu.order.pop().id})
+		e := s.mu.order.pop()
+		s.mu.results.Delete(kept{id: e.id})
+		if e.issued > 0 && !s.expiredLocked(e.issued) {
+			s.mu.floor = max(s.mu.floor, e.issued)
+		}
 	}
 }
 
@@ -162,8 +224,9 @@ func (s *state) resultOf(id string) (result, bool) {
 
 // entry is one kept result in eviction order.
 type entry struct {
-	index uint64
-	id    string
+	index  uint64
+	issued int64
+	id     string
 }
 
 // fifo is a queue of entries.
@@ -175,6 +238,9 @@ type fifo struct {
 func (q *fifo) len() int { return len(q.items) - q.head }
 
 func (q *fifo) push(e entry) { q.items = append(q.items, e) }
+
+// front returns the oldest entry; the queue must not be empty.
+func (q *fifo) front() entry { return q.items[q.head] }
 
 func (q *fifo) pop() entry {
 	e := q.items[q.head]

@@ -2,6 +2,7 @@ package paxos
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // delivery is one step of a state machine script: a payload delivered at
@@ -39,6 +41,22 @@ func cas(id, key string, old *string, value string) []byte {
 
 func barrierCmd(id string) []byte { return encodeCommand(command{op: opBarrier, id: id}) }
 
+// t0 is an issued time; at(s) is s seconds after it.
+const t0 = int64(1_700_000_000) * int64(time.Second)
+
+func at(s float64) int64 { return t0 + int64(s*float64(time.Second)) }
+
+// putAt is a put issued at issued (a version 2 command).
+func putAt(id string, issued int64, key, value string) []byte {
+	return encodeCommand(command{op: opPut, id: id, issued: issued, key: key, value: []byte(value)})
+}
+
+func delAt(id string, issued int64, key string) []byte {
+	return encodeCommand(command{op: opDelete, id: id, issued: issued, key: key})
+}
+
+func expired(index uint64) result { return result{index: index, expired: true} }
+
 func str(s string) *string { return &s }
 
 func ok(index uint64) result { return result{index: index, ok: true} }
@@ -55,6 +73,8 @@ func TestStateApply(t *testing.T) {
 		data    map[string]string
 		applied uint64
 		kept    []string
+		// clock and floor are the state's afterwards.
+		clock, floor int64
 	}{{
 		name: "put overwrites",
 		steps: []delivery{
@@ -131,6 +151,80 @@ func TestStateApply(t *testing.T) {
 			{7, del("c", "none"), true, notOK(7)}, // and c; evicts a
 		},
 		data: map[string]string{"k": "6"}, applied: 7, kept: []string{"b", "c"},
+	}, {
+		// The write applied twice before issued times: attempt A1 of
+		// request x, read late by an overloaded member, is delivered
+		// after more than the window's writes since its retry A2 was
+		// applied. Both carry x's issued time.
+		name:   "a stale attempt delivered beyond the window is not applied",
+		window: 3,
+		steps: []delivery{
+			{1, putAt("x", at(0), "k", "A2"), true, ok(1)},
+			{2, putAt("o1", at(1), "k", "later 1"), true, ok(2)},
+			{3, putAt("o2", at(2), "k", "later 2"), true, ok(3)},
+			{4, putAt("o3", at(3), "other", "o"), true, ok(4)},
+			{5, putAt("o4", at(4), "other", "o"), true, ok(5)}, // evicts x's result, unexpired
+			{6, putAt("x", at(0), "k", "A1"), true, expired(6)},
+		},
+		data: map[string]string{"k": "later 2", "other": "o"}, applied: 6,
+		kept: []string{"o2", "o3", "o4"}, clock: at(4), floor: at(1),
+	}, {
+		name: "a write expires once the clock is more than the lifetime past its issued time",
+		steps: []delivery{
+			{1, putAt("x", at(0), "k", "A2"), true, ok(1)},
+			{2, putAt("y", at(10), "k", "y"), true, ok(2)},
+			{3, putAt("x", at(0), "k", "A1"), true, ok(1)}, // kept: deduplicated
+			{4, putAt("z", at(60), "z", "z"), true, ok(4)}, // x is exactly a lifetime old: kept
+			{5, putAt("x", at(0), "k", "A1"), true, ok(1)},
+			{6, putAt("w", at(60.5), "w", "w"), true, ok(6)}, // x expired: evicted
+			{7, putAt("x", at(0), "k", "A1"), true, expired(7)},
+			{8, putAt("v", at(0.4), "k", "v"), true, expired(8)}, // a new id, as old
+			{9, delAt("u", at(0.6), "w"), true, ok(9)},           // younger than the lifetime
+		},
+		data: map[string]string{"k": "y", "z": "z"}, applied: 9,
+		kept: []string{"y", "z", "w", "u"}, clock: at(60.5),
+	}, {
+		name:   "the floor refuses writes issued at or before it, not later ones",
+		window: 2,
+		steps: []delivery{
+			{1, putAt("a", at(10), "a", "1"), true, ok(1)},
+			{2, putAt("b", at(5), "b", "1"), true, ok(2)},
+			{3, putAt("c", at(20), "c", "1"), true, ok(3)}, // evicts a: floor 10
+			{4, putAt("b", at(5), "b", "2"), true, ok(2)},  // still kept, below the floor
+			{5, putAt("a", at(10), "a", "2"), true, expired(5)},
+			{6, putAt("d", at(10), "d", "1"), true, expired(6)},
+			{7, putAt("e", at(3), "e", "1"), true, expired(7)},
+			{8, putAt("f", at(10.001), "f", "1"), true, ok(8)}, // evicts b: floor stays 10
+			{9, putAt("g", at(11), "g", "1"), true, ok(9)},     // evicts c: floor 20
+			{10, putAt("h", at(19), "h", "1"), true, expired(10)},
+		},
+		data: map[string]string{"a": "1", "b": "1", "c": "1", "f": "1", "g": "1"}, applied: 10,
+		kept: []string{"f", "g"}, clock: at(20), floor: at(20),
+	}, {
+		name:   "commands without an issued time follow the rules from before",
+		window: 3,
+		steps: []delivery{
+			{1, put("a", "k", "1"), true, ok(1)},
+			{2, putAt("b", at(0), "k", "2"), true, ok(2)},
+			{3, putAt("c", at(120), "k", "3"), true, ok(3)}, // b expired, behind a
+			{4, put("d", "k", "4"), true, ok(4)},            // never expires; evicts a
+			{5, putAt("b", at(0), "k", "5"), true, ok(2)},   // b's result, then b goes
+			{6, put("b", "k", "6"), true, ok(6)},            // applied again, as before
+			{7, put("e", "k", "7"), true, ok(7)},            // evicts c, unexpired: floor 120
+			{8, put("f", "k", "8"), true, ok(8)},            // evicts d: no floor
+			{9, put("b", "k", "9"), true, ok(6)},
+			{10, put("g", "k", "10"), true, ok(10)}, // issued "before" the floor
+		},
+		data: map[string]string{"k": "10"}, applied: 10, kept: []string{"e", "f", "g"}, clock: at(120), floor: at(120),
+	}, {
+		name: "a malformed command does not move the clock; a barrier does",
+		steps: []delivery{
+			{1, append(putAt("a", at(100), "k", "1"), 0), false, result{}},
+			{2, putAt("b", at(0), "k", "2"), true, ok(2)},
+			{3, encodeCommand(command{op: opBarrier, id: "x", issued: at(61)}), true, ok(3)},
+			{4, putAt("c", at(0), "k", "3"), true, expired(4)},
+		},
+		data: map[string]string{"k": "2"}, applied: 4, clock: at(61),
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newState(slog.New(slog.DiscardHandler))
@@ -151,6 +245,9 @@ func TestStateApply(t *testing.T) {
 			}
 			if got := s.kept(); !slices.Equal(got, tc.kept) {
 				t.Errorf("kept results of %v, want %v", got, tc.kept)
+			}
+			if s.mu.clock != tc.clock || s.mu.floor != tc.floor {
+				t.Errorf("clock %d, floor %d; want %d, %d", s.mu.clock-t0, s.mu.floor-t0, tc.clock-t0, tc.floor-t0)
 			}
 		})
 	}
@@ -184,14 +281,17 @@ func (s *state) dump() string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "applied %d\n", s.mu.applied)
+	fmt.Fprintf(&b, "applied %d clock %d floor %d\n", s.mu.applied, s.mu.clock, s.mu.floor)
 	s.mu.data.Ascend(func(p pair) bool {
 		fmt.Fprintf(&b, "%q=%q\n", p.key, p.value)
 		return true
 	})
 	for _, e := range s.mu.order.all() {
 		k, _ := s.mu.results.Get(kept{id: e.id})
-		fmt.Fprintf(&b, "result %q %+v\n", e.id, k.res)
+		fmt.Fprintf(&b, "result %q issued %d %+v\n", e.id, k.issued, k.res)
+		if e.issued != k.issued || e.index != k.res.index {
+			fmt.Fprintf(&b, "in order as %+v\n", e)
+		}
 	}
 	if s.mu.results.Len() != s.mu.order.len() {
 		fmt.Fprintf(&b, "%d results, %d in order\n", s.mu.results.Len(), s.mu.order.len())
@@ -386,4 +486,168 @@ func TestCheckpoint(t *testing.T) {
 	if a, b := s.dump(), want.dump(); a == b {
 		t.Fatal("the live state did not change after the checkpoint")
 	}
+}
+
+// filledIssued returns a state after n writes with issued times, on a
+// few hundred keys: the first half a write every 100 ms, so that results
+// are evicted by time, then a write every 10 ms, so that they are
+// evicted by count while unexpired, and the floor rises. Each is issued
+// up to 2 s before its delivery, and some 70 s before (and expire).
+func filledIssued(n int) *state {
+	s := newState(slog.New(slog.DiscardHandler))
+	s.window = n * 2 / 5
+	for i := 1; i <= n; i++ {
+		k := fmt.Sprintf("key-%d", i%300)
+		id := fmt.Sprintf("r%d", i)
+		var p []byte
+		switch i % 3 {
+		case 0, 1:
+			p = putAt(id, issuedAt(i, n), k, strings.Repeat("v", i%50))
+		case 2:
+			p = delAt(id, issuedAt(i, n), k)
+		}
+		s.apply(uint64(i), p)
+	}
+	return s
+}
+
+// issuedAt is the issued time of filledIssued's write i of n.
+func issuedAt(i, n int) int64 {
+	d := float64(i) / 10
+	if i > n/2 {
+		d = float64(n/2)/10 + float64(i-n/2)/100
+	}
+	if i%17 == 0 {
+		return at(d - 70)
+	}
+	return at(d - float64(i%20)/10)
+}
+
+// TestSnapshotRestoreIssued: a state with issued times restored from a
+// snapshot has the same clock, floor and kept results with their issued
+// times, and decides every later delivery as the original does: retries
+// deduplicated or expired alike, by time and by the floor.
+func TestSnapshotRestoreIssued(t *testing.T) {
+	const n = 2000
+	orig := filledIssued(n)
+	orig.mu.RLock()
+	clock, floor := orig.mu.clock, orig.mu.floor
+	orig.mu.RUnlock()
+	if clock == 0 || floor == 0 || clock-floor > int64(RequestLifetime) {
+		t.Fatalf("clock %d, floor %d: want both set, within a lifetime", clock-t0, floor-t0)
+	}
+	kept := orig.kept()
+	oldest, newest := kept[0], kept[len(kept)-1]
+	more := []struct {
+		payload []byte
+		expired bool
+	}{
+		{putAt("r1", issuedAt(1, n), "key-1", "evicted by time"), true},
+		{putAt("r1100", issuedAt(1100, n), "key-1", "evicted by count"), true},
+		{putAt(oldest, issuedOf(t, orig, oldest), "key-1", "a kept one"), false},
+		{putAt(newest, issuedOf(t, orig, newest), "key-1", "the newest"), false},
+		{putAt("fresh-at-floor", floor, "key-2", "x"), true},
+		{putAt("fresh", floor+1, "key-2", "y"), false},
+		{putAt("late", clock+int64(65*time.Second), "key-3", "moves the clock"), false},
+		{putAt(oldest, issuedOf(t, orig, oldest), "key-1", "now expired"), true},
+		{putAt("old", clock-int64(15*time.Second), "key-4", "expired"), true},
+	}
+	for of := 1; of <= 3; of++ {
+		t.Run(fmt.Sprintf("parts=%d", of), func(t *testing.T) {
+			orig := filledIssued(n)
+			got := filled(7) // something to replace
+			got.window = orig.window
+			if err := got.restore(readers(snapshotParts(t, orig, of))); err != nil {
+				t.Fatal(err)
+			}
+			if a, b := got.dump(), orig.dump(); a != b {
+				t.Fatalf("restored state differs: %s", firstDiff(a, b))
+			}
+			for i, m := range more {
+				index := uint64(n + 1 + i)
+				a1, ok1 := orig.apply(index, m.payload)
+				a2, ok2 := got.apply(index, m.payload)
+				if !ok1 || ok1 != ok2 || a1.res != a2.res {
+					t.Fatalf("index %d: original %v %+v, restored %v %+v", index, ok1, a1.res, ok2, a2.res)
+				}
+				if a1.res.expired != m.expired {
+					t.Errorf("%s at index %d: %+v, want expired %v", a1.cmd.id, index, a1.res, m.expired)
+				}
+			}
+			if a, b := got.dump(), orig.dump(); a != b {
+				t.Fatalf("states differ after more deliveries: %s", firstDiff(a, b))
+			}
+		})
+	}
+}
+
+// issuedOf returns the issued time of id's kept result.
+func issuedOf(t *testing.T, s *state, id string) int64 {
+	t.Helper()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	k, ok := s.mu.results.Get(kept{id: id})
+	if !ok {
+		t.Fatalf("no result kept for %q", id)
+	}
+	return k.issued
+}
+
+// TestRestoreVersion1: parts in the format of members from before issued
+// times still restore: a state without clock or floor whose results have
+// no issued time.
+func TestRestoreVersion1(t *testing.T) {
+	orig := filled(1000)
+	for of := 1; of <= 3; of++ {
+		parts := make([][]byte, of)
+		for p := range of {
+			parts[p] = snapshotV1(orig, p, of)
+		}
+		got := filledIssued(100)
+		got.window = orig.window
+		if err := got.restore(readers(parts)); err != nil {
+			t.Fatalf("%d parts: %v", of, err)
+		}
+		if a, b := got.dump(), orig.dump(); a != b {
+			t.Fatalf("%d parts: restored state differs: %s", of, firstDiff(a, b))
+		}
+	}
+}
+
+// snapshotV1 writes part of of s's state (without issued times) in the
+// format of version 1.
+func snapshotV1(s *state, part, of int) []byte {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	b := []byte{snapshotVersionV1}
+	b = binary.AppendUvarint(b, s.mu.applied)
+	b = binary.AppendUvarint(b, uint64(part))
+	b = binary.AppendUvarint(b, uint64(of))
+	var keys, results []byte
+	var nk, nr uint64
+	s.mu.data.Ascend(func(p pair) bool {
+		if partOf(p.key, of) == part {
+			nk++
+			keys = appendField(keys, []byte(p.key))
+			keys = appendField(keys, p.value)
+		}
+		return true
+	})
+	s.mu.results.Ascend(func(k kept) bool {
+		if partOf(k.id, of) == part {
+			nr++
+			results = appendField(results, []byte(k.id))
+			results = binary.AppendUvarint(results, k.res.index)
+			ok := byte(0)
+			if k.res.ok {
+				ok = 1
+			}
+			results = append(results, ok)
+		}
+		return true
+	})
+	b = binary.AppendUvarint(b, nk)
+	b = append(b, keys...)
+	b = binary.AppendUvarint(b, nr)
+	return append(b, results...)
 }

@@ -338,7 +338,11 @@ func (n *Node) serveRequest(ctx context.Context, req wire.Request) wire.Response
 	if id == "" {
 		id = "server-" + rand.Text()
 	}
-	c := command{id: id, key: req.Key}
+	issued, err := n.issuedTime(req.Issued)
+	if err != nil {
+		return failErr(err)
+	}
+	c := command{id: id, issued: issued, key: req.Key}
 	switch req.Op {
 	case wire.OpPut:
 		c.op, c.value = opPut, req.Value

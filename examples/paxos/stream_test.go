@@ -336,3 +336,40 @@ func TestStreamStuck(t *testing.T) {
 		t.Fatal("the stuck member's stream is still open")
 	}
 }
+
+// TestClientIssued: the Go client's writes carry their issued time, over
+// HTTP and over streams, in the form the member reads (the member's own
+// clock, 5 s ahead here, would stamp them otherwise); the client's
+// RequestLifetime is the state machine's.
+func TestClientIssued(t *testing.T) {
+	if client.RequestLifetime != RequestLifetime {
+		t.Fatalf("client.RequestLifetime %v, RequestLifetime %v", client.RequestLifetime, RequestLifetime)
+	}
+	for _, streams := range []bool{false, true} {
+		t.Run(fmt.Sprintf("streams=%v", streams), func(t *testing.T) {
+			n, srv := localServer(t, Options{}, nil)
+			n.now = func() time.Time { return time.Now().Add(5 * time.Second) }
+			c := streamClient(t, srv.URL)
+			if !streams {
+				tr := &http.Transport{}
+				t.Cleanup(tr.CloseIdleConnections)
+				c = client.New([]string{srv.URL}, client.WithHTTPClient(&http.Client{Transport: tr}))
+			}
+			before := time.Now().UnixNano()
+			if _, err := c.Put(testContext(t), "k", []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+			after := time.Now().UnixNano()
+			n.state.mu.RLock()
+			var issued []int64
+			n.state.mu.results.Ascend(func(k kept) bool {
+				issued = append(issued, k.issued)
+				return true
+			})
+			n.state.mu.RUnlock()
+			if len(issued) != 1 || issued[0] < before || issued[0] > after {
+				t.Fatalf("issued times kept %v, want one from %d to %d", issued, before, after)
+			}
+		})
+	}
+}

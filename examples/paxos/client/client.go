@@ -12,14 +12,19 @@
 // carries a request id (a random 128-bit client id and a counter) in the
 // Idempotency-Key header, the same for all tries of one call, so a write
 // that reached the group before its member failed is applied once and its
-// retry gets the original result.
+// retry gets the original result. It also carries its issued time (the
+// Request-Issued header): the time of the call's first try that may have
+// reached the group, the same for all later tries. The store applies a
+// write only within RequestLifetime of its issued time, which is what
+// makes a retry safe however late an earlier try arrives; a call that
+// gets no answer within RequestLifetime of it ends with ErrExpired.
 //
 //	c := client.New([]string{"http://10.0.0.1:7101", "http://10.0.0.2:7101"})
 //	index, err := c.Put(ctx, "greeting", []byte("hello"))
 //	value, index, err := c.Get(ctx, "greeting")
 //
 // A write whose call ends with an error (its context ended while members
-// were unavailable) may or may not have been applied.
+// were unavailable, or ErrExpired) may or may not have been applied.
 package client
 
 import (
@@ -69,10 +74,22 @@ var (
 	// ErrResponseTooLarge is wrapped when a member's answer over HTTP is
 	// larger than WithMaxResponseBytes allows.
 	ErrResponseTooLarge = errors.New("client: answer too large")
+	// ErrExpired is wrapped when a write expired before it was applied:
+	// a member answered 409 (its *Error wraps ErrExpired), or
+	// RequestLifetime passed since the call's first try that may have
+	// reached the group. That try was not applied, and will never be,
+	// but an earlier one may have been: the write's outcome is unknown.
+	// The Client does not try again.
+	ErrExpired = errors.New("client: write expired before it was applied; whether an earlier try was applied is unknown")
 )
 
 // MaxKeyBytes bounds a key (the server's limit).
 const MaxKeyBytes = 1 << 10
+
+// RequestLifetime is how long after its issued time a write may still be
+// applied (the server's paxos.RequestLifetime): a call stops trying once
+// it has passed, on this process's clock.
+const RequestLifetime = time.Minute
 
 // Error is an answer the server gave that no retry changes, other than
 // 404 for a missing key (ErrNotFound): 400, 413, 500, ...
@@ -86,10 +103,14 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("client: %d %s: %s", e.StatusCode, http.StatusText(e.StatusCode), e.Message)
 }
 
-// Unwrap returns ErrUnauthorized for a 401 answer, nil for others.
+// Unwrap returns ErrUnauthorized for a 401 answer, ErrExpired for a 409,
+// nil for others.
 func (e *Error) Unwrap() error {
-	if e.StatusCode == http.StatusUnauthorized {
+	switch e.StatusCode {
+	case http.StatusUnauthorized:
 		return ErrUnauthorized
+	case http.StatusConflict:
+		return ErrExpired
 	}
 	return nil
 }
@@ -290,6 +311,8 @@ type request struct {
 	old *[]byte
 	// id is the write's request id ("" for reads).
 	id string
+	// issued is the write's issued time in Unix nanoseconds (0: none).
+	issued int64
 }
 
 // response is what a member answered: the index, a read's value, and
@@ -306,6 +329,17 @@ type response struct {
 type retryable struct {
 	err   error
 	after time.Duration
+	// refused says the try certainly reached no group: a member at
+	// capacity (or a proxy) refused it (503 or 429 with a Retry-After)
+	// before reading it.
+	refused bool
+}
+
+// refusal returns the retryable error of an answer with status code and
+// a Retry-After of after.
+func refusal(code int, msg string, after time.Duration) *retryable {
+	refused := after > 0 && (code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests)
+	return &retryable{err: &Error{StatusCode: code, Message: msg}, after: after, refused: refused}
 }
 
 func (r *retryable) Error() string { return r.err.Error() }
@@ -315,7 +349,8 @@ func (r *retryable) Unwrap() error { return r.err }
 // an answer no retry changes or ctx ends: after a failure another try
 // may not share, it moves on to the next member and pauses, as the
 // member asked (Retry-After) or else by exponential backoff, with jitter
-// either way.
+// either way. A write's tries carry the issued time of the first that
+// may have reached the group, until RequestLifetime has passed since.
 func (c *Client) do(ctx context.Context, req request) (response, error) {
 	if len(c.members) == 0 {
 		return response{}, fmt.Errorf("%w: no member URLs", ErrUnavailable)
@@ -331,16 +366,31 @@ func (c *Client) do(ctx context.Context, req request) (response, error) {
 	// answer is one no retry changes.
 	var last error
 	final := false
+	// issuedAt is the time of the first try that may have reached the
+	// group (zero: none yet); req.issued is the same, once set.
+	var issuedAt time.Time
 	r, err := backoff.Retry(ctx, func() (response, error) {
 		i := c.cur.Load()
-		r, err := c.once(ctx, c.members[i%uint64(len(c.members))], req)
+		try, at := req, issuedAt
+		if try.id != "" && at.IsZero() {
+			at = time.Now()
+			try.issued = at.UnixNano()
+		}
+		r, err := c.once(ctx, c.members[i%uint64(len(c.members))], try)
 		var retry *retryable
 		if !errors.As(err, &retry) {
 			final = true
 			return r, backoff.Permanent(err)
 		}
+		if !retry.refused {
+			req, issuedAt = try, at
+		}
 		if ctx.Err() == nil || last == nil {
 			last = retry.err
+		}
+		if !issuedAt.IsZero() && time.Since(issuedAt) > RequestLifetime {
+			final = true
+			return r, backoff.Permanent(fmt.Errorf("%w: first sent %v ago (last: %v)", ErrExpired, time.Since(issuedAt).Round(time.Millisecond), last))
 		}
 		// Move on from this member (unless another call did already).
 		c.cur.CompareAndSwap(i, i+1)
@@ -385,7 +435,7 @@ func (c *Client) once(ctx context.Context, m *member, req request) (response, er
 			return r, err
 		}
 	}
-	hr := httpRequest{path: "/kv/" + url.PathEscape(req.key), id: req.id}
+	hr := httpRequest{path: "/kv/" + url.PathEscape(req.key), id: req.id, issued: req.issued}
 	var out struct {
 		OK    bool   `json:"ok"`
 		Index uint64 `json:"index"`
@@ -434,7 +484,7 @@ func (c *Client) streamOnce(ctx context.Context, m *member, req request) (respon
 	if err != nil {
 		return response{}, err
 	}
-	wr := wire.Request{Op: req.op, Key: req.key, ID: req.id, Value: req.value}
+	wr := wire.Request{Op: req.op, Key: req.key, ID: req.id, Value: req.value, Issued: req.issued}
 	if req.old != nil {
 		wr.HasOld, wr.Old = true, *req.old
 	}
@@ -450,7 +500,7 @@ func (c *Client) streamOnce(ctx context.Context, m *member, req request) (respon
 	case code == http.StatusNotFound:
 		return r, ErrNotFound
 	case code == http.StatusServiceUnavailable, code == http.StatusTooManyRequests:
-		return r, &retryable{err: &Error{StatusCode: code, Message: string(a.Body)}, after: a.RetryAfter}
+		return r, refusal(code, string(a.Body), a.RetryAfter)
 	default:
 		return r, &Error{StatusCode: code, Message: string(a.Body)}
 	}
@@ -460,8 +510,10 @@ func (c *Client) streamOnce(ctx context.Context, m *member, req request) (respon
 type httpRequest struct {
 	method, path string
 	body         []byte
-	// id is the write's request id ("" for reads).
-	id string
+	// id is the write's request id ("" for reads), issued its issued
+	// time (0: none).
+	id     string
+	issued int64
 	// json says the body is JSON; raw that a 200 answer's body is the
 	// value (not JSON).
 	json, raw bool
@@ -481,6 +533,9 @@ func (c *Client) httpOnce(ctx context.Context, base string, req httpRequest, out
 	}
 	if req.id != "" {
 		hreq.Header.Set("Idempotency-Key", req.id)
+	}
+	if req.issued != 0 {
+		hreq.Header.Set("Request-Issued", strconv.FormatInt(req.issued, 10))
 	}
 	if req.json {
 		hreq.Header.Set("Content-Type", "application/json")
@@ -518,7 +573,7 @@ func (c *Client) httpOnce(ctx context.Context, base string, req httpRequest, out
 		// A key's absence (other 404s, for unknown paths, carry no index).
 		return r, ErrNotFound
 	case code == http.StatusServiceUnavailable, code == http.StatusTooManyRequests, code == http.StatusBadGateway, code == http.StatusGatewayTimeout:
-		return r, &retryable{err: &Error{StatusCode: code, Message: message(b)}, after: retryAfter(resp.Header)}
+		return r, refusal(code, message(b), retryAfter(resp.Header))
 	default:
 		return r, &Error{StatusCode: code, Message: message(b)}
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,8 @@ type seen struct {
 	method, path string
 	query        string
 	key, body    string
+	// issued is the Request-Issued header.
+	issued string
 }
 
 // fakes runs fake members that answer with the handlers given, and
@@ -49,7 +52,7 @@ func (f *fakes) handler(name string, h http.HandlerFunc) http.Handler {
 		b, _ := io.ReadAll(r.Body)
 		f.mu.Lock()
 		f.reqs = append(f.reqs, seen{member: name, method: r.Method, path: r.URL.EscapedPath(), query: r.URL.RawQuery,
-			key: r.Header.Get("Idempotency-Key"), body: string(b)})
+			key: r.Header.Get("Idempotency-Key"), issued: r.Header.Get("Request-Issued"), body: string(b)})
 		f.mu.Unlock()
 		h(w, r)
 	})
@@ -235,6 +238,89 @@ func TestUnavailable(t *testing.T) {
 	}
 }
 
+// TestIssued: the tries of one write carry its request id and the issued
+// time of its first try that may have reached the group: a try refused
+// at capacity (Retry-After) did not, one that found the member not
+// serving may have. A new call has a new id and issued time.
+// (On the test's clock: the tries are apart in time.)
+func TestIssued(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var f fakes
+		var tries atomic.Int32
+		h := func(w http.ResponseWriter, r *http.Request) {
+			switch tries.Add(1) {
+			case 1:
+				w.Header().Set("Retry-After", "1")
+				answer(503, `{"error":"paxos: member at capacity"}`, "")(w, r)
+			case 2:
+				unavailable(w, r)
+			case 3:
+				w.Header().Set("Retry-After", "1")
+				answer(429, `{"error":"slow down"}`, "")(w, r)
+			default:
+				answer(200, `{"index":3}`, "3")(w, r)
+			}
+		}
+		cl := New([]string{"http://a"}, WithHTTPClient(&http.Client{Transport: inProcess{"a": f.handler("a", h)}}),
+			WithBackoff(time.Millisecond, 5*time.Millisecond))
+		if _, err := cl.Put(ctx(t), "k", []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		second := time.Now().Add(-time.Second).UnixNano() // before the pause after try 3
+		if _, err := cl.Put(ctx(t), "k", []byte("w")); err != nil {
+			t.Fatal(err)
+		}
+		got := f.seen()
+		if len(got) != 5 {
+			t.Fatalf("%d requests, want 5", len(got))
+		}
+		issued := make([]int64, len(got))
+		for i, s := range got {
+			var err error
+			if issued[i], err = strconv.ParseInt(s.issued, 10, 64); err != nil {
+				t.Fatalf("request %d: Request-Issued %q: %v", i, s.issued, err)
+			}
+		}
+		switch {
+		case got[0].key != got[3].key || got[1].key != got[3].key || got[2].key != got[3].key || got[4].key == got[3].key:
+			t.Fatalf("request ids %+v: want the first four the same, the fifth new", got)
+		case issued[0] >= issued[1] || issued[1] != issued[2] || issued[2] != issued[3]:
+			t.Fatalf("issued times %v: want the second try's from then on", issued)
+		case issued[4] <= second:
+			t.Fatalf("the second call issued at %d, before it began (%d)", issued[4], second)
+		}
+	})
+}
+
+// TestExpiredOnClientClock: a write whose tries may have reached the
+// group stops once RequestLifetime has passed since the first of them,
+// with ErrExpired, even though its context goes on.
+// (On the test's clock: a minute of retries takes none.)
+func TestExpiredOnClientClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var f fakes
+		cl := New([]string{"http://a", "http://b"}, WithHTTPClient(&http.Client{Transport: inProcess{
+			"a": f.handler("a", unavailable), "b": f.handler("b", unavailable),
+		}}), WithBackoff(time.Millisecond, time.Second))
+		c, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		start := time.Now()
+		_, err := cl.Delete(c, "k")
+		if !errors.Is(err, ErrExpired) || !strings.Contains(err.Error(), "no view") {
+			t.Fatalf("err %v, want ErrExpired with the last answer", err)
+		}
+		if d := time.Since(start); d < RequestLifetime || d > RequestLifetime+2*time.Second {
+			t.Fatalf("the call ended after %v, want %v and at most one pause more", d, RequestLifetime)
+		}
+		got := f.seen()
+		for _, s := range got {
+			if s.key != got[0].key || s.issued != got[0].issued {
+				t.Fatalf("tries %+v: want one request id and issued time", s)
+			}
+		}
+	})
+}
+
 // TestRetryAfter: a member at capacity (503 or 429 with Retry-After, in
 // seconds or as a date) is tried again no sooner than it asks, and no
 // later than half as long again; with no Retry-After, the backoff is
@@ -353,6 +439,11 @@ func TestAnswers(t *testing.T) {
 		call: func(ctx context.Context, c *Client) (any, error) { return c.Put(ctx, "k", nil) },
 		want: uint64(0), status: 400,
 	}, {
+		name: "expired is final",
+		h:    answer(409, `{"error":"paxos: request expired before it was applied"}`, ""),
+		call: func(ctx context.Context, c *Client) (any, error) { return c.Put(ctx, "k", nil) },
+		want: uint64(0), err: ErrExpired,
+	}, {
 		name: "too large is final",
 		h:    answer(413, `{"error":"body above 8 bytes"}`, ""),
 		call: func(ctx context.Context, c *Client) (any, error) { return c.Put(ctx, "k", nil) },
@@ -408,10 +499,10 @@ func TestRequests(t *testing.T) {
 		t.Fatalf("requests %+v", got)
 	}
 	for i := range want {
-		if got[i].method == "POST" && got[i].key == "" {
-			t.Fatalf("request %d has no request id", i)
+		if write := got[i].method == "POST"; write != (got[i].key != "") || write != (got[i].issued != "") {
+			t.Fatalf("request %d: %+v: want a request id and an issued time for a write, neither for a read", i, got[i])
 		}
-		got[i].key = ""
+		got[i].key, got[i].issued = "", ""
 		if got[i] != want[i] {
 			t.Fatalf("request %d: %+v, want %+v", i, got[i], want[i])
 		}

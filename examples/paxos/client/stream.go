@@ -167,7 +167,7 @@ func (c *Client) upgrade(ctx context.Context, conn net.Conn, base string) (*bufi
 	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusUpgradeRequired, http.StatusNotImplemented:
 		return nil, errNoStream
 	case http.StatusServiceUnavailable, http.StatusTooManyRequests, http.StatusBadGateway, http.StatusGatewayTimeout:
-		return nil, &retryable{err: &Error{StatusCode: resp.StatusCode, Message: message(body[:n])}, after: retryAfter(resp.Header)}
+		return nil, refusal(resp.StatusCode, message(body[:n]), retryAfter(resp.Header))
 	}
 	return nil, &Error{StatusCode: resp.StatusCode, Message: message(body[:n])}
 }

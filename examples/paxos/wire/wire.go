@@ -10,12 +10,15 @@
 //
 // Every frame is a 4-byte big-endian length of the rest, then the rest:
 //
-//	request:  tag u64 | op u8 | flags u8 | key (u16 length) | id (u16 length) | value (u32 length) | old (u32 length, if flags has FlagOld)
+//	request:  tag u64 | op u8 | flags u8 | key (u16 length) | id (u16 length) | value (u32 length) | old (u32 length, if flags has FlagOld) | issued i64 (if flags has FlagIssued)
 //	response: tag u64 | status u16 | flags u8 | index u64 | body (u32 length) | retry-after u32 (if flags has FlagRetryAfter)
 //
-// Integers are big-endian; retry-after is in milliseconds. Decoding checks every length against the
-// bytes left and against MaxKeyBytes and MaxIDBytes, and refuses trailing
-// bytes.
+// Integers are big-endian; retry-after is in milliseconds; issued is in
+// Unix nanoseconds, and positive. Decoding checks every length against
+// the bytes left and against MaxKeyBytes and MaxIDBytes, and refuses
+// trailing bytes. A request without FlagIssued is as clients sent them
+// before issued times existed; members older than FlagIssued answer a
+// request with it 400.
 package wire
 
 import (
@@ -60,11 +63,13 @@ const (
 	OpCAS
 )
 
-// FlagOld, in a CAS request's flags, says Old is present; FlagOK, in a
+// FlagOld, in a CAS request's flags, says Old is present; FlagIssued, in
+// a write request's, says an issued time follows; FlagOK, in a
 // response's, says a CAS took effect; FlagRetryAfter, in a response's,
 // says a retry-after field follows the body.
 const (
 	FlagOld        = 1 << 0
+	FlagIssued     = 1 << 1
 	FlagOK         = 1 << 0
 	FlagRetryAfter = 1 << 1
 )
@@ -102,14 +107,20 @@ type Request struct {
 	// HasOld says a CAS expects Old; without it, the key's absence.
 	HasOld bool
 	Old    []byte
+	// Issued is a write's issued time in Unix nanoseconds: the time of
+	// the first attempt of its request that may have reached the group,
+	// the same on every retry (0: none; the member stamps the request
+	// with its own clock). It is the HTTP API's Request-Issued header.
+	Issued int64
 }
 
 // Response is the answer to the request with the same Tag.
 type Response struct {
 	Tag uint64
 	// Status is the HTTP API's status code for the same answer: 200, 404
-	// for a missing key, 400, 413, 500, 503 (another member may serve,
-	// or this one later).
+	// for a missing key, 400, 409 for a write that expired before it was
+	// applied, 413, 500, 503 (another member may serve, or this one
+	// later).
 	Status uint16
 	// OK says a CAS took effect.
 	OK bool
@@ -140,6 +151,8 @@ const (
 	responseFixed = 8 + 2 + 1 + 8 + 4
 	// retryAfterBytes is the size of a response's retry-after field.
 	retryAfterBytes = 4
+	// issuedBytes is the size of a request's issued field.
+	issuedBytes = 8
 )
 
 // RequestBytes is the size of r's frame, its length prefix included.
@@ -148,13 +161,16 @@ func RequestBytes(r *Request) int {
 	if r.HasOld {
 		n += 4 + len(r.Old)
 	}
+	if r.Issued != 0 {
+		n += issuedBytes
+	}
 	return n
 }
 
 // AppendRequest appends r's frame to b. The caller keeps Key within
-// MaxKeyBytes and ID within MaxIDBytes: longer ones make a frame the
-// server answers with 400 (cut at 64 KiB, which their length prefixes
-// cannot exceed).
+// MaxKeyBytes and ID within MaxIDBytes, and Issued positive if set:
+// otherwise the frame is one the server answers with 400 (a key or id is
+// cut at 64 KiB, which their length prefixes cannot exceed).
 func AppendRequest(b []byte, r *Request) []byte {
 	key, id := r.Key, r.ID
 	if len(key) > 1<<16-1 {
@@ -167,7 +183,10 @@ func AppendRequest(b []byte, r *Request) []byte {
 	if r.HasOld {
 		flags |= FlagOld
 	}
-	n := RequestBytes(&Request{Key: key, ID: id, Value: r.Value, HasOld: r.HasOld, Old: r.Old}) - 4
+	if r.Issued != 0 {
+		flags |= FlagIssued
+	}
+	n := RequestBytes(&Request{Key: key, ID: id, Value: r.Value, HasOld: r.HasOld, Old: r.Old, Issued: r.Issued}) - 4
 	b = binary.BigEndian.AppendUint32(b, uint32(n))
 	b = binary.BigEndian.AppendUint64(b, r.Tag)
 	b = append(b, byte(r.Op), flags)
@@ -180,6 +199,9 @@ func AppendRequest(b []byte, r *Request) []byte {
 	if r.HasOld {
 		b = binary.BigEndian.AppendUint32(b, uint32(len(r.Old)))
 		b = append(b, r.Old...)
+	}
+	if r.Issued != 0 {
+		b = binary.BigEndian.AppendUint64(b, uint64(r.Issued))
 	}
 	return b
 }
@@ -199,14 +221,21 @@ func DecodeRequest(frame []byte) (Request, error) {
 		r.HasOld = true
 		r.Old = d.bytes(int(d.u32()), -1, "old")
 	}
+	if flags&FlagIssued != 0 {
+		r.Issued = int64(d.u64())
+	}
 	switch {
 	case d.err != nil:
-	case flags&^FlagOld != 0:
+	case flags&^(FlagOld|FlagIssued) != 0:
 		d.err = fmt.Errorf("%w: unknown flags %#x", ErrMalformed, flags)
 	case r.Op < OpGet || r.Op > OpCAS:
 		d.err = fmt.Errorf("%w: unknown op %d", ErrMalformed, r.Op)
 	case r.HasOld && r.Op != OpCAS:
 		d.err = fmt.Errorf("%w: old value on a %v", ErrMalformed, r.Op)
+	case flags&FlagIssued != 0 && r.Issued <= 0:
+		d.err = fmt.Errorf("%w: issued time %d", ErrMalformed, r.Issued)
+	case r.Issued != 0 && (r.Op == OpGet || r.Op == OpGetStale):
+		d.err = fmt.Errorf("%w: issued time on a %v", ErrMalformed, r.Op)
 	case len(d.b) > 0:
 		d.err = fmt.Errorf("%w: %d bytes after the request", ErrMalformed, len(d.b))
 	}

@@ -3,6 +3,7 @@ package wire
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"reflect"
@@ -20,6 +21,9 @@ func TestRequestRoundTrip(t *testing.T) {
 		{Tag: 5, Op: OpDelete, Key: "k", ID: "c-2"},
 		{Tag: 6, Op: OpCAS, Key: "k", ID: "c-3", Value: []byte("new"), HasOld: true, Old: []byte("old")},
 		{Tag: 1<<64 - 1, Op: OpCAS, Key: "k", ID: "c-4", Value: []byte("new")},
+		{Tag: 7, Op: OpPut, Key: "k", ID: "c-5", Value: []byte("v"), Issued: 1_700_000_000_123_456_789},
+		{Tag: 8, Op: OpDelete, Key: "k", ID: "c-6", Issued: 1},
+		{Tag: 9, Op: OpCAS, Key: "k", ID: "c-7", Value: []byte("new"), HasOld: true, Old: []byte("old"), Issued: 1<<63 - 1},
 	} {
 		b := AppendRequest([]byte("prefix"), &r)
 		b = b[len("prefix"):]
@@ -83,6 +87,13 @@ func TestDecodeRequestErrors(t *testing.T) {
 	longKey := AppendRequest(nil, &Request{Tag: 1, Op: OpGet, Key: strings.Repeat("k", MaxKeyBytes+1)})[4:]
 	longID := AppendRequest(nil, &Request{Tag: 1, Op: OpPut, Key: "k", ID: strings.Repeat("i", MaxIDBytes+1)})[4:]
 	oldOnPut := AppendRequest(nil, &Request{Tag: 1, Op: OpPut, Key: "k", HasOld: true})[4:]
+	issuedOnGet := AppendRequest(nil, &Request{Tag: 1, Op: OpGet, Key: "k", Issued: 5})[4:]
+	issued := AppendRequest(nil, &Request{Tag: 1, Op: OpPut, Key: "k", ID: "i", Issued: 5})[4:]
+	withIssued := func(v uint64) []byte {
+		b := bytes.Clone(issued)
+		binary.BigEndian.PutUint64(b[len(b)-8:], v)
+		return b
+	}
 	for _, tc := range []struct {
 		name  string
 		frame []byte
@@ -93,7 +104,12 @@ func TestDecodeRequestErrors(t *testing.T) {
 		{"trailing", append(bytes.Clone(good), 0), "after the request"},
 		{"op zero", withByte(8, 0), "unknown op"},
 		{"op unknown", withByte(8, 6), "unknown op"},
-		{"flags unknown", withByte(9, 3), "unknown flags"},
+		{"flags unknown", withByte(9, 4), "unknown flags"},
+		{"issued flag without the field", withByte(9, FlagOld|FlagIssued), "bytes left"},
+		{"issued truncated", issued[:len(issued)-1], "bytes left"},
+		{"issued zero", withIssued(0), "issued time 0"},
+		{"issued negative", withIssued(1 << 63), "issued time -"},
+		{"issued on a get", issuedOnGet, "issued time on a get"},
 		{"key too long", longKey, "key of"},
 		{"id too long", longID, "id of"},
 		{"old on a put", oldOnPut, "old value on a put"},
@@ -146,6 +162,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	for _, r := range []Request{
 		{Tag: 1, Op: OpGet, Key: "k"},
 		{Tag: 6, Op: OpCAS, Key: "k", ID: "c-3", Value: []byte("new"), HasOld: true, Old: []byte("old")},
+		{Tag: 7, Op: OpCAS, Key: "k", ID: "c-4", Value: []byte("new"), HasOld: true, Old: []byte("old"), Issued: 1_700_000_000_123_456_789},
 	} {
 		f.Add(AppendRequest(nil, &r)[4:])
 	}
