@@ -232,13 +232,26 @@ func fetchStatus(ctx context.Context, api apiClient, url string) (memberStatus, 
 	case http.StatusServiceUnavailable:
 		return memberStatus{}, errStarting
 	default:
-		return memberStatus{}, fmt.Errorf("GET %s/status: HTTP %d: %s", url, resp.StatusCode, body)
+		return memberStatus{}, fmt.Errorf("GET %s/status: HTTP %d: %s", url, resp.StatusCode, quoteBody(body))
 	}
 	var s memberStatus
 	if err := json.Unmarshal(body, &s); err != nil {
 		return memberStatus{}, fmt.Errorf("GET %s/status: %w", url, err)
 	}
 	return s, nil
+}
+
+// maxQuotedBody bounds how much of an answer's body an error quotes.
+const maxQuotedBody = 256
+
+// quoteBody returns body for an error message: quoted as a Go string, so
+// that bytes that are not UTF-8 or not printable show escaped, and cut
+// after maxQuotedBody bytes.
+func quoteBody(body []byte) string {
+	if len(body) > maxQuotedBody {
+		return strconv.Quote(string(body[:maxQuotedBody])) + "…"
+	}
+	return strconv.Quote(string(body))
 }
 
 // waitStatus polls the member at url until ok accepts its status, ctx

@@ -177,3 +177,18 @@ func TestReadStatusRecords(t *testing.T) {
 		t.Errorf("the table does not say record 3 is ignored:\n%s", b.String())
 	}
 }
+
+// TestQuoteBody: an answer's body in an error is valid UTF-8, printable,
+// and bounded, whatever the member sent.
+func TestQuoteBody(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"", `""`},
+		{`{"error":"busy"}`, `"{\"error\":\"busy\"}"`},
+		{"\n\x8d0", `"\n\x8d0"`},
+		{strings.Repeat("a", maxQuotedBody+1), `"` + strings.Repeat("a", maxQuotedBody) + `"…`},
+	} {
+		if got := quoteBody([]byte(tc.body)); got != tc.want {
+			t.Errorf("quoteBody(%q) = %s, want %s", tc.body, got, tc.want)
+		}
+	}
+}
