@@ -166,6 +166,36 @@ type apiClient struct {
 	token string
 }
 
+// errTokenInPlainText refuses to send a bearer token over plain HTTP to
+// a host that is not this machine.
+var errTokenInPlainText = errors.New("refusing to send the bearer token over plain HTTP to another host")
+
+// authorize adds the bearer token, if any, to req. The URLs of the
+// members' APIs come from records in etcd, which any process with access
+// to the group's prefix can write: the token goes only over TLS (where
+// the member's certificate must verify) or to a loopback address, never
+// in plain text across a network to whatever host a record names.
+func (a apiClient) authorize(req *http.Request) error {
+	if a.token == "" {
+		return nil
+	}
+	if req.URL.Scheme != "https" && !loopbackHost(req.URL.Hostname()) {
+		return fmt.Errorf("%w: %s", errTokenInPlainText, req.URL.Redacted())
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	return nil
+}
+
+// loopbackHost reports whether host (from a URL, without its port) is
+// this machine: "localhost" or a loopback address.
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // kv returns a client of the key-value store at urls.
 func (a apiClient) kv(urls []string, opts ...kvclient.Option) *kvclient.Client {
 	return kvclient.New(urls, append([]kvclient.Option{kvclient.WithHTTPClient(a.hc), kvclient.WithToken(a.token)}, opts...)...)
@@ -185,8 +215,8 @@ func fetchStatus(ctx context.Context, api apiClient, url string) (memberStatus, 
 	if err != nil {
 		return memberStatus{}, err
 	}
-	if api.token != "" {
-		req.Header.Set("Authorization", "Bearer "+api.token)
+	if err := api.authorize(req); err != nil {
+		return memberStatus{}, err
 	}
 	resp, err := api.hc.Do(req)
 	if err != nil {
@@ -202,13 +232,26 @@ func fetchStatus(ctx context.Context, api apiClient, url string) (memberStatus, 
 	case http.StatusServiceUnavailable:
 		return memberStatus{}, errStarting
 	default:
-		return memberStatus{}, fmt.Errorf("GET %s/status: HTTP %d: %s", url, resp.StatusCode, body)
+		return memberStatus{}, fmt.Errorf("GET %s/status: HTTP %d: %s", url, resp.StatusCode, quoteBody(body))
 	}
 	var s memberStatus
 	if err := json.Unmarshal(body, &s); err != nil {
 		return memberStatus{}, fmt.Errorf("GET %s/status: %w", url, err)
 	}
 	return s, nil
+}
+
+// maxQuotedBody bounds how much of an answer's body an error quotes.
+const maxQuotedBody = 256
+
+// quoteBody returns body for an error message: quoted as a Go string, so
+// that bytes that are not UTF-8 or not printable show escaped, and cut
+// after maxQuotedBody bytes.
+func quoteBody(body []byte) string {
+	if len(body) > maxQuotedBody {
+		return strconv.Quote(string(body[:maxQuotedBody])) + "…"
+	}
+	return strconv.Quote(string(body))
 }
 
 // waitStatus polls the member at url until ok accepts its status, ctx

@@ -352,7 +352,7 @@ func TestGroupPageBrowser(t *testing.T) {
 		{ID: 1, InView: true, Incarnation: 1795753223048671081, Status: &memberStatus{ID: 1, Epoch: 5, Serving: true}},
 		{ID: 2, InView: true, Incarnation: 1, Error: "unreachable: connect: connection refused", SuspectedBy: map[uint64]string{1: "silent"}},
 		{ID: 3, Error: "starting"},
-	}}
+	}, Problems: []string{`API record "/convoy/http/9": <b>not JSON</b>`}}
 	var mu sync.Mutex
 	var reads int
 	reports := func() (statusReport, bool) {
@@ -407,7 +407,9 @@ func TestGroupPageBrowser(t *testing.T) {
 	}
 	// An incarnation beyond 2^53 shows whole, not rounded as a
 	// JavaScript number.
-	for _, s := range []string{"View <strong", "2 members (1, 2)", ">1795753223048671081<", ">ok<", "1 (silent)", "connection refused", "starting: not yet serving"} {
+	for _, s := range []string{"View <strong", "2 members (1, 2)", ">1795753223048671081<", ">ok<", "1 (silent)", "connection refused", "starting: not yet serving",
+		// A record's problem is shown as text, never as markup.
+		`<li class="problem">Ignored: API record "/convoy/http/9": &lt;b&gt;not JSON&lt;/b&gt;</li>`} {
 		if !strings.Contains(dom, s) {
 			t.Errorf("the page lacks %q\n%s", s, dom)
 		}

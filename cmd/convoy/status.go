@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -40,7 +41,9 @@ and whether it holds its etcd lease. Processes that recorded a URL but are not i
 (starting, joining, or rejoining after an exclusion) are listed after the
 members. Suspicions recorded in etcd against members of the view (during
 a view change) follow the table, with the suspecting member and its
-reason.
+reason. API records that cannot be used (not JSON, naming another member
+than their key, or without an http or https URL) are listed as ignored,
+and the others reported as usual.
 
 "convoy node" serves the same report, read by the member, at GET /group
 on its HTTP API, and a page showing it at GET /.
@@ -51,7 +54,10 @@ for TLS, -etcd-username with -etcd-password-file (or -etcd-password) to
 log in. It reaches members whose API serves over TLS (https URLs) with
 -http-ca, the CA that signed their certificates (default: the system's),
 and members that require a bearer token with the token in
-CONVOY_HTTP_TOKEN or on the first line of -http-token-file.
+CONVOY_HTTP_TOKEN or on the first line of -http-token-file. The URLs come
+from records in etcd, so the token goes only over https or to a loopback
+address: a member whose record names a plain http URL on another host is
+reported with an error instead of being sent the token.
 `
 
 // statusReport is what "convoy status" prints.
@@ -63,6 +69,10 @@ type statusReport struct {
 	// Members lists the view's members in rank order, then the processes
 	// that recorded an API URL without being in the view.
 	Members []statusMember `json:"members"`
+	// Problems describes the API records under the prefix that could not
+	// be used (malformed, or naming another member than their key): the
+	// report leaves them out and goes on with the others.
+	Problems []string `json:"problems,omitempty"`
 }
 
 // statusMember is one member or process of a statusReport.
@@ -172,12 +182,12 @@ func readStatus(ctx context.Context, cli *clientv3.Client, api apiClient, prefix
 	if err != nil {
 		return statusReport{}, fmt.Errorf("reading the view: %w", err)
 	}
-	records, err := readHTTPRecords(ctx, cli, prefix)
+	records, problems, err := readHTTPRecords(ctx, cli, prefix)
 	if err != nil {
 		return statusReport{}, err
 	}
 
-	r := statusReport{Prefix: prefix, Epoch: st.Current.Epoch, Start: st.Current.Start, Members: []statusMember{}}
+	r := statusReport{Prefix: prefix, Epoch: st.Current.Epoch, Start: st.Current.Start, Members: []statusMember{}, Problems: problems}
 	for _, m := range st.Current.Members {
 		r.Members = append(r.Members, statusMember{
 			ID: m.ID, InView: true, Incarnation: m.Incarnation, Addr: m.Addr, SuspectedBy: st.Suspects[m.ID],
@@ -210,31 +220,53 @@ func readStatus(ctx context.Context, cli *clientv3.Client, api apiClient, prefix
 	return r, nil
 }
 
-// readHTTPRecords reads the API records under prefix, by member id.
-func readHTTPRecords(ctx context.Context, cli *clientv3.Client, prefix string) (map[uint64]httpRecord, error) {
+// readHTTPRecords reads the API records under prefix, by member id, and
+// describes those it could not use (see decodeHTTPRecords).
+func readHTTPRecords(ctx context.Context, cli *clientv3.Client, prefix string) (map[uint64]httpRecord, []string, error) {
 	resp, err := cli.Get(ctx, httpKeys(prefix), clientv3.WithPrefix())
 	if err != nil {
-		return nil, fmt.Errorf("reading the members' API URLs: %w", err)
+		return nil, nil, fmt.Errorf("reading the members' API URLs: %w", err)
 	}
-	return decodeHTTPRecords(resp.Kvs, prefix)
+	recs, problems := decodeHTTPRecords(resp.Kvs, prefix)
+	return recs, problems, nil
 }
 
 // decodeHTTPRecords decodes the API records kvs read under prefix, by
-// member id.
-func decodeHTTPRecords(kvs []*mvccpb.KeyValue, prefix string) (map[uint64]httpRecord, error) {
-	out := make(map[uint64]httpRecord, len(kvs))
+// member id. Any process with access to the prefix can write there, so a
+// record that is not JSON, names another member than its key, or whose
+// URL is not an absolute http or https URL is left out and described in
+// problems, one line each: the others are still used.
+func decodeHTTPRecords(kvs []*mvccpb.KeyValue, prefix string) (recs map[uint64]httpRecord, problems []string) {
+	recs = make(map[uint64]httpRecord, len(kvs))
 	for _, kv := range kvs {
-		var rec httpRecord
-		if err := json.Unmarshal(kv.Value, &rec); err != nil {
-			return nil, fmt.Errorf("%s: %w", kv.Key, err)
+		rec, err := decodeHTTPRecord(kv, prefix)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("API record %q: %v", kv.Key, err))
+			continue
 		}
-		id, err := strconv.ParseUint(strings.TrimPrefix(string(kv.Key), httpKeys(prefix)), 10, 64)
-		if err != nil || id != rec.ID {
-			return nil, fmt.Errorf("%s: the key does not name member %d", kv.Key, rec.ID)
-		}
-		out[id] = rec
+		recs[rec.ID] = rec
 	}
-	return out, nil
+	return recs, problems
+}
+
+// decodeHTTPRecord decodes one API record (see decodeHTTPRecords).
+func decodeHTTPRecord(kv *mvccpb.KeyValue, prefix string) (httpRecord, error) {
+	var rec httpRecord
+	if err := json.Unmarshal(kv.Value, &rec); err != nil {
+		return httpRecord{}, err
+	}
+	id, err := strconv.ParseUint(strings.TrimPrefix(string(kv.Key), httpKeys(prefix)), 10, 64)
+	if err != nil || id != rec.ID {
+		return httpRecord{}, fmt.Errorf("the key does not name member %d", rec.ID)
+	}
+	u, err := url.Parse(rec.URL)
+	if err != nil {
+		return httpRecord{}, fmt.Errorf("URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.User != nil {
+		return httpRecord{}, fmt.Errorf("URL %q is not an http or https URL of a host", rec.URL)
+	}
+	return rec, nil
 }
 
 // print writes r as a table.
@@ -286,6 +318,9 @@ func (r statusReport) print(w io.Writer) error {
 			by = append(by, fmt.Sprintf("%d (%s)", id, m.SuspectedBy[id]))
 		}
 		fmt.Fprintf(&b, "member %d is suspected by %s\n", m.ID, strings.Join(by, ", "))
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(&b, "ignored: %s\n", p)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
