@@ -174,26 +174,36 @@ func JoinMessage(prefix string, m Member, pos *LogPos) []byte {
 // expiry of a certificate is left to the TLS handshake, which refuses
 // an expired one when the member connects.
 type JoinAuth struct {
-	// cert returns the member's own certificate; nil if it has none.
+	// cert returns the member's own certificate.
 	cert func() (*tls.Certificate, error)
-	// roots are the certificate authorities (nil: the system's), usage
-	// the key usage a peer's certificate needs.
-	roots *x509.CertPool
-	usage x509.ExtKeyUsage
+	// trust returns the certificate authorities of the moment (nil: the
+	// system's) and the key usage a peer's certificate needs.
+	trust func() (*x509.CertPool, x509.ExtKeyUsage)
 }
 
 // NewJoinAuth returns the JoinAuth of a member whose transport runs TLS
 // with cfg: it proves with cfg's certificate (Certificates[0], else
-// GetCertificate's) and trusts the authorities the member verifies its
-// peers with (ClientCAs, else RootCAs, else the system's).
+// GetCertificate's, else GetClientCertificate's) and trusts the
+// authorities the member verifies the peers that dial it with, as of
+// each check: the ClientCAs of the configuration GetConfigForClient
+// returns, if it returns one with ClientCAs, else cfg.ClientCAs (with
+// the client key usage), else cfg.RootCAs (with the server key usage),
+// else the system's.
 func NewJoinAuth(cfg *tls.Config) (*JoinAuth, error) {
 	if cfg == nil {
 		return nil, errors.New("membership: NewJoinAuth without a TLS configuration")
 	}
-	a := &JoinAuth{roots: cfg.ClientCAs, usage: x509.ExtKeyUsageClientAuth}
-	if a.roots == nil {
-		a.roots, a.usage = cfg.RootCAs, x509.ExtKeyUsageServerAuth
-	}
+	a := &JoinAuth{trust: func() (*x509.CertPool, x509.ExtKeyUsage) {
+		if cfg.GetConfigForClient != nil {
+			if c, err := cfg.GetConfigForClient(&tls.ClientHelloInfo{}); err == nil && c != nil && c.ClientCAs != nil {
+				return c.ClientCAs, x509.ExtKeyUsageClientAuth
+			}
+		}
+		if cfg.ClientCAs != nil {
+			return cfg.ClientCAs, x509.ExtKeyUsageClientAuth
+		}
+		return cfg.RootCAs, x509.ExtKeyUsageServerAuth
+	}}
 	switch {
 	case len(cfg.Certificates) > 0:
 		c := &cfg.Certificates[0]
@@ -246,6 +256,13 @@ func (a *JoinAuth) Prove(prefix string, m Member, pos *LogPos) ([]byte, error) {
 // error wraps ErrJoinProofMissing, ErrJoinProofMalformed,
 // ErrJoinCertificate, ErrJoinIdentity or ErrJoinSignature.
 func (a *JoinAuth) Verify(prefix string, m Member, pos *LogPos, proof []byte) error {
+	roots, usage := a.trust()
+	return verifyJoin(roots, usage, prefix, m, pos, proof)
+}
+
+// verifyJoin is Verify with the certificate authorities roots, for
+// certificates of key usage usage.
+func verifyJoin(roots *x509.CertPool, usage x509.ExtKeyUsage, prefix string, m Member, pos *LogPos, proof []byte) error {
 	if len(proof) == 0 {
 		return ErrJoinProofMissing
 	}
@@ -270,7 +287,7 @@ func (a *JoinAuth) Verify(prefix string, m Member, pos *LogPos, proof []byte) er
 	}
 	// The validity periods are checked as of the chain's latest start:
 	// see JoinAuth.
-	opts := x509.VerifyOptions{Roots: a.roots, Intermediates: inter, CurrentTime: at, KeyUsages: []x509.ExtKeyUsage{a.usage}}
+	opts := x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: at, KeyUsages: []x509.ExtKeyUsage{usage}}
 	if _, err := leaf.Verify(opts); err != nil {
 		return fmt.Errorf("%w: %w", ErrJoinCertificate, err)
 	}

@@ -130,6 +130,15 @@ func TestJoinProofRoundTrip(t *testing.T) {
 			{"Certificates with log", &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: ca.pool()}, pos},
 			{"GetCertificate", &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }, ClientCAs: ca.pool()}, nil},
 			{"GetClientCertificate", &tls.Config{GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }, ClientCAs: ca.pool()}, pos},
+			// As a member that reloads its CA bundle configures TLS: the
+			// authorities of the moment come from GetConfigForClient.
+			{"GetConfigForClient", &tls.Config{
+				GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil },
+				GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+					return &tls.Config{ClientCAs: ca.pool(), ClientAuth: tls.RequireAndVerifyClientCert}, nil
+				},
+				InsecureSkipVerify: true,
+			}, pos},
 		} {
 			t.Run(kind+"/"+tc.name, func(t *testing.T) {
 				a, err := NewJoinAuth(tc.cfg)

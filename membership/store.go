@@ -3,6 +3,7 @@ package membership
 import (
 	"cmp"
 	"context"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -251,33 +252,36 @@ type RefusedJoin struct {
 	Err error
 }
 
-// verdict is JoinAuth's verdict on a join request at one mod revision.
+// verdict is JoinAuth's verdict on a join request at one mod revision,
+// with one set of certificate authorities.
 type verdict struct {
-	mod int64
-	err error
+	mod   int64
+	roots *x509.CertPool
+	err   error
 }
 
 // checkJoin returns JoinAuth's verdict on the join request kv of m,
 // whose value decoded as req (or failed to, with decodeErr).
 func (s *Store) checkJoin(kv *mvccpb.KeyValue, m Member, req *joinRequest, decodeErr error) error {
 	key := string(kv.Key)
+	roots, usage := s.auth.trust()
 	s.vmu.Lock()
 	v, ok := s.verdicts[key]
 	s.vmu.Unlock()
-	if ok && v.mod == kv.ModRevision {
+	if ok && v.mod == kv.ModRevision && v.roots == roots {
 		return v.err
 	}
 	var err error
 	if decodeErr != nil {
 		err = fmt.Errorf("%w: %w", ErrJoinProofMalformed, decodeErr)
 	} else {
-		err = s.auth.Verify(s.k.p, m, req.Log, req.Proof)
+		err = verifyJoin(roots, usage, s.k.p, m, req.Log, req.Proof)
 	}
 	s.vmu.Lock()
 	if s.verdicts == nil {
 		s.verdicts = make(map[string]verdict)
 	}
-	s.verdicts[key] = verdict{mod: kv.ModRevision, err: err}
+	s.verdicts[key] = verdict{mod: kv.ModRevision, roots: roots, err: err}
 	s.vmu.Unlock()
 	return err
 }
