@@ -194,7 +194,9 @@ func TestForeignCertificatesKeptOut(t *testing.T) {
 	var opens sync.WaitGroup
 	for _, cfg := range rogues {
 		cfg.Addr, cfg.Etcd = "127.0.0.1:0", etcd
-		cfg.OnView = func(v View) { t.Errorf("member %d, whose certificate does not certify it, takes part in %v", cfg.Self, v) }
+		cfg.OnView = func(v View) {
+			t.Errorf("member %d, whose certificate does not certify it, takes part in %v", cfg.Self, v)
+		}
 		opens.Go(func() {
 			g, err := Open(ctx, cfg, func(d Delivery) {
 				t.Errorf("member %d, whose certificate does not certify it, got %q delivered", cfg.Self, d.Payload)
