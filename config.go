@@ -230,7 +230,16 @@ type Config struct {
 	// the tcp transport: each member's certificate must name its id as
 	// the URI subject alternative name convoy://member/<id>
 	// (rdma.MemberURI), and a peer that claims an id its certificate does
-	// not name is refused.
+	// not name is refused. In a view-managed group it also guards
+	// admission: a join request carries a proof, the member's
+	// certificate chain and a signature with its key over the request
+	// (membership.JoinAuth), and no view admits a member whose chain the
+	// CAs this member trusts (ClientCAs, else RootCAs) did not issue,
+	// whose certificate names another id, or whose signature fails: such
+	// a member's Open waits until its context ends. Every member must
+	// trust the same CAs. The certificate's validity period is judged as
+	// of its start, alike at every member; an expired certificate is
+	// refused by the TLS handshake instead.
 	TLS *tls.Config
 	// BeaconInterval is the longest a member stays silent (see package
 	// ordering); FanOut enables frontier aggregation for large groups.

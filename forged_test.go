@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/convoy-gcs/convoy/internal/devcerts"
+	"github.com/convoy-gcs/convoy/rdma"
 )
 
 // newCA returns a certificate authority made up for a test.
@@ -165,14 +167,12 @@ func openTLSGroup(t *testing.T, etcdOf func(id uint64) *EtcdConfig, ca *devcerts
 // TestForeignCertificatesKeptOut: a process whose certificate another CA
 // issued, and one whose certificate the group's CA issued for another
 // member's id, open members of a view-managed group with TLS, with
-// access to its etcd, and send whenever they take part in a view. The
-// members refuse every connection with them and count it, by reason;
-// nothing they send is delivered anywhere, nothing is delivered to them,
-// and the group goes on delivering the same sequence at every member.
-//
-// (Their join requests do make views that list them, as the etcd records
-// alone decide admission: each such view breaks at once, as its members
-// cannot connect, and the next leaves the process out again.)
+// access to its etcd, and ask to join for as long as the test runs. The
+// members refuse their join requests and count them, by reason: no view
+// lists them, no view comes of their asking, and their Opens wait
+// until their context ends. Their transports, dialing members directly
+// under a member's id, are refused too, and counted by reason. The group
+// goes on delivering the same sequence at every member.
 func TestForeignCertificatesKeptOut(t *testing.T) {
 	srv := startEtcd(t)
 	etcd := &EtcdConfig{Endpoints: srv.Endpoints(), Prefix: "/foreign/"}
@@ -183,6 +183,7 @@ func TestForeignCertificatesKeptOut(t *testing.T) {
 	if _, err := groups[0].Send(ctx, []byte("before"), WaitDelivered()); err != nil {
 		t.Fatal(err)
 	}
+	before, _ := groups[0].View()
 
 	// Member 4 with a certificate from another CA; member 5 with one of
 	// the group's CA for member 2.
@@ -190,40 +191,63 @@ func TestForeignCertificatesKeptOut(t *testing.T) {
 		{Self: 4, TLS: memberTLS(t, rogueCA, ca, 4)},
 		{Self: 5, TLS: memberTLS(t, ca, ca, 2)},
 	}
-	var sends sync.WaitGroup
+	var opens sync.WaitGroup
 	for _, cfg := range rogues {
 		cfg.Addr, cfg.Etcd = "127.0.0.1:0", etcd
-		viewed := make(chan struct{}, 1)
-		cfg.OnView = func(View) {
-			select {
-			case viewed <- struct{}{}:
-			default:
-			}
+		cfg.OnView = func(v View) {
+			t.Errorf("member %d, whose certificate does not certify it, takes part in %v", cfg.Self, v)
 		}
-		g, err := Open(context.Background(), cfg, func(d Delivery) {
-			t.Errorf("member %d, whose certificate does not certify it, got %q delivered", cfg.Self, d.Payload)
-		})
-		if err != nil {
-			t.Fatalf("member %d: Open: %v", cfg.Self, err)
-		}
-		defer g.Close()
-		sends.Go(func() {
-			for n := 0; ; n++ {
-				_, _ = g.Send(ctx, fmt.Appendf(nil, "forged by %d #%d", cfg.Self, n))
-				select {
-				case <-viewed:
-				case <-ctx.Done():
-					return
-				}
+		opens.Go(func() {
+			g, err := Open(ctx, cfg, func(d Delivery) {
+				t.Errorf("member %d, whose certificate does not certify it, got %q delivered", cfg.Self, d.Payload)
+			})
+			if err == nil {
+				g.Close()
+				t.Errorf("member %d, whose certificate does not certify it, opened", cfg.Self)
+			} else if !errors.Is(err, context.Canceled) {
+				t.Errorf("member %d: Open: %v, want it to wait until its context ends", cfg.Self, err)
 			}
 		})
 	}
 	for i, o := range obs {
-		waitFor(t, fmt.Sprintf("member %d to refuse both", i+1), func() bool {
+		waitFor(t, fmt.Sprintf("member %d to refuse both join requests", i+1), func() bool {
+			return o.counter(t, "convoy.membership.refused.joins", "reason", "certificate") > 0 &&
+				o.counter(t, "convoy.membership.refused.joins", "reason", "identity") > 0
+		})
+	}
+
+	// The rogues' transports dial members 2 and 3 as member 1.
+	addrs := map[NodeID]string{}
+	for _, m := range before.Members {
+		addrs[m.ID] = m.Addr
+	}
+	for _, cfg := range rogues {
+		// Each presents its certificate even when the member asks for
+		// another CA's.
+		tc := cfg.TLS.Clone()
+		cert := tc.Certificates[0]
+		tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
+		ep, err := rdma.ListenTCP(rdma.TCPConfig{ID: 1, TLS: tc, Resolve: func(id NodeID) (string, error) { return addrs[id], nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ep.Close()
+		for _, peer := range []NodeID{2, 3} {
+			if _, err := ep.Open(ctx, peer, 1, nopHandler{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, o := range obs[1:] {
+		waitFor(t, fmt.Sprintf("member %d to refuse both connections", i+2), func() bool {
 			return o.counter(t, "convoy.rdma.rejected.frames", "reason", "certificate") > 0 &&
 				o.counter(t, "convoy.rdma.rejected.frames", "reason", "identity") > 0
 		})
 	}
+
+	// The rogues keep asking (their requests stand, on their leases),
+	// while the group goes on.
+	time.Sleep(2 * time.Second)
 	if _, err := groups[1].Send(ctx, []byte("after"), WaitDelivered()); err != nil {
 		t.Fatal(err)
 	}
@@ -231,20 +255,24 @@ func TestForeignCertificatesKeptOut(t *testing.T) {
 		waitFor(t, fmt.Sprintf("member %d to deliver", i+1), func() bool { return o.has("after") })
 	}
 	cancel()
-	sends.Wait()
+	opens.Wait()
 
 	// What every member delivered: the same sequence, from the members
-	// only.
+	// only, in the one view.
 	var want []string
 	for _, d := range obs[0].deliveries() {
 		want = append(want, string(d.Payload))
 	}
 	for i, o := range obs {
-		roguesIn := map[uint64]bool{}
 		for _, v := range o.seenViews() {
+			// A view the members cause changes them; one that lists the
+			// same members as before, a rogue's request made.
+			if v.Epoch > before.Epoch && slices.Equal(v.Members, before.Members) {
+				t.Errorf("member %d took part in view %d after view %d, with the same members", i+1, v.Epoch, before.Epoch)
+			}
 			for _, m := range v.Members {
 				if m.ID == 4 || m.ID == 5 {
-					roguesIn[v.Epoch] = true
+					t.Errorf("member %d: view %d lists member %d", i+1, v.Epoch, m.ID)
 				}
 			}
 		}
@@ -258,10 +286,20 @@ func TestForeignCertificatesKeptOut(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("member %d delivered %q, member 1 %q", i+1, got, want)
 		}
-		t.Logf("member %d: %d views listed a rogue; rejected: %d certificate, %d identity", i+1, len(roguesIn),
+		v, _ := groups[i].View()
+		t.Logf("member %d: at epoch %d, from %d; refused joins: %d certificate, %d identity; rejected connections: %d certificate, %d identity", i+1, v.Epoch, before.Epoch,
+			o.counter(t, "convoy.membership.refused.joins", "reason", "certificate"), o.counter(t, "convoy.membership.refused.joins", "reason", "identity"),
 			o.counter(t, "convoy.rdma.rejected.frames", "reason", "certificate"), o.counter(t, "convoy.rdma.rejected.frames", "reason", "identity"))
 	}
 }
+
+// nopHandler ignores what happens on a queue pair.
+type nopHandler struct{}
+
+func (nopHandler) RecvComplete(uint64, int, uint64) {}
+func (nopHandler) SendComplete(uint64)              {}
+func (nopHandler) Signal(uint64)                    {}
+func (nopHandler) Failed(error)                     {}
 
 // etcdProxy forwards connections to an etcd until cutOff, which closes
 // them and refuses new ones: a member behind it loses etcd, and nothing

@@ -3,6 +3,7 @@ package membership
 import (
 	"cmp"
 	"context"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -54,6 +55,13 @@ type StoreConfig struct {
 	LeaseTTL time.Duration
 	// Logger receives the store's messages. Nil means slog.Default().
 	Logger *slog.Logger
+	// JoinAuth, if set, proves the store's join requests (RequestJoin,
+	// RequestJoinFrom) and checks everyone's: State lists a request that
+	// fails the check in State.Refused, not in State.Joins, so that no
+	// view admits it. Every member of a group whose members authenticate
+	// each other with TLS sets it, with the same certificate
+	// authorities; nil, no proof is made or checked.
+	JoinAuth *JoinAuth
 }
 
 // Store is the view store: the authoritative view sequence in etcd and
@@ -66,6 +74,12 @@ type Store struct {
 	k     keys
 	lease Lease
 	log   *slog.Logger
+	auth  *JoinAuth // nil: join requests are not proved
+
+	// verdicts caches JoinAuth's verdicts on the join requests, by key,
+	// while the request stays the same (its mod revision).
+	vmu      sync.Mutex
+	verdicts map[string]verdict
 
 	closeOnce sync.Once
 	mu        sync.Mutex
@@ -99,6 +113,7 @@ func NewStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 	}
 	s := newStore(cfg.Client, lease, prefix, lg)
 	s.cli = cfg.Client
+	s.auth = cfg.JoinAuth
 	return s, nil
 }
 
@@ -120,7 +135,9 @@ func NewStoreOn(kv clientv3.KV, lease Lease, cfg StoreConfig) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newStore(kv, lease, prefix, lg), nil
+	s := newStore(kv, lease, prefix, lg)
+	s.auth = cfg.JoinAuth
+	return s, nil
 }
 
 // common checks and fills in what both constructors use.
@@ -191,9 +208,10 @@ func (s *Store) Register(ctx context.Context, m Member) error {
 }
 
 // RequestJoin asks to be admitted by a coming view, on the store's lease.
-// Install removes the request when it admits m.
+// Install removes the request when it admits m. With a JoinAuth
+// (StoreConfig), the request carries its proof.
 func (s *Store) RequestJoin(ctx context.Context, m Member) error {
-	return s.putLeased(ctx, "request join", s.k.join(m.ID), m)
+	return s.requestJoin(ctx, m, nil)
 }
 
 // RequestJoinFrom asks, like RequestJoin, to be admitted by a coming
@@ -201,14 +219,88 @@ func (s *Store) RequestJoin(ctx context.Context, m Member) error {
 // log's last entry, so that the leader may have the member receive only
 // the messages after it (View.Suffixes).
 func (s *Store) RequestJoinFrom(ctx context.Context, m Member, pos LogPos) error {
-	return s.putLeased(ctx, "request join", s.k.join(m.ID), joinRequest{Member: m, Log: &pos})
+	return s.requestJoin(ctx, m, &pos)
 }
 
-// joinRequest is the value of a join request: the member, and its log's
-// position if it restarted with one.
+func (s *Store) requestJoin(ctx context.Context, m Member, pos *LogPos) error {
+	req := joinRequest{Member: m, Log: pos}
+	if s.auth != nil {
+		var err error
+		if req.Proof, err = s.auth.Prove(s.k.p, m, pos); err != nil {
+			return fmt.Errorf("membership: request join: %w", err)
+		}
+	}
+	return s.putLeased(ctx, "request join", s.k.join(m.ID), req)
+}
+
+// joinRequest is the value of a join request: the member, its log's
+// position if it restarted with one, and its proof (JoinAuth) if the
+// group asks for one.
 type joinRequest struct {
 	Member
-	Log *LogPos `json:"log,omitempty"`
+	Log   *LogPos `json:"log,omitempty"`
+	Proof []byte  `json:"proof,omitempty"`
+}
+
+// RefusedJoin is a join request that the store's JoinAuth refused: it
+// stays in etcd, on its member's lease, but no view admits it.
+type RefusedJoin struct {
+	Member Member
+	// Err says why; it wraps one of ErrJoinProofMissing,
+	// ErrJoinProofMalformed, ErrJoinCertificate, ErrJoinIdentity and
+	// ErrJoinSignature.
+	Err error
+}
+
+// verdict is JoinAuth's verdict on a join request at one mod revision,
+// with one set of certificate authorities.
+type verdict struct {
+	mod   int64
+	roots *x509.CertPool
+	err   error
+}
+
+// checkJoin returns JoinAuth's verdict on the join request kv of m,
+// whose value decoded as req (or failed to, with decodeErr).
+func (s *Store) checkJoin(kv *mvccpb.KeyValue, m Member, req *joinRequest, decodeErr error) error {
+	key := string(kv.Key)
+	roots, usage := s.auth.trust()
+	s.vmu.Lock()
+	v, ok := s.verdicts[key]
+	s.vmu.Unlock()
+	if ok && v.mod == kv.ModRevision && v.roots == roots {
+		return v.err
+	}
+	var err error
+	if decodeErr != nil {
+		err = fmt.Errorf("%w: %w", ErrJoinProofMalformed, decodeErr)
+	} else {
+		err = verifyJoin(roots, usage, s.k.p, m, req.Log, req.Proof)
+	}
+	s.vmu.Lock()
+	if s.verdicts == nil {
+		s.verdicts = make(map[string]verdict)
+	}
+	s.verdicts[key] = verdict{mod: kv.ModRevision, roots: roots, err: err}
+	s.vmu.Unlock()
+	return err
+}
+
+// forgetVerdicts drops the cached verdicts on join requests not among
+// joins.
+func (s *Store) forgetVerdicts(joins []*mvccpb.KeyValue) {
+	s.vmu.Lock()
+	defer s.vmu.Unlock()
+	if len(s.verdicts) <= len(joins) {
+		return
+	}
+	keep := make(map[string]verdict, len(joins))
+	for _, kv := range joins {
+		if v, ok := s.verdicts[string(kv.Key)]; ok {
+			keep[string(kv.Key)] = v
+		}
+	}
+	s.verdicts = keep
 }
 
 // RequestLeave asks for m to be left out of the coming view. The request
@@ -558,9 +650,13 @@ type State struct {
 	// Registered holds the live registrations.
 	Registered map[ID]Member
 	// Joins lists the pending join requests, sorted by ID; JoinLogs holds
-	// the log positions given with them (RequestJoinFrom).
+	// the log positions given with them (RequestJoinFrom). With a
+	// JoinAuth (StoreConfig), only the requests it admits.
 	Joins    []Member
 	JoinLogs map[ID]LogPos
+	// Refused lists the join requests the store's JoinAuth refused,
+	// sorted by ID.
+	Refused []RefusedJoin
 	// Leaves holds the pending leave requests.
 	Leaves map[ID]bool
 	// Suspects holds the suspicions recorded for Current.Epoch: per
@@ -660,13 +756,24 @@ func (s *Store) decodeState(rev int64, cur View, members, joins, leaves, suspect
 		if err != nil {
 			return State{}, err
 		}
-		st.Joins = append(st.Joins, m)
 		var req joinRequest
-		if err := json.Unmarshal(kv.Value, &req); err == nil && req.Log != nil {
+		err = json.Unmarshal(kv.Value, &req)
+		if s.auth != nil {
+			if err := s.checkJoin(kv, m, &req, err); err != nil {
+				st.Refused = append(st.Refused, RefusedJoin{Member: m, Err: err})
+				continue
+			}
+		}
+		st.Joins = append(st.Joins, m)
+		if err == nil && req.Log != nil {
 			st.JoinLogs[m.ID] = *req.Log
 		}
 	}
+	if s.auth != nil {
+		s.forgetVerdicts(joins)
+	}
 	slices.SortFunc(st.Joins, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(st.Refused, func(a, b RefusedJoin) int { return cmp.Compare(a.Member.ID, b.Member.ID) })
 	for _, kv := range leaves {
 		m, err := decodeMember(kv, s.k.leaves())
 		if err != nil {

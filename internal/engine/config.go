@@ -432,6 +432,12 @@ func (c Config) checkMembers(bad func(field, format string, args ...any)) {
 		if c.Self == 0 {
 			bad("Self", "must be a non-zero id")
 		}
+		if c.TLS != nil {
+			// Its certificate proves this member's join requests.
+			if _, err := membership.NewJoinAuth(c.TLS); err != nil {
+				bad("TLS", "%v", err)
+			}
+		}
 		return
 	}
 	self := -1

@@ -228,6 +228,10 @@ func TestConfigValidate(t *testing.T) {
 		{"state in a fixed group", fixed(func(c *Config) { c.State = struct{ StateMachine }{} }), []string{"State"}},
 		{"state in a durable fixed group", fixed(func(c *Config) { c.State, c.Durable = struct{ StateMachine }{}, &DurableConfig{Dir: "log"} }), nil},
 		{"epoch in a view-managed group", views(func(c *Config) { c.Epoch = 5 }), []string{"Epoch"}},
+		// A view-managed member proves its join requests with its
+		// certificate.
+		{"TLS without a certificate in a view-managed group", views(func(c *Config) { c.TLS = &tls.Config{} }), []string{"TLS"}},
+		{"TLS without a certificate in a fixed group", fixed(func(c *Config) { c.TLS = &tls.Config{} }), nil},
 		{"listening with an endpoint", fixed(func(c *Config) {
 			c.Endpoint, c.ListenAddr, c.TLS = struct{ rdma.Endpoint }{}, "127.0.0.1:1", &tls.Config{}
 		}),

@@ -37,6 +37,10 @@ type member struct {
 	// abandon, for tests, makes close leave the etcd lease to expire, as
 	// when the process is killed.
 	abandon bool
+	// refusedSeen holds the refused join requests already logged and
+	// counted (refused), by member and incarnation; only the watch
+	// goroutine uses it.
+	refusedSeen map[membership.Member]bool
 
 	mu struct {
 		sync.Mutex
@@ -187,6 +191,16 @@ func dialEtcd(g *Group) (*clientEtcd, error) {
 		e.client, e.owned = client, true
 	}
 	e.cfg = membership.StoreConfig{Client: e.client, Prefix: c.Etcd.Prefix, LeaseTTL: c.Etcd.LeaseTTL, Logger: c.Logger}
+	if c.TLS != nil {
+		// With TLS, a join request must prove that its member holds a
+		// certificate of the group's for its id (membership.JoinAuth).
+		auth, err := membership.NewJoinAuth(c.TLS)
+		if err != nil {
+			e.close()
+			return nil, fmt.Errorf("%w: Config.TLS: %w", ErrInvalidConfig, err)
+		}
+		e.cfg.JoinAuth = auth
+	}
 	return e, nil
 }
 
@@ -233,6 +247,36 @@ func (m *member) resolve(id NodeID) (string, error) {
 		return a, nil
 	}
 	return "", fmt.Errorf("convoy: no address known for member %d", id)
+}
+
+// refused logs and counts the join requests refused for their proof,
+// once per incarnation: they stay in etcd, on their members' leases, and
+// every state read lists them again. It runs on the watch goroutine.
+func (m *member) refused(g *Group, refused []membership.RefusedJoin) {
+	if len(refused) == 0 && len(m.refusedSeen) == 0 {
+		return
+	}
+	seen := make(map[membership.Member]bool, len(refused))
+	for _, r := range refused {
+		key := membership.Member{ID: r.Member.ID, Incarnation: r.Member.Incarnation}
+		seen[key] = true
+		if m.refusedSeen[key] {
+			continue
+		}
+		for reason, a := range g.m.refusedReasons {
+			if errors.Is(r.Err, reason) {
+				g.m.refusedJoins.Add(context.Background(), 1, a.add...)
+				break
+			}
+		}
+		if r.Member.ID == uint64(g.cfg.Self) {
+			g.log.Error("this member's join request fails its own check: no view admits it", "incarnation", r.Member.Incarnation, "err", r.Err)
+		} else {
+			g.log.Warn("refused a join request", "member", r.Member.ID, "incarnation", r.Member.Incarnation, "addr", r.Member.Addr, "err", r.Err)
+		}
+	}
+	// Forget the requests gone, so that the set stays small.
+	m.refusedSeen = seen
 }
 
 // learn records the members' addresses from st.
@@ -290,6 +334,7 @@ func (m *member) follow(g *Group, store *membership.Store, changes <-chan member
 		case err != nil:
 			g.log.Warn("reading the group's state from etcd", "err", err)
 		default:
+			m.refused(g, st.Refused)
 			m.learn(&st)
 			g.post(event{kind: evState, state: &st})
 		}

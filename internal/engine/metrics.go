@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/convoy-gcs/convoy/membership"
 	"github.com/convoy-gcs/convoy/ordering"
 )
 
@@ -44,6 +45,10 @@ type metrics struct {
 	epoch                      metric.Int64Gauge
 	minority                   metric.Int64Counter
 	neighbourLag               metric.Float64Gauge
+	// refusedJoins counts the join requests refused for their proof,
+	// once per incarnation, by reason (refusedReasons).
+	refusedJoins   metric.Int64Counter
+	refusedReasons map[error]attrs
 	// State transfer, by role and kind.
 	transferBytes    metric.Int64Counter
 	transferDuration metric.Float64Histogram
@@ -127,6 +132,15 @@ func newMetrics(mp metric.MeterProvider, mode Mode) (*metrics, error) {
 	check(e)
 	counter(&ms.minority, "convoy.membership.minority", "{event}",
 		"Times this member found the proposed next view without a majority of the current one: it stops delivering and waits.")
+	counter(&ms.refusedJoins, "convoy.membership.refused.joins", "{request}",
+		"Join requests refused, with TLS, for their proof, once per incarnation, by reason: no proof, a malformed one, a certificate the group's authorities did not issue, one that names another member, or a signature that does not hold.")
+	ms.refusedReasons = map[error]attrs{
+		membership.ErrJoinProofMissing:   attr("reason", "missing"),
+		membership.ErrJoinProofMalformed: attr("reason", "malformed"),
+		membership.ErrJoinCertificate:    attr("reason", "certificate"),
+		membership.ErrJoinIdentity:       attr("reason", "identity"),
+		membership.ErrJoinSignature:      attr("reason", "signature"),
+	}
 
 	counter(&ms.transferBytes, "convoy.transfer.bytes", "By",
 		"State transferred to joiners, by role (donor: sent; joiner: received) and kind (snapshot: the application's state; suffix: the messages a restarted member's log misses).")
