@@ -293,6 +293,9 @@ func DecodeResponse(frame []byte) (Response, error) {
 	case d.err != nil:
 	case flags&^(FlagOK|FlagRetryAfter) != 0:
 		d.err = fmt.Errorf("%w: unknown flags %#x", ErrMalformed, flags)
+	case flags&FlagRetryAfter != 0 && (r.RetryAfter <= 0 || r.RetryAfter > MaxRetryAfter):
+		// AppendResponse writes no zero and nothing above the bound.
+		d.err = fmt.Errorf("%w: retry after %v", ErrMalformed, r.RetryAfter)
 	case len(d.b) > 0:
 		d.err = fmt.Errorf("%w: %d bytes after the response", ErrMalformed, len(d.b))
 	}

@@ -135,6 +135,7 @@ func TestDecodeResponseErrors(t *testing.T) {
 		{"trailing", append(bytes.Clone(good), 0)},
 		{"flags unknown", func() []byte { b := bytes.Clone(good); b[10] = 4; return b }()},
 		{"retry-after missing", func() []byte { b := bytes.Clone(good); b[10] = FlagRetryAfter; return b }()},
+		{"retry-after zero", func() []byte { b := bytes.Clone(good); b[10] = FlagRetryAfter; return append(b, 0, 0, 0, 0) }()},
 	} {
 		if _, err := DecodeResponse(tc.frame); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: err = %v, want ErrMalformed", tc.name, err)
