@@ -543,8 +543,8 @@ func (c *Core) deliver() {
 	c.ready.Stable = c.own.stable
 }
 
-// deliverTopics delivers in a group with topics: the buffer's messages
-// in order, each once its channel's barrier has passed it (b for the
+// deliverTopics delivers in a group with topics: the held messages in
+// order, each once its channel's barrier has passed it (b for the
 // group's), and stops at the first that must wait, so that every member
 // delivers what it receives in the one order.
 func (c *Core) deliverTopics(b Timestamp) {

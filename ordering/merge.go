@@ -32,18 +32,19 @@ func keyLess(a, b key) bool {
 // channelQueue holds the messages of one channel (a sender's to the
 // group, or to a topic) that are not yet delivered, by sequence number.
 // Messages may arrive out of order, so a queue can hold messages beyond
-// a missing one. A sender's stamps increase with its sequence numbers
-// (barrier.Promises rejects a message that breaks this), so a channel's
-// messages are delivered in sequence order, from next on.
+// a missing one. A channel's stamps increase with its sequence numbers
+// (its sender's clock issues increasing stamps, and barrier.Promises
+// rejects a message that breaks this), so its messages are delivered in
+// sequence order, from next on.
 type channelQueue struct {
 	rank, topic int32
-	next        uint64       // sequence number of items[head]
-	items       []heldRecord // items[head+i] is message next+i
+	next        uint64    // sequence number of items[head]
+	items       []heldMsg // items[head+i] is message next+i
 	head        int
 }
 
-// heldRecord is one message of a channel, once it has arrived.
-type heldRecord struct {
+// heldMsg is one message of a channel, once it has arrived.
+type heldMsg struct {
 	ts      Timestamp
 	payload []byte
 	ok      bool // the message has arrived
@@ -52,9 +53,9 @@ type heldRecord struct {
 func (q *channelQueue) put(seq uint64, ts Timestamp, p []byte) {
 	i := q.head + int(seq-q.next)
 	for len(q.items) <= i {
-		q.items = append(q.items, heldRecord{})
+		q.items = append(q.items, heldMsg{})
 	}
-	q.items[i] = heldRecord{ts: ts, payload: p, ok: true}
+	q.items[i] = heldMsg{ts: ts, payload: p, ok: true}
 }
 
 // first returns the key of the channel's next message, if it has arrived.
@@ -71,7 +72,7 @@ func (q *channelQueue) take(seq uint64) []byte {
 		panic(fmt.Sprintf("ordering: delivering message %d of a channel whose next is %d (held: %v)", seq, q.next, q.head < len(q.items) && q.items[q.head].ok))
 	}
 	p := q.items[q.head].payload
-	q.items[q.head] = heldRecord{}
+	q.items[q.head] = heldMsg{}
 	q.head++
 	q.next++
 	switch {
@@ -93,10 +94,11 @@ type chanHead struct {
 
 // merge is a k-way merge of the channels' queues: a binary min-heap, by
 // keyLess, of the channels whose next message has arrived, each keyed by
-// that message. Its least entry is the next held message in delivery
-// order but for messages behind a missing one, which the barrier does not
-// pass (a sender's promises count only the messages it holds in
-// sequence).
+// that message. Its least entry is the next message to deliver. Messages
+// behind a missing one wait, and the barrier never passes them: a
+// promise of a channel applies only once its messages up to the promise
+// are held (barrier.Promises), so the barrier stays at or below the
+// stamp of the channel's missing message.
 type merge []chanHead
 
 // push adds a channel whose next message has arrived; it must not be in
