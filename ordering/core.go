@@ -6,8 +6,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/google/btree"
-
 	"github.com/convoy-gcs/convoy/barrier"
 	"github.com/convoy-gcs/convoy/internal/plant"
 )
@@ -74,68 +72,6 @@ type entry struct {
 	payload []byte
 }
 
-// key places a buffered message in delivery order: by stamp, then
-// sender rank (a sender's stamps all differ, across its channels too),
-// then topic and sequence, so that even a faulty sender's messages have
-// distinct keys. The buffer holds keys only, and payloads wait in their
-// channel's queue (payloadQueue): each channel's messages are delivered
-// in its order, and small keys keep the btree's node moves cheap.
-type key struct {
-	ts    Timestamp
-	seq   uint64
-	rank  int32
-	topic int32
-}
-
-func keyLess(a, b key) bool {
-	if a.ts != b.ts {
-		return a.ts < b.ts
-	}
-	if a.rank != b.rank {
-		return a.rank < b.rank
-	}
-	if a.topic != b.topic {
-		return a.topic < b.topic
-	}
-	return a.seq < b.seq
-}
-
-// payloadQueue holds one channel's buffered payloads by sequence number.
-type payloadQueue struct {
-	next  uint64   // sequence number of items[head]
-	items [][]byte // items[head+i] is message next+i, nil until it arrives
-	head  int
-}
-
-func (q *payloadQueue) put(seq uint64, p []byte) {
-	i := q.head + int(seq-q.next)
-	for len(q.items) <= i {
-		q.items = append(q.items, nil)
-	}
-	q.items[i] = p
-}
-
-// take removes message seq, which is the oldest (each channel's messages
-// are delivered in its order).
-func (q *payloadQueue) take(seq uint64) []byte {
-	if seq != q.next || q.head == len(q.items) {
-		panic(fmt.Sprintf("ordering: delivering message %d of a sender whose next is %d", seq, q.next))
-	}
-	p := q.items[q.head]
-	q.items[q.head] = nil
-	q.head++
-	q.next++
-	switch {
-	case q.head == len(q.items):
-		q.items, q.head = q.items[:0], 0
-	case q.head >= 1024 && 2*q.head >= len(q.items):
-		n := copy(q.items, q.items[q.head:])
-		clear(q.items[n:])
-		q.items, q.head = q.items[:n], 0
-	}
-	return p
-}
-
 // Core is one member's ordering state machine. It is not safe for
 // concurrent use; the runtime serializes calls. Times passed in are this
 // member's monotonic clock in nanoseconds; they never go backwards (a
@@ -155,10 +91,12 @@ type Core struct {
 	// Exactly one of commit (direct) and tree (aggregated) is set.
 	commit *barrier.Commit
 	tree   *barrier.Tree
-	// buf holds complete messages not yet delivered, in delivery order;
-	// payloads[slot] holds their payloads.
-	buf       *btree.BTreeG[key]
-	payloads  []payloadQueue
+	// chans[slot] holds the channel's complete messages not yet
+	// delivered, buffered counts them, and merge orders the channels'
+	// next messages for delivery.
+	chans     []channelQueue
+	buffered  int
+	merge     merge
 	delivered uint64 // messages to the group delivered
 	// topics are the view's topics (Config.Topics); bound[slot] is, for
 	// a topic channel this member receives, the count its sender's
@@ -203,7 +141,6 @@ func NewCore(cfg Config, now int64) (*Core, error) {
 	core := &Core{
 		cfg:         c,
 		now:         now,
-		buf:         btree.NewG(32, keyLess),
 		nextSeq:     make([]uint64, c.Members),
 		frontierKey: make([]uint64, c.Members),
 		ahead:       make([][]Record, c.Members),
@@ -214,16 +151,13 @@ func NewCore(cfg Config, now int64) (*Core, error) {
 	}
 	slots := core.initTopics()
 	core.prom = barrier.NewPromises(slots, c.Window)
-	core.payloads = make([]payloadQueue, slots)
+	core.initChans(slots)
 	core.bound = make([]uint64, slots)
 	if c.Plant.Has(plant.EarlyBeacon) {
 		core.prom.PlantEarlyBeacons()
 	}
 	for i := range core.nextSeq {
 		core.nextSeq[i] = 1
-	}
-	for i := range core.payloads {
-		core.payloads[i].next = 1
 	}
 	if c.FanOut >= 2 {
 		core.tree, err = barrier.NewTree(c.Self, c.Members, c.FanOut)
@@ -557,8 +491,7 @@ func (c *Core) Deadline() int64 {
 // soon as its sender's earlier messages are.
 func (c *Core) accept(e entry) {
 	if c.cfg.Mode != Unordered {
-		c.buf.ReplaceOrInsert(key{ts: e.ts, seq: e.seq, rank: int32(e.rank), topic: int32(e.topic)})
-		c.payloads[c.slotOf(e.rank, e.topic)].put(e.seq, e.payload)
+		c.holdMessage(c.slotOf(e.rank, e.topic), e.seq, e.ts, e.payload)
 		return
 	}
 	if e.seq != c.nextSeq[e.rank] {
@@ -600,15 +533,7 @@ func (c *Core) deliver() {
 		c.deliverTopics(b)
 		return
 	}
-	for {
-		k, ok := c.buf.Min()
-		if !ok || k.ts >= b {
-			break
-		}
-		c.buf.DeleteMin()
-		rank := int(k.rank)
-		c.emit(entry{ts: k.ts, rank: rank, seq: k.seq, payload: c.payloads[rank].take(k.seq)})
-	}
+	c.deliverBelow(b)
 	if c.cfg.Mode == TotalOrder {
 		b = c.commitBarrier()
 	}
@@ -618,8 +543,8 @@ func (c *Core) deliver() {
 	c.ready.Stable = c.own.stable
 }
 
-// deliverTopics delivers in a group with topics: the buffer's messages
-// in order, each once its channel's barrier has passed it (b for the
+// deliverTopics delivers in a group with topics: the held messages in
+// order, each once its channel's barrier has passed it (b for the
 // group's), and stops at the first that must wait, so that every member
 // delivers what it receives in the one order.
 func (c *Core) deliverTopics(b Timestamp) {
@@ -637,18 +562,14 @@ func (c *Core) deliverTopics(b Timestamp) {
 			t.barrier = r
 		}
 	}
-	for {
-		k, ok := c.buf.Min()
-		if !ok {
-			break
-		}
+	for len(c.merge) > 0 {
+		k := c.merge[0].key
 		topic := int(k.topic)
 		if topic == 0 && k.ts >= b || topic > 0 && k.ts >= c.topics[topic-1].barrier {
 			break
 		}
-		c.buf.DeleteMin()
-		rank := int(k.rank)
-		c.emit(entry{ts: k.ts, rank: rank, topic: topic, seq: k.seq, payload: c.payloads[c.slotOf(rank, topic)].take(k.seq)})
+		_, p := c.takeMin(math.MaxUint64)
+		c.emit(entry{ts: k.ts, rank: int(k.rank), topic: topic, seq: k.seq, payload: p})
 	}
 	if c.cfg.Mode == TotalOrder {
 		b = c.commitBarrier()
@@ -769,7 +690,7 @@ func (c *Core) Stats() Stats { return c.stats }
 func (c *Core) Frontier() Timestamp { return c.prom.Frontier() }
 
 // Buffered returns how many complete messages wait for the barrier.
-func (c *Core) Buffered() int { return c.buf.Len() }
+func (c *Core) Buffered() int { return c.buffered }
 
 // Ahead returns how many records of peers wait for local time to come
 // within MaxAhead of their stamps.

@@ -118,16 +118,17 @@ func checkDeliveries(c *cluster, mode Mode, sent int) error {
 // before its sender's messages up to it are held (plant.EarlyBeacon) — and
 // checks that the random schedules of TestCoreProperties catch it, in
 // atomic mode, within a few seeds, while the same seeds pass without it.
-// A core that delivers a message whose predecessors it lacks panics
-// (payloadQueue.take), which counts as caught too. A group's runtime
-// cannot catch this one (TestPlantedFaults in the root
-// package does not try): the multicast layer hands each sender's records
-// over in send order, so a beacon never arrives ahead of the messages
-// before it; only a data record overtaken on its link, as this harness
-// does, exercises the rule.
+// A core never delivers a message whose predecessors it lacks (a channel
+// waits in the merge for its next message), so it is the checks on what
+// the members deliver that catch the fault; a core that panics counts as
+// caught too. A group's runtime cannot catch this one (TestPlantedFaults
+// in the root package does not try): the multicast layer hands each
+// sender's records over in send order, so a beacon never arrives ahead
+// of the messages before it; only a data record overtaken on its link,
+// as this harness does, exercises the rule.
 func TestPlantedEarlyBeacon(t *testing.T) {
 	// Measured (the schedules are deterministic): each of the first 40
-	// seeds catches it, by the atomic-mode check or by a core's panic.
+	// seeds catches it.
 	const seeds = 20
 	for _, fanOut := range []int{0, 2} {
 		t.Run(fmt.Sprintf("fanout=%d", fanOut), func(t *testing.T) {

@@ -113,34 +113,26 @@ func (c *Core) Finish(cut Cut) ([]Delivery, []Message, error) {
 	var resend []own
 	saved := c.ready.Deliveries
 	c.ready.Deliveries = nil
-	var beyond []key
-	for {
-		k, ok := c.buf.DeleteMin()
-		if !ok {
-			break
-		}
-		r, topic := int(k.rank), int(k.topic)
-		limit := cut.Senders[r]
-		if topic > 0 {
-			limit = cut.Topics[topic-1][r]
-		}
-		if k.seq <= limit {
-			c.emit(entry{ts: k.ts, rank: r, topic: topic, seq: k.seq, payload: c.payloads[c.slotOf(r, topic)].take(k.seq)})
-			continue
-		}
-		beyond = append(beyond, k)
-		if r != c.cfg.Self {
-			c.stats.Discarded++
-		} else if topic == 0 || c.topics[topic-1].Mode == Atomic {
-			q := &c.payloads[c.slotOf(r, topic)]
-			resend = append(resend, own{k.ts, Message{Topic: topic, Payload: q.items[q.head+int(k.seq-q.next)]}})
-		}
-	}
+	c.deliverCut(cut)
 	// Keep the messages beyond the cut, which nothing delivers; the core
-	// is done.
-	for _, k := range beyond {
-		c.buf.ReplaceOrInsert(k)
+	// is done. The other members' are discarded, and own ones sent
+	// again.
+	for slot := range c.chans {
+		q := &c.chans[slot]
+		for i := q.head; i < len(q.items); i++ {
+			m := q.items[i]
+			if !m.ok {
+				continue
+			}
+			r, topic := int(q.rank), int(q.topic)
+			if r != c.cfg.Self {
+				c.stats.Discarded++
+			} else if topic == 0 || c.topics[topic-1].Mode == Atomic {
+				resend = append(resend, own{m.ts, Message{Topic: topic, Payload: m.payload}})
+			}
+		}
 	}
+	c.remerge()
 	out := c.ready.Deliveries
 	c.ready.Deliveries = saved
 	for i := range c.topics {
@@ -160,6 +152,15 @@ func (c *Core) Finish(cut Cut) ([]Delivery, []Message, error) {
 		msgs = append(msgs, o.msg)
 	}
 	return out, msgs, nil
+}
+
+// limit returns how many of the messages of k's channel the cut
+// delivers.
+func (cut Cut) limit(k key) uint64 {
+	if k.topic > 0 {
+		return cut.Topics[k.topic-1][k.rank]
+	}
+	return cut.Senders[k.rank]
 }
 
 // checkCut returns an error wrapping ErrCut for a cut this member cannot
@@ -187,8 +188,8 @@ func (c *Core) checkCut(cut Cut) error {
 		if s > held[r] {
 			return fmt.Errorf("%w: member %d's messages up to %d, only %d held", ErrCut, r, s, held[r])
 		}
-		if s+1 < c.payloads[r].next {
-			return fmt.Errorf("%w: member %d's messages up to %d, %d delivered", ErrCut, r, s, c.payloads[r].next-1)
+		if s+1 < c.chans[r].next {
+			return fmt.Errorf("%w: member %d's messages up to %d, %d delivered", ErrCut, r, s, c.chans[r].next-1)
 		}
 	}
 	heldTopics := c.HeldTopics()
@@ -204,8 +205,8 @@ func (c *Core) checkCut(cut Cut) error {
 			if s > heldTopics[i][r] {
 				return fmt.Errorf("%w: member %d's messages on topic %d up to %d, only %d held", ErrCut, r, i+1, s, heldTopics[i][r])
 			}
-			if t.subscribed() && t.Mode == Atomic && s+1 < c.payloads[t.slot+r].next {
-				return fmt.Errorf("%w: member %d's messages on topic %d up to %d, %d delivered", ErrCut, r, i+1, s, c.payloads[t.slot+r].next-1)
+			if t.subscribed() && t.Mode == Atomic && s+1 < c.chans[t.slot+r].next {
+				return fmt.Errorf("%w: member %d's messages on topic %d up to %d, %d delivered", ErrCut, r, i+1, s, c.chans[t.slot+r].next-1)
 			}
 		}
 		if s := tc[c.cfg.Self]; !t.subscribed() && t.Mode == Atomic && s < t.own.stable {
