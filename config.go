@@ -231,9 +231,10 @@ type Config struct {
 	// the URI subject alternative name convoy://member/<id>
 	// (rdma.MemberURI), and a peer that claims an id its certificate does
 	// not name is refused. In a view-managed group it also guards
-	// admission: a join request carries a proof, the member's
-	// certificate chain and a signature with its key over the request
-	// (membership.JoinAuth), and no view admits a member whose chain the
+	// admission: a join request, and a registration in etcd, carries a
+	// proof, the member's certificate chain and a signature with its key
+	// over the record (membership.JoinAuth), and no view admits, nor
+	// counts as a newer incarnation of a member, a member whose chain the
 	// CAs this member trusts (ClientCAs, else RootCAs) did not issue,
 	// whose certificate names another id, or whose signature fails: such
 	// a member's Open waits until its context ends. Every member must

@@ -168,7 +168,8 @@ func openTLSGroup(t *testing.T, etcdOf func(id uint64) *EtcdConfig, ca *devcerts
 // issued, and one whose certificate the group's CA issued for another
 // member's id, open members of a view-managed group with TLS, with
 // access to its etcd, and ask to join for as long as the test runs. The
-// members refuse their join requests and count them, by reason: no view
+// members refuse their join requests and their registrations and count
+// them, by kind and reason: no view
 // lists them, no view comes of their asking, and their Opens wait
 // until their context ends. Their transports, dialing members directly
 // under a member's id, are refused too, and counted by reason. The group
@@ -210,9 +211,11 @@ func TestForeignCertificatesKeptOut(t *testing.T) {
 		})
 	}
 	for i, o := range obs {
-		waitFor(t, fmt.Sprintf("member %d to refuse both join requests", i+1), func() bool {
-			return o.counter(t, "convoy.membership.refused.joins", "reason", "certificate") > 0 &&
-				o.counter(t, "convoy.membership.refused.joins", "reason", "identity") > 0
+		waitFor(t, fmt.Sprintf("member %d to refuse both join requests and both registrations", i+1), func() bool {
+			return o.counter(t, "convoy.membership.refused.joins", "reason", "certificate") >= 2 &&
+				o.counter(t, "convoy.membership.refused.joins", "reason", "identity") >= 2 &&
+				o.counter(t, "convoy.membership.refused.joins", "kind", "join") >= 2 &&
+				o.counter(t, "convoy.membership.refused.joins", "kind", "registration") >= 2
 		})
 	}
 

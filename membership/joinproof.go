@@ -44,9 +44,14 @@ const (
 	joinProofVersion = 1
 )
 
-// joinDomain separates the message a join proof signs from anything
-// else the same key signs (TLS handshakes among them).
-const joinDomain = "convoy join request v1\x00"
+// joinDomain and registrationDomain separate the messages join and
+// registration proofs sign from each other and from anything else the
+// same key signs (TLS handshakes among them): a proof of one is never a
+// proof of the other.
+const (
+	joinDomain         = "convoy join request v1\x00"
+	registrationDomain = "convoy registration v1\x00"
+)
 
 // JoinProof proves that a join request comes from the member it names,
 // in a group whose members authenticate each other with TLS: the
@@ -141,7 +146,20 @@ func uvarint(b []byte) (n uint64, k int) {
 // prefixed with their length, numbers 8 bytes big-endian. A proof thus
 // holds for that request of that incarnation in that group only.
 func JoinMessage(prefix string, m Member, pos *LogPos) []byte {
-	b := []byte(joinDomain)
+	return proofMessage(joinDomain, prefix, m, pos)
+}
+
+// RegistrationMessage returns what a registration proof signs: as
+// JoinMessage, without a log position, under another domain separator,
+// so that a registration's proof holds for that registration only and a
+// join request's never passes for it, nor the other way round.
+func RegistrationMessage(prefix string, m Member) []byte {
+	return proofMessage(registrationDomain, prefix, m, nil)
+}
+
+// proofMessage returns the message of JoinMessage under domain.
+func proofMessage(domain, prefix string, m Member, pos *LogPos) []byte {
+	b := []byte(domain)
 	str := func(s string) {
 		b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
 		b = append(b, s...)
@@ -160,9 +178,11 @@ func JoinMessage(prefix string, m Member, pos *LogPos) []byte {
 	return b
 }
 
-// JoinAuth proves a member's join requests and checks the others', in a
-// group whose members authenticate each other with mutual TLS: a join
-// request is admitted only if it carries a proof (JoinProof) whose
+// JoinAuth proves a member's join requests and registrations and checks
+// the others', in a group whose members authenticate each other with
+// mutual TLS: a join request or a registration (the first view is made of
+// the registered members, and a newer incarnation's registration ends a
+// member's) counts only if it carries a proof (JoinProof) whose
 // certificate chain the group's certificate authorities issued, whose
 // leaf names the member (rdma.CertifiesID), as the transport requires of
 // a peer, and whose signature holds for the request.
@@ -223,6 +243,18 @@ func NewJoinAuth(cfg *tls.Config) (*JoinAuth, error) {
 // Prove returns the proof of the join request of m, with log position
 // pos if any, in the group whose store prefix is prefix, encoded.
 func (a *JoinAuth) Prove(prefix string, m Member, pos *LogPos) ([]byte, error) {
+	return a.prove(JoinMessage(prefix, m, pos))
+}
+
+// ProveRegistration returns the proof of the registration of m
+// (Store.Register) in the group whose store prefix is prefix, encoded
+// as a join proof is.
+func (a *JoinAuth) ProveRegistration(prefix string, m Member) ([]byte, error) {
+	return a.prove(RegistrationMessage(prefix, m))
+}
+
+// prove returns the encoded proof of msg.
+func (a *JoinAuth) prove(msg []byte) ([]byte, error) {
 	cert, err := a.cert()
 	if err != nil {
 		return nil, fmt.Errorf("membership: certificate for a join proof: %w", err)
@@ -238,7 +270,6 @@ func (a *JoinAuth) Prove(prefix string, m Member, pos *LogPos) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	msg := JoinMessage(prefix, m, pos)
 	opts, digest := signOpts(scheme, msg)
 	sig, err := signer.Sign(rand.Reader, digest, opts)
 	if err != nil {
@@ -257,12 +288,20 @@ func (a *JoinAuth) Prove(prefix string, m Member, pos *LogPos) ([]byte, error) {
 // ErrJoinCertificate, ErrJoinIdentity or ErrJoinSignature.
 func (a *JoinAuth) Verify(prefix string, m Member, pos *LogPos, proof []byte) error {
 	roots, usage := a.trust()
-	return verifyJoin(roots, usage, prefix, m, pos, proof)
+	return verifyProof(roots, usage, m.ID, JoinMessage(prefix, m, pos), proof)
 }
 
-// verifyJoin is Verify with the certificate authorities roots, for
-// certificates of key usage usage.
-func verifyJoin(roots *x509.CertPool, usage x509.ExtKeyUsage, prefix string, m Member, pos *LogPos, proof []byte) error {
+// VerifyRegistration checks proof, encoded, against the registration of
+// m in the group whose store prefix is prefix, as Verify checks a join
+// request's, with the same errors.
+func (a *JoinAuth) VerifyRegistration(prefix string, m Member, proof []byte) error {
+	roots, usage := a.trust()
+	return verifyProof(roots, usage, m.ID, RegistrationMessage(prefix, m), proof)
+}
+
+// verifyProof checks proof against msg, signed for member id, with the
+// certificate authorities roots, for certificates of key usage usage.
+func verifyProof(roots *x509.CertPool, usage x509.ExtKeyUsage, id ID, msg, proof []byte) error {
 	if len(proof) == 0 {
 		return ErrJoinProofMissing
 	}
@@ -291,10 +330,10 @@ func verifyJoin(roots *x509.CertPool, usage x509.ExtKeyUsage, prefix string, m M
 	if _, err := leaf.Verify(opts); err != nil {
 		return fmt.Errorf("%w: %w", ErrJoinCertificate, err)
 	}
-	if !rdma.CertifiesID(leaf, rdma.NodeID(m.ID)) {
-		return fmt.Errorf("%w: %q does not name member %d", ErrJoinIdentity, leaf.Subject.CommonName, m.ID)
+	if !rdma.CertifiesID(leaf, rdma.NodeID(id)) {
+		return fmt.Errorf("%w: %q does not name member %d", ErrJoinIdentity, leaf.Subject.CommonName, id)
 	}
-	if err := verifySignature(leaf.PublicKey, p.Scheme, JoinMessage(prefix, m, pos), p.Signature); err != nil {
+	if err := verifySignature(leaf.PublicKey, p.Scheme, msg, p.Signature); err != nil {
 		return fmt.Errorf("%w: %w", ErrJoinSignature, err)
 	}
 	return nil

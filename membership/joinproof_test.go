@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math/big"
+	"slices"
 	"testing"
 	"time"
 
@@ -362,4 +363,137 @@ func FuzzJoinProof(f *testing.F) {
 			t.Errorf("Verify accepted %x for member %d", b, id)
 		}
 	})
+}
+
+// A registration proof and a join proof of the same member never pass
+// for each other: they sign under different domains.
+func TestRegistrationProofDomain(t *testing.T) {
+	ca := newTestCA(t)
+	auth := memberAuth(t, ca.issue(t, newKey(t, "ecdsa-p256"), time.Now(), time.Hour, 4), ca)
+	m := Member{ID: 4, Incarnation: 17, Addr: "10.0.0.4:7000"}
+	join, err := auth.Prove(testPrefix, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := auth.ProveRegistration(testPrefix, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		verify func([]byte) error
+		proof  []byte
+		want   error
+	}{
+		{"registration", func(p []byte) error { return auth.VerifyRegistration(testPrefix, m, p) }, reg, nil},
+		{"join request", func(p []byte) error { return auth.Verify(testPrefix, m, nil, p) }, join, nil},
+		{"join proof as a registration", func(p []byte) error { return auth.VerifyRegistration(testPrefix, m, p) }, join, ErrJoinSignature},
+		{"registration proof as a join request", func(p []byte) error { return auth.Verify(testPrefix, m, nil, p) }, reg, ErrJoinSignature},
+		{"registration of another prefix", func(p []byte) error { return auth.VerifyRegistration("/other/", m, p) }, reg, ErrJoinSignature},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.verify(tc.proof); !errors.Is(err, tc.want) || (err == nil) != (tc.want == nil) {
+				t.Errorf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// With a JoinAuth, State leaves a registration without a valid proof out
+// of Registered and lists it in Refused as a registration; an honest one
+// stays. A join request proved with a registration's proof is refused
+// too.
+func TestStateRefusesUnprovedRegistrations(t *testing.T) {
+	ca, rogueCA := newTestCA(t), newTestCA(t)
+	k := keys{testPrefix}
+	auth := memberAuth(t, ca.issue(t, newKey(t, "ecdsa-p256"), time.Now(), time.Hour, 1), ca)
+	cert := func(ca *testCA, id ID) tls.Certificate {
+		return ca.issue(t, newKey(t, "ecdsa-p256"), time.Now(), time.Hour, id)
+	}
+	kv := func(key string, v any) *mvccpb.KeyValue {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &mvccpb.KeyValue{Key: []byte(key), Value: b, ModRevision: 7}
+	}
+	// registered returns the registration of m proved by cert.
+	registered := func(m Member, cert tls.Certificate) *mvccpb.KeyValue {
+		p, err := memberAuth(t, cert, ca).ProveRegistration(testPrefix, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kv(k.member(m.ID), registration{Member: m, Proof: p})
+	}
+	tampered := func(m Member) *mvccpb.KeyValue {
+		p, err := memberAuth(t, cert(ca, m.ID), ca).ProveRegistration(testPrefix, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Incarnation++ // a newer incarnation, under an older one's proof
+		return kv(k.member(m.ID), registration{Member: m, Proof: p})
+	}
+	joinProofOf := func(m Member) []byte {
+		p, err := memberAuth(t, cert(ca, m.ID), ca).Prove(testPrefix, m, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	regProofOf := func(m Member) []byte {
+		p, err := memberAuth(t, cert(ca, m.ID), ca).ProveRegistration(testPrefix, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name    string
+		members []*mvccpb.KeyValue
+		joins   []*mvccpb.KeyValue
+		want    error // nil: member 2 is registered (or asks to join)
+		kind    RefusedKind
+	}{
+		{"honest", []*mvccpb.KeyValue{registered(member(2), cert(ca, 2))}, nil, nil, RefusedRegistration},
+		{"honest join request", nil, []*mvccpb.KeyValue{kv(k.join(2), joinRequest{Member: member(2), Proof: joinProofOf(member(2))})}, nil, RefusedJoinRequest},
+		{"another CA", []*mvccpb.KeyValue{registered(member(2), cert(rogueCA, 2))}, nil, ErrJoinCertificate, RefusedRegistration},
+		{"certificate of another member", []*mvccpb.KeyValue{registered(member(2), cert(ca, 3))}, nil, ErrJoinIdentity, RefusedRegistration},
+		{"tampered", []*mvccpb.KeyValue{tampered(member(2))}, nil, ErrJoinSignature, RefusedRegistration},
+		{"missing", []*mvccpb.KeyValue{kv(k.member(2), member(2))}, nil, ErrJoinProofMissing, RefusedRegistration},
+		{"malformed", []*mvccpb.KeyValue{{Key: []byte(k.member(2)), Value: []byte(`{"id":2,"incarnation":1,"addr":"h2:1","proof":"!!"}`), ModRevision: 7}}, nil, ErrJoinProofMalformed, RefusedRegistration},
+		{"join proof replayed as a registration", []*mvccpb.KeyValue{kv(k.member(2), registration{Member: member(2), Proof: joinProofOf(member(2))})}, nil, ErrJoinSignature, RefusedRegistration},
+		{"registration proof replayed as a join request", nil, []*mvccpb.KeyValue{kv(k.join(2), joinRequest{Member: member(2), Proof: regProofOf(member(2))})}, ErrJoinSignature, RefusedJoinRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Store{k: k, auth: auth}
+			for range 2 { // the second time from the cache
+				st, err := s.decodeState(1, View{}, tc.members, tc.joins, nil, nil, nil, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, registered := st.Registered[2]
+				asks := slices.Contains(st.Joins, member(2))
+				if tc.want == nil {
+					if registered != (len(tc.members) > 0) || asks != (len(tc.joins) > 0) || len(st.Refused) != 0 {
+						t.Errorf("Registered %v, Joins %v, Refused %v: want member 2 admitted", st.Registered, st.Joins, st.Refused)
+					}
+					continue
+				}
+				if registered || asks {
+					t.Errorf("Registered %v, Joins %v: want member 2 refused", st.Registered, st.Joins)
+				}
+				if len(st.Refused) != 1 || st.Refused[0].Kind != tc.kind || st.Refused[0].Member.ID != 2 || !errors.Is(st.Refused[0].Err, tc.want) {
+					t.Errorf("Refused %v, want member 2's %v for %v", st.Refused, tc.kind, tc.want)
+				}
+			}
+			// Without a JoinAuth, every record stands.
+			st, err := (&Store{k: k}).decodeState(1, View{}, tc.members, tc.joins, nil, nil, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(st.Registered) != len(tc.members) || len(st.Joins) != len(tc.joins) || len(st.Refused) != 0 {
+				t.Errorf("without a JoinAuth: Registered %v, Joins %v, Refused %v", st.Registered, st.Joins, st.Refused)
+			}
+		})
+	}
 }

@@ -56,11 +56,12 @@ type StoreConfig struct {
 	// Logger receives the store's messages. Nil means slog.Default().
 	Logger *slog.Logger
 	// JoinAuth, if set, proves the store's join requests (RequestJoin,
-	// RequestJoinFrom) and checks everyone's: State lists a request that
-	// fails the check in State.Refused, not in State.Joins, so that no
-	// view admits it. Every member of a group whose members authenticate
-	// each other with TLS sets it, with the same certificate
-	// authorities; nil, no proof is made or checked.
+	// RequestJoinFrom) and registrations (Register) and checks
+	// everyone's: State lists a request or a registration that fails the
+	// check in State.Refused, not in State.Joins or State.Registered, so
+	// that no view admits it and no decision counts it. Every member of a
+	// group whose members authenticate each other with TLS sets it, with
+	// the same certificate authorities; nil, no proof is made or checked.
 	JoinAuth *JoinAuth
 }
 
@@ -76,8 +77,9 @@ type Store struct {
 	log   *slog.Logger
 	auth  *JoinAuth // nil: join requests are not proved
 
-	// verdicts caches JoinAuth's verdicts on the join requests, by key,
-	// while the request stays the same (its mod revision).
+	// verdicts caches JoinAuth's verdicts on the join requests and
+	// registrations, by key, while the record stays the same (its mod
+	// revision).
 	vmu      sync.Mutex
 	verdicts map[string]verdict
 
@@ -202,9 +204,25 @@ func (s *Store) Close() error {
 
 // Register records m as a live process, on the store's lease: the
 // registration disappears when the store closes or loses its lease. It is
-// a liveness hint, never membership.
+// a liveness hint, never membership; yet the first view is made of the
+// registered members, and a registration of a newer incarnation ends a
+// member's, so with a JoinAuth (StoreConfig) it carries its proof.
 func (s *Store) Register(ctx context.Context, m Member) error {
-	return s.putLeased(ctx, "register", s.k.member(m.ID), m)
+	reg := registration{Member: m}
+	if s.auth != nil {
+		var err error
+		if reg.Proof, err = s.auth.ProveRegistration(s.k.p, m); err != nil {
+			return fmt.Errorf("membership: register: %w", err)
+		}
+	}
+	return s.putLeased(ctx, "register", s.k.member(m.ID), reg)
+}
+
+// registration is the value of a registration: the member, and its proof
+// (JoinAuth) if the group asks for one.
+type registration struct {
+	Member
+	Proof []byte `json:"proof,omitempty"`
 }
 
 // RequestJoin asks to be admitted by a coming view, on the store's lease.
@@ -242,9 +260,12 @@ type joinRequest struct {
 	Proof []byte  `json:"proof,omitempty"`
 }
 
-// RefusedJoin is a join request that the store's JoinAuth refused: it
-// stays in etcd, on its member's lease, but no view admits it.
+// RefusedJoin is a join request or a registration that the store's
+// JoinAuth refused: it stays in etcd, on the lease of whoever wrote it,
+// but no view admits it and no decision counts it.
 type RefusedJoin struct {
+	// Kind says whether it is a join request or a registration.
+	Kind   RefusedKind
 	Member Member
 	// Err says why; it wraps one of ErrJoinProofMissing,
 	// ErrJoinProofMalformed, ErrJoinCertificate, ErrJoinIdentity and
@@ -252,8 +273,28 @@ type RefusedJoin struct {
 	Err error
 }
 
-// verdict is JoinAuth's verdict on a join request at one mod revision,
-// with one set of certificate authorities.
+// RefusedKind is the kind of a record a JoinAuth refused.
+type RefusedKind uint8
+
+const (
+	// RefusedJoinRequest: a join request (RequestJoin, RequestJoinFrom).
+	RefusedJoinRequest RefusedKind = iota
+	// RefusedRegistration: a registration (Register).
+	RefusedRegistration
+)
+
+func (k RefusedKind) String() string {
+	switch k {
+	case RefusedJoinRequest:
+		return "join"
+	case RefusedRegistration:
+		return "registration"
+	}
+	return fmt.Sprintf("RefusedKind(%d)", uint8(k))
+}
+
+// verdict is JoinAuth's verdict on a join request or a registration at
+// one mod revision, with one set of certificate authorities.
 type verdict struct {
 	mod   int64
 	roots *x509.CertPool
@@ -263,6 +304,24 @@ type verdict struct {
 // checkJoin returns JoinAuth's verdict on the join request kv of m,
 // whose value decoded as req (or failed to, with decodeErr).
 func (s *Store) checkJoin(kv *mvccpb.KeyValue, m Member, req *joinRequest, decodeErr error) error {
+	return s.check(kv, decodeErr, func(roots *x509.CertPool, usage x509.ExtKeyUsage) error {
+		return verifyProof(roots, usage, m.ID, JoinMessage(s.k.p, m, req.Log), req.Proof)
+	})
+}
+
+// checkRegistration returns JoinAuth's verdict on the registration kv of
+// m, whose value decoded as reg (or failed to, with decodeErr).
+func (s *Store) checkRegistration(kv *mvccpb.KeyValue, m Member, reg *registration, decodeErr error) error {
+	return s.check(kv, decodeErr, func(roots *x509.CertPool, usage x509.ExtKeyUsage) error {
+		return verifyProof(roots, usage, m.ID, RegistrationMessage(s.k.p, m), reg.Proof)
+	})
+}
+
+// check returns JoinAuth's verdict on record kv: verify's with the
+// certificate authorities of the moment, cached while kv and the
+// authorities stay the same, or a malformed proof if kv's value failed
+// to decode with decodeErr.
+func (s *Store) check(kv *mvccpb.KeyValue, decodeErr error, verify func(*x509.CertPool, x509.ExtKeyUsage) error) error {
 	key := string(kv.Key)
 	roots, usage := s.auth.trust()
 	s.vmu.Lock()
@@ -275,7 +334,7 @@ func (s *Store) checkJoin(kv *mvccpb.KeyValue, m Member, req *joinRequest, decod
 	if decodeErr != nil {
 		err = fmt.Errorf("%w: %w", ErrJoinProofMalformed, decodeErr)
 	} else {
-		err = verifyJoin(roots, usage, s.k.p, m, req.Log, req.Proof)
+		err = verify(roots, usage)
 	}
 	s.vmu.Lock()
 	if s.verdicts == nil {
@@ -286,21 +345,50 @@ func (s *Store) checkJoin(kv *mvccpb.KeyValue, m Member, req *joinRequest, decod
 	return err
 }
 
-// forgetVerdicts drops the cached verdicts on join requests not among
-// joins.
-func (s *Store) forgetVerdicts(joins []*mvccpb.KeyValue) {
+// forgetVerdicts drops the cached verdicts on records not among those
+// given (the join requests and registrations of a state).
+func (s *Store) forgetVerdicts(records ...[]*mvccpb.KeyValue) {
 	s.vmu.Lock()
 	defer s.vmu.Unlock()
-	if len(s.verdicts) <= len(joins) {
+	n := 0
+	for _, kvs := range records {
+		n += len(kvs)
+	}
+	if len(s.verdicts) <= n {
 		return
 	}
-	keep := make(map[string]verdict, len(joins))
-	for _, kv := range joins {
-		if v, ok := s.verdicts[string(kv.Key)]; ok {
-			keep[string(kv.Key)] = v
+	keep := make(map[string]verdict, n)
+	for _, kvs := range records {
+		for _, kv := range kvs {
+			if v, ok := s.verdicts[string(kv.Key)]; ok {
+				keep[string(kv.Key)] = v
+			}
 		}
 	}
 	s.verdicts = keep
+}
+
+// decodeRegistrations decodes the registrations kvs: with a JoinAuth,
+// those it admits, and those it refuses apart.
+func (s *Store) decodeRegistrations(kvs []*mvccpb.KeyValue) (map[ID]Member, []RefusedJoin, error) {
+	regs := make(map[ID]Member, len(kvs))
+	var refused []RefusedJoin
+	for _, kv := range kvs {
+		m, err := decodeMember(kv, s.k.members())
+		if err != nil {
+			return nil, nil, err
+		}
+		if s.auth != nil {
+			var reg registration
+			err := json.Unmarshal(kv.Value, &reg)
+			if err := s.checkRegistration(kv, m, &reg, err); err != nil {
+				refused = append(refused, RefusedJoin{Kind: RefusedRegistration, Member: m, Err: err})
+				continue
+			}
+		}
+		regs[m.ID] = m
+	}
+	return regs, refused, nil
 }
 
 // RequestLeave asks for m to be left out of the coming view. The request
@@ -569,19 +657,15 @@ func (s *Store) Recover(ctx context.Context, v View) error {
 		if len(r(0)) == 0 {
 			return fmt.Errorf("membership: recover view %d: %w", v.Epoch, ErrNoView)
 		}
-		in := RecoveryInput{Registered: make(map[ID]Member)}
+		var in RecoveryInput
 		if in.Current, err = decodeView(r(0)[0], 0); err != nil {
 			return err
 		}
 		if in.Current.Epoch != v.Epoch-1 {
 			return fmt.Errorf("membership: recover view %d: view %d is current: %w", v.Epoch, in.Current.Epoch, ErrConflict)
 		}
-		for _, kv := range r(1) {
-			m, err := decodeMember(kv, s.k.members())
-			if err != nil {
-				return err
-			}
-			in.Registered[m.ID] = m
+		if in.Registered, _, err = s.decodeRegistrations(r(1)); err != nil {
+			return err
 		}
 		marks, err := decodeCaughtUp(s.k, r(2))
 		if err != nil {
@@ -647,15 +731,16 @@ type State struct {
 	Revision int64
 	// Current is the current view; the zero View (Epoch 0) if none yet.
 	Current View
-	// Registered holds the live registrations.
+	// Registered holds the live registrations; with a JoinAuth
+	// (StoreConfig), only those it admits.
 	Registered map[ID]Member
 	// Joins lists the pending join requests, sorted by ID; JoinLogs holds
 	// the log positions given with them (RequestJoinFrom). With a
 	// JoinAuth (StoreConfig), only the requests it admits.
 	Joins    []Member
 	JoinLogs map[ID]LogPos
-	// Refused lists the join requests the store's JoinAuth refused,
-	// sorted by ID.
+	// Refused lists the join requests and registrations the store's
+	// JoinAuth refused, sorted by ID, then kind.
 	Refused []RefusedJoin
 	// Leaves holds the pending leave requests.
 	Leaves map[ID]bool
@@ -736,19 +821,15 @@ func (s *Store) State(ctx context.Context) (State, error) {
 func (s *Store) decodeState(rev int64, cur View, members, joins, leaves, suspects, reports, caughtUp []*mvccpb.KeyValue) (State, error) {
 	epoch := cur.Epoch
 	st := State{
-		Revision:   rev,
-		Current:    cur,
-		Registered: make(map[ID]Member, len(members)),
-		Leaves:     make(map[ID]bool, len(leaves)),
-		Suspects:   make(map[ID]map[ID]string),
-		Reports:    make(map[ID]Report, len(reports)),
+		Revision: rev,
+		Current:  cur,
+		Leaves:   make(map[ID]bool, len(leaves)),
+		Suspects: make(map[ID]map[ID]string),
+		Reports:  make(map[ID]Report, len(reports)),
 	}
-	for _, kv := range members {
-		m, err := decodeMember(kv, s.k.members())
-		if err != nil {
-			return State{}, err
-		}
-		st.Registered[m.ID] = m
+	var err error
+	if st.Registered, st.Refused, err = s.decodeRegistrations(members); err != nil {
+		return State{}, err
 	}
 	st.JoinLogs = make(map[ID]LogPos)
 	for _, kv := range joins {
@@ -770,10 +851,12 @@ func (s *Store) decodeState(rev int64, cur View, members, joins, leaves, suspect
 		}
 	}
 	if s.auth != nil {
-		s.forgetVerdicts(joins)
+		s.forgetVerdicts(joins, members)
 	}
 	slices.SortFunc(st.Joins, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
-	slices.SortFunc(st.Refused, func(a, b RefusedJoin) int { return cmp.Compare(a.Member.ID, b.Member.ID) })
+	slices.SortFunc(st.Refused, func(a, b RefusedJoin) int {
+		return cmp.Or(cmp.Compare(a.Member.ID, b.Member.ID), cmp.Compare(a.Kind, b.Kind))
+	})
 	for _, kv := range leaves {
 		m, err := decodeMember(kv, s.k.leaves())
 		if err != nil {

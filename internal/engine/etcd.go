@@ -37,10 +37,10 @@ type member struct {
 	// abandon, for tests, makes close leave the etcd lease to expire, as
 	// when the process is killed.
 	abandon bool
-	// refusedSeen holds the refused join requests already logged and
-	// counted (refused), by member and incarnation; only the watch
-	// goroutine uses it.
-	refusedSeen map[membership.Member]bool
+	// refusedSeen holds the refused join requests and registrations
+	// already logged and counted (refused), by kind, member and
+	// incarnation; only the watch goroutine uses it.
+	refusedSeen map[refusedKey]bool
 
 	mu struct {
 		sync.Mutex
@@ -249,30 +249,44 @@ func (m *member) resolve(id NodeID) (string, error) {
 	return "", fmt.Errorf("convoy: no address known for member %d", id)
 }
 
-// refused logs and counts the join requests refused for their proof,
-// once per incarnation: they stay in etcd, on their members' leases, and
-// every state read lists them again. It runs on the watch goroutine.
+// refusedKey identifies a refused record once per incarnation.
+type refusedKey struct {
+	kind            membership.RefusedKind
+	id, incarnation uint64
+}
+
+// refused logs and counts the join requests and registrations refused
+// for their proof, once per incarnation: they stay in etcd, on the
+// leases of whoever wrote them, and every state read lists them again.
+// It runs on the watch goroutine.
 func (m *member) refused(g *Group, refused []membership.RefusedJoin) {
 	if len(refused) == 0 && len(m.refusedSeen) == 0 {
 		return
 	}
-	seen := make(map[membership.Member]bool, len(refused))
+	m.mu.Lock()
+	self := m.mu.self
+	m.mu.Unlock()
+	seen := make(map[refusedKey]bool, len(refused))
 	for _, r := range refused {
-		key := membership.Member{ID: r.Member.ID, Incarnation: r.Member.Incarnation}
+		key := refusedKey{kind: r.Kind, id: r.Member.ID, incarnation: r.Member.Incarnation}
 		seen[key] = true
 		if m.refusedSeen[key] {
 			continue
 		}
 		for reason, a := range g.m.refusedReasons {
-			if errors.Is(r.Err, reason) {
-				g.m.refusedJoins.Add(context.Background(), 1, a.add...)
+			if errors.Is(r.Err, reason) && int(r.Kind) < len(a) {
+				g.m.refusedJoins.Add(context.Background(), 1, a[r.Kind].add...)
 				break
 			}
 		}
-		if r.Member.ID == uint64(g.cfg.Self) {
-			g.log.Error("this member's join request fails its own check: no view admits it", "incarnation", r.Member.Incarnation, "err", r.Err)
+		what := "join request"
+		if r.Kind == membership.RefusedRegistration {
+			what = "registration"
+		}
+		if r.Member == self {
+			g.log.Error("this member's "+what+" fails its own check", "incarnation", r.Member.Incarnation, "err", r.Err)
 		} else {
-			g.log.Warn("refused a join request", "member", r.Member.ID, "incarnation", r.Member.Incarnation, "addr", r.Member.Addr, "err", r.Err)
+			g.log.Warn("refused a "+what, "member", r.Member.ID, "incarnation", r.Member.Incarnation, "addr", r.Member.Addr, "err", r.Err)
 		}
 	}
 	// Forget the requests gone, so that the set stays small.

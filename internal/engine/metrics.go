@@ -45,10 +45,11 @@ type metrics struct {
 	epoch                      metric.Int64Gauge
 	minority                   metric.Int64Counter
 	neighbourLag               metric.Float64Gauge
-	// refusedJoins counts the join requests refused for their proof,
-	// once per incarnation, by reason (refusedReasons).
+	// refusedJoins counts the join requests and registrations refused
+	// for their proof, once per incarnation, by reason and kind
+	// (refusedReasons, indexed by membership.RefusedKind).
 	refusedJoins   metric.Int64Counter
-	refusedReasons map[error]attrs
+	refusedReasons map[error][2]attrs
 	// State transfer, by role and kind.
 	transferBytes    metric.Int64Counter
 	transferDuration metric.Float64Histogram
@@ -133,13 +134,20 @@ func newMetrics(mp metric.MeterProvider, mode Mode) (*metrics, error) {
 	counter(&ms.minority, "convoy.membership.minority", "{event}",
 		"Times this member found the proposed next view without a majority of the current one: it stops delivering and waits.")
 	counter(&ms.refusedJoins, "convoy.membership.refused.joins", "{request}",
-		"Join requests refused, with TLS, for their proof, once per incarnation, by reason: no proof, a malformed one, a certificate the group's authorities did not issue, one that names another member, or a signature that does not hold.")
-	ms.refusedReasons = map[error]attrs{
-		membership.ErrJoinProofMissing:   attr("reason", "missing"),
-		membership.ErrJoinProofMalformed: attr("reason", "malformed"),
-		membership.ErrJoinCertificate:    attr("reason", "certificate"),
-		membership.ErrJoinIdentity:       attr("reason", "identity"),
-		membership.ErrJoinSignature:      attr("reason", "signature"),
+		"Join requests and registrations refused, with TLS, for their proof, once per incarnation, by kind (join, registration) and reason: no proof, a malformed one, a certificate the group's authorities did not issue, one that names another member, or a signature that does not hold.")
+	ms.refusedReasons = make(map[error][2]attrs)
+	for reason, name := range map[error]string{
+		membership.ErrJoinProofMissing:   "missing",
+		membership.ErrJoinProofMalformed: "malformed",
+		membership.ErrJoinCertificate:    "certificate",
+		membership.ErrJoinIdentity:       "identity",
+		membership.ErrJoinSignature:      "signature",
+	} {
+		var a [2]attrs
+		for _, k := range []membership.RefusedKind{membership.RefusedJoinRequest, membership.RefusedRegistration} {
+			a[k] = newAttrs(attribute.String("reason", name), attribute.String("kind", k.String()))
+		}
+		ms.refusedReasons[reason] = a
 	}
 
 	counter(&ms.transferBytes, "convoy.transfer.bytes", "By",

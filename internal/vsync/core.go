@@ -418,15 +418,27 @@ func (c *Core) logDecision(suspected map[membership.ID]bool, d membership.Decisi
 // whenever a live member's lease lapses (etcd was out of reach, or slow
 // to answer a renewal) and the member registers again: counting that as
 // a suspicion would end a view each time.
+//
+// A registration the store's JoinAuth refused (membership.State.Refused)
+// says nothing either way: whoever wrote it over the member's cannot
+// prove the member's id, so it names no newer incarnation, and counting
+// the member's own as missing would let that writer have it excluded.
+// The failure detector still judges such a member.
 func (c *Core) unregistered(now int64, st *membership.State) map[uint64]bool {
 	out := make(map[uint64]bool)
 	missing := make(map[membership.Member]int64)
+	forged := make(map[uint64]bool)
+	for _, r := range st.Refused {
+		if r.Kind == membership.RefusedRegistration {
+			forged[r.Member.ID] = true
+		}
+	}
 	for _, m := range st.Current.Members {
 		reg, ok := st.Registered[m.ID]
 		switch {
 		case ok && reg.Incarnation != m.Incarnation:
 			out[m.ID] = true
-		case !ok:
+		case !ok && !forged[m.ID]:
 			key := membership.Member{ID: m.ID, Incarnation: m.Incarnation}
 			since, seen := c.missing[key]
 			if !seen {
