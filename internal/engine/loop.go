@@ -504,6 +504,14 @@ func (r *runner) handNow(d Delivery, own bool) {
 	}
 	g.m.delivered(len(d.Payload))
 	g.msgs.delivered(msgKey{d.Sender, d.Seq})
+	// An own message's latency ends as it is handed over, and is recorded
+	// with the delivery counts, before the handler: what the handler
+	// does (answer a request) may be watched for it.
+	if own {
+		if i := d.Seq - r.sentBase; i < uint64(len(r.sendTimes)) {
+			g.m.latency.Record(g.ctx, time.Duration(g.cfg.Clock()-r.sendTimes[i]).Seconds(), g.m.mode.rec...)
+		}
+	}
 	if g.h != nil {
 		g.h(d)
 	}
@@ -511,9 +519,6 @@ func (r *runner) handNow(d Delivery, own bool) {
 	g.delivered.Store(d.Index)
 	// Own messages count as delivered once the handler has seen them.
 	if own {
-		if i := d.Seq - r.sentBase; i < uint64(len(r.sendTimes)) {
-			g.m.latency.Record(g.ctx, time.Duration(g.cfg.Clock()-r.sendTimes[i]).Seconds(), g.m.mode.rec...)
-		}
 		r.trimSendTimes(d.Seq)
 		g.ownDelivered(&d)
 	}
