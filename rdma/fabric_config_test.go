@@ -35,15 +35,3 @@ func TestFabricRefusesTLS(t *testing.T) {
 		t.Fatalf("ListenFabric with TLS = %v, want ErrFabricTLS", err)
 	}
 }
-
-// Without the fabric build tag the backend is absent, and says how to get
-// it.
-func TestFabricUnavailable(t *testing.T) {
-	if FabricBuilt {
-		t.Skip("built with the fabric backend")
-	}
-	ep, err := ListenFabric(FabricConfig{ID: 1})
-	if !errors.Is(err, ErrFabricUnavailable) || ep != nil {
-		t.Fatalf("ListenFabric = %v, %v, want ErrFabricUnavailable", ep, err)
-	}
-}

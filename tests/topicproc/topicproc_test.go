@@ -160,9 +160,6 @@ func runMember(ctx context.Context, self convoy.NodeID, members []convoy.Member,
 // and sending to the group at once, and checks the guarantees of topics
 // on what each delivered.
 func TestProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts member processes; skipped with -short")
-	}
 	const n, count = 4, 1000
 	sums := runGroup(t, n, count)
 	checkTopics(t, sums, n, count)
