@@ -114,7 +114,7 @@ func (c *cluster) start(id uint64) *proc {
 	}
 	c.refreshAll()
 	p := &proc{id: id, run: run, path: spec.out, exited: make(chan struct{}), priorAcks: c.acked().payloads()}
-	p.cmd = exec.Command(os.Args[0], "-test.run=^TestHelperMember$", "-test.count=1", "-test.timeout=300s")
+	p.cmd = exec.Command(os.Args[0])
 	p.cmd.Env = append(os.Environ(), spec.encode()...)
 	if os.Getenv("GORACE") == "" {
 		p.cmd.Env = append(p.cmd.Env, "GORACE=atexit_sleep_ms=0")

@@ -1,6 +1,8 @@
 package durableproc
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -8,26 +10,27 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/convoy-gcs/convoy/etcddev"
+	"github.com/convoy-gcs/convoy/internal/testproc"
 )
 
+// TestMain runs the tests, or, in a process started as a member (see
+// cluster.start), the member.
 func TestMain(m *testing.M) {
+	testproc.Run(envID, memberLimit, func(context.Context) error {
+		s, err := memberSpecFromEnv()
+		if err != nil {
+			return err
+		}
+		if err := runMember(s); err != nil {
+			return fmt.Errorf("member %d: %w", s.id, err)
+		}
+		return nil
+	})
 	goleak.VerifyTestMain(m)
 }
 
-// TestHelperMember is the body of a member process; it runs only when the
-// environment describes a member (see cluster.start).
-func TestHelperMember(t *testing.T) {
-	if os.Getenv(envID) == "" {
-		t.Skip("runs only as a member process started by the other tests")
-	}
-	s, err := memberSpecFromEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := runMember(s); err != nil {
-		t.Fatalf("member %d: %v", s.id, err)
-	}
-}
+// memberLimit bounds a member process's run: it only catches a hang.
+const memberLimit = 5 * time.Minute
 
 // Scenario sizes.
 const (

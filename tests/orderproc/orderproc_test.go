@@ -17,24 +17,23 @@ import (
 	"time"
 
 	"github.com/convoy-gcs/convoy"
+	"github.com/convoy-gcs/convoy/internal/testproc"
 )
 
-// TestHelperMember is the body of a member process; it runs only when the
-// environment describes a member (see TestProcesses).
-func TestHelperMember(t *testing.T) {
-	if os.Getenv(envMember) == "" {
-		t.Skip("runs only as a member process started by TestProcesses")
-	}
-	s, err := memberSpecFromEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeoutCause(context.Background(), memberTimeout,
-		fmt.Errorf("member %d ran for %v", s.self, memberTimeout))
-	defer cancel()
-	if err := runMember(ctx, s, os.Stdin, os.Stdout); err != nil {
-		t.Fatalf("member %d: %v", s.self, err)
-	}
+// TestMain runs the tests, or, in a process started as a member (see
+// TestProcesses), the member.
+func TestMain(m *testing.M) {
+	testproc.Run(envMember, memberTimeout, func(ctx context.Context) error {
+		s, err := memberSpecFromEnv()
+		if err != nil {
+			return err
+		}
+		if err := runMember(ctx, s, os.Stdin, os.Stdout); err != nil {
+			return fmt.Errorf("member %d: %w", s.self, err)
+		}
+		return nil
+	})
+	os.Exit(m.Run())
 }
 
 // TestProcesses runs a group whose members are separate processes, all
@@ -109,7 +108,7 @@ func runGroup(t *testing.T, mode convoy.Mode, n, count int) []summary {
 	var readers sync.WaitGroup
 	for i, m := range members {
 		c := &child{id: m.ID}
-		c.cmd = exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperMember$", "-test.count=1", "-test.timeout=60s")
+		c.cmd = exec.CommandContext(ctx, os.Args[0])
 		c.cmd.Env = append(os.Environ(), encodeSpec(m.ID, members, mode, count)...)
 		c.cmd.Stderr = writerFunc(func(p []byte) (int, error) {
 			c.mu.Lock()

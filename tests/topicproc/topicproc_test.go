@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/convoy-gcs/convoy"
+	"github.com/convoy-gcs/convoy/internal/testproc"
 )
 
 // Environment variables that describe a member to a child process.
@@ -62,12 +63,15 @@ type summary struct {
 // hang.
 const memberTimeout = 2 * time.Minute
 
-// TestHelperMember is the body of a member process; it runs only when the
-// environment describes a member (see TestProcesses).
-func TestHelperMember(t *testing.T) {
-	if os.Getenv(envMember) == "" {
-		t.Skip("runs only as a member process started by TestProcesses")
-	}
+// TestMain runs the tests, or, in a process started as a member (see
+// TestProcesses), the member.
+func TestMain(m *testing.M) {
+	testproc.Run(envMember, memberTimeout, memberFromEnv)
+	os.Exit(m.Run())
+}
+
+// memberFromEnv runs the member the environment describes.
+func memberFromEnv(ctx context.Context) error {
 	id, err1 := strconv.ParseUint(os.Getenv(envMember), 10, 64)
 	count, err2 := strconv.Atoi(os.Getenv(envCount))
 	var members []convoy.Member
@@ -75,18 +79,17 @@ func TestHelperMember(t *testing.T) {
 		k, addr, _ := strings.Cut(kv, "=")
 		mid, err := strconv.ParseUint(k, 10, 64)
 		if err != nil {
-			t.Fatal(err)
+			return fmt.Errorf("%s: %w", envMembers, err)
 		}
 		members = append(members, convoy.Member{ID: convoy.NodeID(mid), Addr: addr})
 	}
 	if err := errors.Join(err1, err2); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), memberTimeout)
-	defer cancel()
 	if err := runMember(ctx, convoy.NodeID(id), members, count, os.Stdin, os.Stdout); err != nil {
-		t.Fatalf("member %d: %v", id, err)
+		return fmt.Errorf("member %d: %w", id, err)
 	}
+	return nil
 }
 
 // expected returns how many messages member self receives when every
@@ -296,7 +299,7 @@ func runGroup(t *testing.T, n, count int) []summary {
 	var readers sync.WaitGroup
 	for i := range n {
 		c := &child{id: uint64(i + 1)}
-		c.cmd = exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperMember$", "-test.count=1", "-test.timeout=150s")
+		c.cmd = exec.CommandContext(ctx, os.Args[0])
 		c.cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", envMember, c.id), envMembers+"="+strings.Join(list, ","), fmt.Sprintf("%s=%d", envCount, count))
 		c.cmd.Stderr = writerFunc(func(p []byte) (int, error) { c.log(p); return len(p), nil })
 		stdout, err := c.cmd.StdoutPipe()

@@ -31,21 +31,18 @@ const etcdReady = "vsproc: etcd ready"
 // etcdPort is the client port of the etcd process on its host.
 const etcdPort = 2379
 
-// TestHelperEtcd is the body of an etcd process: it runs an embedded etcd
-// on the address in envEtcdListen, prints etcdReady, and serves until its
+// runEtcd is the body of an etcd process: it runs an embedded etcd on the
+// address in envEtcdListen, prints etcdReady, and serves until its
 // standard input reaches EOF (the test closed it, or died) or it receives
 // SIGTERM; then it stops etcd, which removes its data directory.
-func TestHelperEtcd(t *testing.T) {
+func runEtcd(ctx context.Context) error {
 	addr := os.Getenv(envEtcdListen)
-	if addr == "" {
-		t.Skip("runs only as an etcd process started by a test on an emulated network")
-	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	srv, err := etcddev.Start(t.Context(), etcddev.Config{ClientAddr: addr})
+	srv, err := etcddev.Start(ctx, etcddev.Config{ClientAddr: addr})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	fmt.Println(etcdReady, srv.Endpoints()[0])
 	eof := make(chan struct{})
@@ -56,10 +53,9 @@ func TestHelperEtcd(t *testing.T) {
 	select {
 	case <-eof:
 	case <-sigs:
+	case <-ctx.Done():
 	}
-	if err := srv.Close(); err != nil {
-		t.Fatal(err)
-	}
+	return srv.Close()
 }
 
 // network is an emulated switch whose last host runs etcd and whose
@@ -102,7 +98,7 @@ func (n *network) startEtcd(t *testing.T, host int) {
 		t.Fatal(err)
 	}
 	addr := net.JoinHostPort(n.sw.Hosts()[host].Addr.String(), strconv.Itoa(etcdPort))
-	cmd := n.sw.Command(context.Background(), host, exe, "-test.run=^TestHelperEtcd$", "-test.count=1", "-test.timeout=10m")
+	cmd := n.sw.Command(context.Background(), host, exe)
 	cmd.Env = append(os.Environ(), envEtcdListen+"="+addr)
 	cmd.Stdout = &n.etcdLogs
 	cmd.Stderr = &n.etcdLogs
@@ -160,7 +156,7 @@ func (c *cluster) startOn(n *network, id uint64, initial int) *proc {
 		out:  filepath.Join(c.dir, fmt.Sprintf("member-%d.jsonl", id)), pause: sendPause,
 	}
 	p := &proc{id: id, path: spec.out, exited: make(chan struct{})}
-	p.cmd = n.sw.Command(context.Background(), host, exe, "-test.run=^TestHelperMember$", "-test.count=1", "-test.timeout=10m")
+	p.cmd = n.sw.Command(context.Background(), host, exe)
 	p.cmd.Env = append(os.Environ(), spec.encode()...)
 	if os.Getenv("GORACE") == "" {
 		p.cmd.Env = append(p.cmd.Env, "GORACE=atexit_sleep_ms=0")

@@ -2,6 +2,7 @@ package vsproc
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,23 +19,31 @@ import (
 
 	"github.com/convoy-gcs/convoy"
 	"github.com/convoy-gcs/convoy/etcddev"
+	"github.com/convoy-gcs/convoy/internal/testproc"
 	"github.com/convoy-gcs/convoy/internal/vscheck"
 )
 
-// TestHelperMember is the body of a member process; it runs only when the
-// environment describes a member (see TestViewChanges).
-func TestHelperMember(t *testing.T) {
-	if os.Getenv(envID) == "" {
-		t.Skip("runs only as a member process started by TestViewChanges")
-	}
-	s, err := memberSpecFromEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := runMember(s); err != nil {
-		t.Fatalf("member %d: %v", s.id, err)
-	}
+// TestMain runs the tests, or, in a process started as a member (see
+// cluster.start) or as the etcd of an emulated network (see
+// network.startEtcd), that process's program.
+func TestMain(m *testing.M) {
+	testproc.Run(envID, processLimit, func(context.Context) error {
+		s, err := memberSpecFromEnv()
+		if err != nil {
+			return err
+		}
+		if err := runMember(s); err != nil {
+			return fmt.Errorf("member %d: %w", s.id, err)
+		}
+		return nil
+	})
+	testproc.Run(envEtcdListen, processLimit, runEtcd)
+	os.Exit(m.Run())
 }
+
+// processLimit bounds the run of a process a test starts: it only
+// catches a hang.
+const processLimit = 10 * time.Minute
 
 // envLogs, set to anything, makes the test print the members' logs even
 // when it passes.
@@ -246,7 +255,7 @@ func (c *cluster) start(id uint64, initial int) *proc {
 		addr: "127.0.0.1:0", out: filepath.Join(c.dir, fmt.Sprintf("member-%d.jsonl", id)), pause: sendPause,
 	}
 	p := &proc{id: id, path: spec.out, exited: make(chan struct{})}
-	p.cmd = exec.Command(os.Args[0], "-test.run=^TestHelperMember$", "-test.count=1", "-test.timeout=10m")
+	p.cmd = exec.Command(os.Args[0])
 	p.cmd.Env = append(os.Environ(), spec.encode()...)
 	if os.Getenv("GORACE") == "" {
 		p.cmd.Env = append(p.cmd.Env, "GORACE=atexit_sleep_ms=0")
