@@ -23,6 +23,7 @@ func benchmarks() []benchmark {
 		{name: "order", summary: "throughput and latency of a delivery mode against unordered delivery", run: runBenchOrder},
 		{name: "pubsub", summary: "bytes per published byte, throughput and latency of topics against the whole group", run: runBenchPubSub},
 		{name: "viewchange", summary: "time for a loaded group to go on without a member killed with SIGKILL", run: runBenchViewChange},
+		{name: "psnode", summary: "a member process of the pubsub benchmark with -netns", run: runBenchPSNode, hidden: true},
 		{name: "vcnode", summary: "a member process of the viewchange benchmark", run: runBenchVCNode, hidden: true},
 		{name: "join", summary: "state transfer into a joiner from several donors in parallel against one", run: runBenchJoin},
 		{name: "joinnode", summary: "a member process of the join benchmark", run: runBenchJoinNode, hidden: true},

@@ -73,15 +73,12 @@ func newNetnsFleet(ctx context.Context, o netnsOptions) (_ *netnsFleet, err erro
 	}()
 	o.log.Debug("switch up", "name", sw.Name(), "hosts", o.nodes, "rate_mbit", o.rateMbit)
 
-	var peers []string
-	for i, h := range sw.Hosts() {
-		peers = append(peers, fmt.Sprintf("%d=%s", nodeID(i), net.JoinHostPort(h.Addr.String(), strconv.Itoa(nodePort))))
-	}
-	for i, h := range sw.Hosts() {
+	peers, addrs := netnsPeers(sw)
+	for i, addr := range addrs {
 		args := []string{"bench", "node",
 			"-id", strconv.Itoa(int(nodeID(i))),
-			"-listen", net.JoinHostPort(h.Addr.String(), strconv.Itoa(nodePort)),
-			"-peers", strings.Join(peers, ","),
+			"-listen", addr,
+			"-peers", peers,
 			"-block", strconv.Itoa(o.block),
 			"-sockbuf", strconv.Itoa(o.sockBuf),
 			"-transport", o.transport,
@@ -144,4 +141,16 @@ func (f *netnsFleet) events() <-chan nodeEvent { return f.nodes.ev }
 // that linger) and removes the switch.
 func (f *netnsFleet) Close() error {
 	return errors.Join(f.nodes.close(nodeExitTimeout), f.sw.Close())
+}
+
+// netnsPeers returns the -peers flag of the nodes on sw's hosts, node i
+// on host i at port nodePort, and each one's address.
+func netnsPeers(sw *netns.Switch) (peers string, addrs []string) {
+	var list []string
+	for i, h := range sw.Hosts() {
+		addr := net.JoinHostPort(h.Addr.String(), strconv.Itoa(nodePort))
+		list = append(list, fmt.Sprintf("%d=%s", nodeID(i), addr))
+		addrs = append(addrs, addr)
+	}
+	return strings.Join(list, ","), addrs
 }

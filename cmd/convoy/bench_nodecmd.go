@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/convoy-gcs/convoy"
 	"github.com/convoy-gcs/convoy/rdma"
 )
 
@@ -37,14 +38,9 @@ func runBenchNode(ctx context.Context, args []string, c *cli) error {
 	if *id == 0 || *listen == "" {
 		return usagef("bench node: -id and -listen are required")
 	}
-	book := &addrBook{}
-	for _, kv := range strings.Split(*peersFlag, ",") {
-		k, v, ok := strings.Cut(kv, "=")
-		pid, err := strconv.ParseUint(k, 10, 64)
-		if !ok || err != nil {
-			return usagef("bench node: bad -peers entry %q", kv)
-		}
-		book.set(rdma.NodeID(pid), v)
+	book, _, err := parsePeers("bench node", *peersFlag)
+	if err != nil {
+		return err
 	}
 	log := newLogger(c.stderr, *verbose).With("node", *id)
 
@@ -81,4 +77,20 @@ func runBenchNode(ctx context.Context, args []string, c *cli) error {
 		}
 	}
 	return sc.Err()
+}
+
+// parsePeers parses a -peers flag of command cmd: id=host:port,...
+func parsePeers(cmd, peers string) (*addrBook, []convoy.Member, error) {
+	book := &addrBook{}
+	var members []convoy.Member
+	for _, kv := range strings.Split(peers, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		id, err := strconv.ParseUint(k, 10, 64)
+		if !ok || err != nil || id == 0 {
+			return nil, nil, usagef("%s: bad -peers entry %q", cmd, kv)
+		}
+		book.set(rdma.NodeID(id), v)
+		members = append(members, convoy.Member{ID: rdma.NodeID(id), Addr: v})
+	}
+	return book, members, nil
 }

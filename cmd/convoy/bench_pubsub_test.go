@@ -2,10 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/convoy-gcs/convoy/internal/netns"
 )
 
 // TestBenchPubSub runs a short "bench pubsub": two phases, each with
@@ -14,8 +18,29 @@ import (
 // receives every message.
 func TestBenchPubSub(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	code, out, errOut := runCommand(t, &cli{}, "bench", "pubsub", "-nodes", "3", "-topics", "3", "-subscribers", "1",
-		"-size", "1KiB", "-duration", "300ms", "-warmup", "100ms", "-json")
+	checkBenchPubSub(t, &cli{}, 0)
+}
+
+// TestBenchPubSubNetns runs the benchmark with each member a process in
+// a network namespace of its own, on shaped links. It needs root, ip and
+// tc.
+func TestBenchPubSubNetns(t *testing.T) {
+	if err := netns.Check(); err != nil {
+		t.Skip(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBenchPubSub(t, &cli{self: selfExec{path: self, env: []string{childEnv + "=1"}}}, 1000, "-netns", "-rate", "1000")
+}
+
+// checkBenchPubSub runs a short "bench pubsub" with args, links shaped to
+// linkMbit, and checks its results.
+func checkBenchPubSub(t *testing.T, c *cli, linkMbit int, args ...string) {
+	t.Helper()
+	code, out, errOut := runCommand(t, c, append([]string{"bench", "pubsub", "-nodes", "3", "-topics", "3", "-subscribers", "1",
+		"-size", "1KiB", "-duration", "300ms", "-warmup", "100ms", "-json"}, args...)...)
 	if code != 0 {
 		t.Fatalf("exit status %d:\n%s", code, errOut)
 	}
@@ -27,8 +52,11 @@ func TestBenchPubSub(t *testing.T) {
 		if err := dec.Decode(&r); err != nil {
 			t.Fatalf("line %d %q: %v", i, line, err)
 		}
-		if r.Published <= 0 || r.Delivered <= 0 || r.RecvPerByte <= 0 || r.P99Millis < r.P50Millis {
-			t.Errorf("line %q: want traffic, deliveries and p50 ≤ p99", line)
+		if r.Published <= 0 || r.Delivered <= 0 || r.RecvPerByte <= 0 || r.P50Millis <= 0 || r.P99Millis < r.P50Millis {
+			t.Errorf("line %q: want traffic, deliveries and 0 < p50 ≤ p99", line)
+		}
+		if r.LinkMbit != linkMbit || r.Nodes != 3 || r.Subscribers != 1 {
+			t.Errorf("line %q: want 3 members, 1 subscriber, links at %d Mbit/s", line, linkMbit)
 		}
 		rs = append(rs, r)
 	}
@@ -47,9 +75,39 @@ func TestBenchPubSubFlags(t *testing.T) {
 		{"-topics", "0"},
 		{"-size", "8"},
 		{"-window", "0"},
+		{"-publish-rate", "-1"},
+		{"-rate", "100"}, // without -netns
+		{"-netns", "-rate", "-1"},
 	} {
 		if code, _, _ := runCommand(t, &cli{}, append([]string{"bench", "pubsub"}, args...)...); code == 0 {
 			t.Errorf("%v: accepted", args)
 		}
+	}
+}
+
+// TestLatencyHist: quantiles of a histogram, and of two merged, are
+// those of the samples to within a bucket.
+func TestLatencyHist(t *testing.T) {
+	var a, b latencyHist
+	for i := 1; i <= 1000; i++ {
+		a.add(time.Duration(i) * time.Microsecond)
+		b.add(time.Duration(1000+i) * time.Microsecond)
+	}
+	for _, tc := range []struct {
+		h    *latencyHist
+		q    float64
+		want time.Duration
+	}{
+		{&a, 0.5, 500 * time.Microsecond},
+		{&a, 0.99, 990 * time.Microsecond},
+		{&latencyHist{}, 0.5, 0},
+	} {
+		if got := tc.h.quantile(tc.q); got < tc.want*99/100 || got > tc.want*102/100 {
+			t.Errorf("quantile %v of %d samples: %v, want %v within 1%%", tc.q, tc.h.N, got, tc.want)
+		}
+	}
+	a.merge(&b)
+	if got, want := a.quantile(0.5), 1000*time.Microsecond; a.N != 2000 || got < want*99/100 || got > want*102/100 {
+		t.Errorf("merged: %d samples, median %v, want 2000 and %v", a.N, got, want)
 	}
 }
