@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/convoy-gcs/convoy"
+	"github.com/convoy-gcs/convoy/internal/testproc"
 )
 
 // envLogs, set to anything, makes the test print the members' logs even
@@ -72,7 +73,7 @@ type proc struct {
 	run  int
 	cmd  *exec.Cmd
 	path string // its records
-	logs lockedBuffer
+	logs testproc.Output
 	// priorAcks are the payloads reported durable, as recorded by any
 	// member, before this process started: they were on every member's
 	// disk by then, so this run must find them.
@@ -477,22 +478,4 @@ func (c *cluster) finish() {
 	c.checkLogs(h, ps[0].summary().lastIndex)
 	c.t.Logf("%d runs, %d payloads reported durable, %d indexes delivered; members:\n%s",
 		len(c.procs), len(h.acks), len(h.payloadAt), c.status())
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return slices.Clone(b.buf.Bytes())
 }

@@ -1,18 +1,9 @@
 package orderproc
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
-	"os/exec"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -64,141 +55,22 @@ func TestProcesses(t *testing.T) {
 // their exit.
 const groupTimeout = memberTimeout + 30*time.Second
 
-// child is one member process.
-type child struct {
-	id     convoy.NodeID
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	output bytes.Buffer // stdout lines other than the summary, and stderr
-	mu     sync.Mutex   // guards output
-}
-
-func (c *child) log(line string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.output.WriteString(line)
-	c.output.WriteByte('\n')
-}
-
-func (c *child) logged() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.output.String()
-}
-
-// report is a member's summary, or why there is none.
-type report struct {
-	id  convoy.NodeID
-	sum summary
-	err error
-}
-
 // runGroup starts n member processes and returns their summaries, by rank.
 func runGroup(t *testing.T, mode convoy.Mode, n, count int) []summary {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), groupTimeout)
-	defer cancel()
 	members := make([]convoy.Member, n)
-	for i, addr := range freeAddrs(t, n) {
+	for i, addr := range testproc.FreeAddrs(t, n) {
 		members[i] = convoy.Member{ID: convoy.NodeID(i + 1), Addr: addr}
 	}
-
-	reports := make(chan report, n)
-	children := make([]*child, n)
-	var readers sync.WaitGroup
-	for i, m := range members {
-		c := &child{id: m.ID}
-		c.cmd = exec.CommandContext(ctx, os.Args[0])
-		c.cmd.Env = append(os.Environ(), encodeSpec(m.ID, members, mode, count)...)
-		c.cmd.Stderr = writerFunc(func(p []byte) (int, error) {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			return c.output.Write(p)
-		})
-		stdout, err := c.cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.stdin, err = c.cmd.StdinPipe(); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.cmd.Start(); err != nil {
-			t.Fatalf("start member %d: %v", m.ID, err)
-		}
-		children[i] = c
-		readers.Go(func() { c.read(stdout, reports) })
-	}
-	// However the test ends, stop every member and reap it: closing stdin
-	// tells a member that has reported to exit; a failed test kills them.
-	defer func() {
-		if t.Failed() {
-			cancel()
-		}
-		for _, c := range children {
-			if c != nil {
-				c.stdin.Close()
-			}
-		}
-		readers.Wait()
-		for _, c := range children {
-			if c == nil {
-				continue
-			}
-			if err := c.cmd.Wait(); err != nil && !t.Failed() {
-				t.Errorf("member %d: %v\n%s", c.id, err, c.logged())
-			}
-		}
-	}()
-
-	sums := make([]summary, n)
-	for range n {
-		select {
-		case r := <-reports:
-			if r.err != nil {
-				t.Fatalf("member %d: %v\n%s", r.id, r.err, children[r.id-1].logged())
-			}
-			sums[r.id-1] = r.sum
-		case <-ctx.Done():
-			var out strings.Builder
-			for _, c := range children {
-				fmt.Fprintf(&out, "--- member %d:\n%s", c.id, c.logged())
-			}
-			t.Fatalf("no summary from every member after %v:\n%s", groupTimeout, out.String())
+	sums := testproc.Summaries[summary](t, groupTimeout, n, summaryPrefix, func(i int) []string {
+		return encodeSpec(members[i].ID, members, mode, count)
+	})
+	for i, s := range sums {
+		if s.Member != members[i].ID {
+			t.Fatalf("member %d's summary names member %d", members[i].ID, s.Member)
 		}
 	}
 	return sums
-}
-
-// read reads the child's stdout to its end. It sends one report: the
-// summary as soon as it arrives (the member waits for the others before
-// it exits), or why there is none once the output ends. Other lines are
-// kept for diagnostics.
-func (c *child) read(stdout io.Reader, reports chan<- report) {
-	sent := false
-	sc := bufio.NewScanner(stdout)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), summaryPrefix)
-		if !ok || sent {
-			c.log(sc.Text())
-			continue
-		}
-		r := report{id: c.id}
-		r.err = json.Unmarshal([]byte(line), &r.sum)
-		if r.err == nil && r.sum.Member != c.id {
-			r.err = fmt.Errorf("summary names member %d", r.sum.Member)
-		}
-		reports <- r
-		sent = true
-	}
-	if sent {
-		return
-	}
-	err := errors.New("exited without a summary")
-	if serr := sc.Err(); serr != nil {
-		err = fmt.Errorf("reading output: %w", serr)
-	}
-	reports <- report{id: c.id, err: err}
 }
 
 // checkSummaries compares the members' summaries: each delivered every
@@ -243,24 +115,3 @@ func divergence(a, b summary) string {
 	}
 	return fmt.Sprintf("after delivery %d", min(len(a.Checkpoints), len(b.Checkpoints))*checkpointEvery)
 }
-
-// freeAddrs returns n loopback addresses whose ports were free a moment
-// ago.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		addrs = append(addrs, ln.Addr().String())
-	}
-	return addrs
-}
-
-// writerFunc adapts a function to io.Writer.
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -2,15 +2,12 @@ package topicproc
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -257,142 +254,21 @@ func topicSubs(name string) []convoy.NodeID {
 // their exit.
 const groupTimeout = memberTimeout + 30*time.Second
 
-// child is one member process.
-type child struct {
-	id     uint64
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	mu     sync.Mutex
-	output bytes.Buffer // stdout lines other than the summary, and stderr
-}
-
-func (c *child) log(p []byte) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.output.Write(p)
-}
-
-func (c *child) logged() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.output.String()
-}
-
-type report struct {
-	id  uint64
-	sum summary
-	err error
-}
-
 // runGroup starts n member processes and returns their summaries, by
 // rank.
 func runGroup(t *testing.T, n, count int) []summary {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), groupTimeout)
-	defer cancel()
 	var list []string
-	for i, addr := range freeAddrs(t, n) {
+	for i, addr := range testproc.FreeAddrs(t, n) {
 		list = append(list, fmt.Sprintf("%d=%s", i+1, addr))
 	}
-	reports := make(chan report, n)
-	children := make([]*child, n)
-	var readers sync.WaitGroup
-	for i := range n {
-		c := &child{id: uint64(i + 1)}
-		c.cmd = exec.CommandContext(ctx, os.Args[0])
-		c.cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", envMember, c.id), envMembers+"="+strings.Join(list, ","), fmt.Sprintf("%s=%d", envCount, count))
-		c.cmd.Stderr = writerFunc(func(p []byte) (int, error) { c.log(p); return len(p), nil })
-		stdout, err := c.cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.stdin, err = c.cmd.StdinPipe(); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.cmd.Start(); err != nil {
-			t.Fatalf("start member %d: %v", c.id, err)
-		}
-		children[i] = c
-		readers.Go(func() { c.read(stdout, reports) })
-	}
-	defer func() {
-		if t.Failed() {
-			cancel()
-		}
-		for _, c := range children {
-			c.stdin.Close()
-		}
-		readers.Wait()
-		for _, c := range children {
-			if err := c.cmd.Wait(); err != nil && !t.Failed() {
-				t.Errorf("member %d: %v\n%s", c.id, err, c.logged())
-			}
-		}
-	}()
-	sums := make([]summary, n)
-	for range n {
-		select {
-		case r := <-reports:
-			if r.err != nil {
-				t.Fatalf("member %d: %v\n%s", r.id, r.err, children[r.id-1].logged())
-			}
-			sums[r.id-1] = r.sum
-		case <-ctx.Done():
-			var out strings.Builder
-			for _, c := range children {
-				fmt.Fprintf(&out, "--- member %d:\n%s", c.id, c.logged())
-			}
-			t.Fatalf("no summary from every member after %v:\n%s", groupTimeout, out.String())
+	sums := testproc.Summaries[summary](t, groupTimeout, n, summaryPrefix, func(i int) []string {
+		return []string{fmt.Sprintf("%s=%d", envMember, i+1), envMembers + "=" + strings.Join(list, ","), fmt.Sprintf("%s=%d", envCount, count)}
+	})
+	for i, s := range sums {
+		if s.Member != uint64(i+1) {
+			t.Fatalf("member %d's summary names member %d", i+1, s.Member)
 		}
 	}
 	return sums
 }
-
-// read reads the child's stdout to its end and sends one report: its
-// summary, or why there is none.
-func (c *child) read(stdout io.Reader, reports chan<- report) {
-	sent := false
-	sc := bufio.NewScanner(stdout)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
-	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), summaryPrefix)
-		if !ok || sent {
-			c.log(append(sc.Bytes(), '\n'))
-			continue
-		}
-		r := report{id: c.id}
-		r.err = json.Unmarshal([]byte(line), &r.sum)
-		if r.err == nil && r.sum.Member != c.id {
-			r.err = fmt.Errorf("summary names member %d", r.sum.Member)
-		}
-		reports <- r
-		sent = true
-	}
-	if !sent {
-		err := errors.New("exited without a summary")
-		if serr := sc.Err(); serr != nil {
-			err = fmt.Errorf("reading output: %w", serr)
-		}
-		reports <- report{id: c.id, err: err}
-	}
-}
-
-// freeAddrs returns n loopback addresses whose ports were free a moment
-// ago.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		addrs = append(addrs, ln.Addr().String())
-	}
-	return addrs
-}
-
-type writerFunc func(p []byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -18,6 +18,7 @@ import (
 	"github.com/convoy-gcs/convoy"
 	"github.com/convoy-gcs/convoy/etcddev"
 	"github.com/convoy-gcs/convoy/internal/netns"
+	"github.com/convoy-gcs/convoy/internal/testproc"
 )
 
 // envEtcdListen makes the test binary, run with
@@ -65,7 +66,7 @@ type network struct {
 	// endpoints are etcd's client URLs.
 	endpoints []string
 	etcd      *exec.Cmd
-	etcdLogs  lockedBuffer
+	etcdLogs  testproc.Output
 }
 
 // newNetwork builds a switch of members+1 unshaped hosts and starts etcd

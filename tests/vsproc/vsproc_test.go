@@ -223,7 +223,7 @@ type proc struct {
 	id   uint64
 	cmd  *exec.Cmd
 	path string // its records
-	logs lockedBuffer
+	logs testproc.Output
 	// exited is closed once the process has exited, with waitErr.
 	exited  chan struct{}
 	waitErr error
@@ -775,22 +775,4 @@ func (p *proc) exclusions() []uint64 {
 		out = append(out, r.Excluded.Epoch)
 	}
 	return out
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return slices.Clone(b.buf.Bytes())
 }
