@@ -95,10 +95,14 @@ func appendRate(ctx context.Context, dir string, c Config) (float64, error) {
 	counted := 0
 	start := time.Now()
 	measureFrom, end := start.Add(c.Warmup), start.Add(c.Warmup+c.Duration)
+	// The measured interval starts with the first batch begun after the
+	// warm-up and ends after the last one begun before end; it holds at
+	// least one batch, however long a sync takes (a batch of the warm-up
+	// that ends past end does not leave it empty).
 	var measuredStart time.Time
 	for {
 		now := time.Now()
-		if now.After(end) || ctx.Err() != nil {
+		if ctx.Err() != nil || now.After(end) && !measuredStart.IsZero() {
 			break
 		}
 		if measuredStart.IsZero() && !now.Before(measureFrom) {

@@ -26,6 +26,9 @@ func TestRate(t *testing.T) {
 	}{
 		{"two instances", context.Background(), Config{Instances: 2, RecordBytes: 64, Batch: 10, Warmup: 10 * time.Millisecond, Duration: 50 * time.Millisecond}, ""},
 		{"default batch", context.Background(), Config{Instances: 1, RecordBytes: 8, Duration: 20 * time.Millisecond}, ""},
+		// Every sync takes longer than the whole interval: it still holds
+		// one batch.
+		{"interval shorter than a sync", context.Background(), Config{Instances: 2, RecordBytes: 64, Warmup: time.Nanosecond, Duration: time.Nanosecond}, ""},
 		{"cancelled", cancelled, Config{Instances: 1, RecordBytes: 64, Duration: time.Second}, "ended before the measured interval"},
 		{"no instances", context.Background(), Config{RecordBytes: 64, Duration: time.Second}, "bad config"},
 		{"short records", context.Background(), Config{Instances: 1, RecordBytes: 7, Duration: time.Second}, "bad config"},
