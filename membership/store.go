@@ -30,6 +30,12 @@ const DefaultLeaseTTL = 5 * time.Second
 // ErrStoreClosed is what Store.Err reports after Close.
 var ErrStoreClosed = errors.New("membership: store closed")
 
+// ErrMalformedRecord is what the Err of a RefusedJoin in State.Refused
+// wraps when the record itself does not decode: a registration or join
+// request whose key names no member, whose value is not the JSON of one,
+// or names another member than its key.
+var ErrMalformedRecord = errors.New("membership: malformed record")
+
 const (
 	// maxReason bounds a suspicion's reason text.
 	maxReason = 1024
@@ -260,17 +266,41 @@ type joinRequest struct {
 	Proof []byte  `json:"proof,omitempty"`
 }
 
-// RefusedJoin is a join request or a registration that the store's
-// JoinAuth refused: it stays in etcd, on the lease of whoever wrote it,
-// but no view admits it and no decision counts it.
+// RefusedJoin is a join request or a registration that the store
+// refused, because it does not decode or because the store's JoinAuth
+// refused its proof: it stays in etcd, on the lease of whoever wrote it,
+// but no view admits it and no decision counts it. Whether a record is
+// refused depends on its key and value only (and the JoinAuth's
+// certificate authorities), so every member refuses the same ones.
 type RefusedJoin struct {
 	// Kind says whether it is a join request or a registration.
-	Kind   RefusedKind
+	Kind RefusedKind
+	// Member is the member the record names; for a record that does not
+	// decode, only the ID its key names (zero if none).
 	Member Member
-	// Err says why; it wraps one of ErrJoinProofMissing,
-	// ErrJoinProofMalformed, ErrJoinCertificate, ErrJoinIdentity and
-	// ErrJoinSignature.
+	// Key is the record's etcd key and Revision its mod revision: a
+	// record written again has a later one.
+	Key      string
+	Revision int64
+	// Err says why; it wraps ErrMalformedRecord, or one of
+	// ErrJoinProofMissing, ErrJoinProofMalformed, ErrJoinCertificate,
+	// ErrJoinIdentity and ErrJoinSignature.
 	Err error
+}
+
+// refuse returns the RefusedJoin of record kv, of kind, for err.
+func refuse(kind RefusedKind, kv *mvccpb.KeyValue, m Member, err error) RefusedJoin {
+	return RefusedJoin{Kind: kind, Member: m, Key: string(kv.Key), Revision: kv.ModRevision, Err: err}
+}
+
+// malformed returns the RefusedJoin of record kv, of kind, stored under
+// dir/{id}, which failed to decode with err.
+func malformed(kind RefusedKind, kv *mvccpb.KeyValue, dir string, err error) RefusedJoin {
+	var m Member
+	if parts, perr := splitKey(string(kv.Key), dir, 1); perr == nil {
+		m.ID, _ = parseID(parts[0])
+	}
+	return refuse(kind, kv, m, fmt.Errorf("%w: %w", ErrMalformedRecord, err))
 }
 
 // RefusedKind is the kind of a record a JoinAuth refused.
@@ -368,27 +398,31 @@ func (s *Store) forgetVerdicts(records ...[]*mvccpb.KeyValue) {
 	s.verdicts = keep
 }
 
-// decodeRegistrations decodes the registrations kvs: with a JoinAuth,
-// those it admits, and those it refuses apart.
-func (s *Store) decodeRegistrations(kvs []*mvccpb.KeyValue) (map[ID]Member, []RefusedJoin, error) {
+// decodeRegistrations decodes the registrations kvs: those that decode
+// and, with a JoinAuth, that it admits, and the others apart. A record
+// that does not decode is refused rather than failing the read: anyone
+// who may write under the prefix could otherwise stop every member from
+// reading the group's state.
+func (s *Store) decodeRegistrations(kvs []*mvccpb.KeyValue) (map[ID]Member, []RefusedJoin) {
 	regs := make(map[ID]Member, len(kvs))
 	var refused []RefusedJoin
 	for _, kv := range kvs {
 		m, err := decodeMember(kv, s.k.members())
 		if err != nil {
-			return nil, nil, err
+			refused = append(refused, malformed(RefusedRegistration, kv, s.k.members(), err))
+			continue
 		}
 		if s.auth != nil {
 			var reg registration
 			err := json.Unmarshal(kv.Value, &reg)
 			if err := s.checkRegistration(kv, m, &reg, err); err != nil {
-				refused = append(refused, RefusedJoin{Kind: RefusedRegistration, Member: m, Err: err})
+				refused = append(refused, refuse(RefusedRegistration, kv, m, err))
 				continue
 			}
 		}
 		regs[m.ID] = m
 	}
-	return regs, refused, nil
+	return regs, refused
 }
 
 // RequestLeave asks for m to be left out of the coming view. The request
@@ -664,9 +698,7 @@ func (s *Store) Recover(ctx context.Context, v View) error {
 		if in.Current.Epoch != v.Epoch-1 {
 			return fmt.Errorf("membership: recover view %d: view %d is current: %w", v.Epoch, in.Current.Epoch, ErrConflict)
 		}
-		if in.Registered, _, err = s.decodeRegistrations(r(1)); err != nil {
-			return err
-		}
+		in.Registered, _ = s.decodeRegistrations(r(1))
 		marks, err := decodeCaughtUp(s.k, r(2))
 		if err != nil {
 			return err
@@ -739,8 +771,10 @@ type State struct {
 	// JoinAuth (StoreConfig), only the requests it admits.
 	Joins    []Member
 	JoinLogs map[ID]LogPos
-	// Refused lists the join requests and registrations the store's
-	// JoinAuth refused, sorted by ID, then kind.
+	// Refused lists the join requests and registrations the store
+	// refused, sorted by ID, then kind, then key: those that do not
+	// decode (ErrMalformedRecord) and, with a JoinAuth, those whose proof
+	// it refused.
 	Refused []RefusedJoin
 	// Leaves holds the pending leave requests.
 	Leaves map[ID]bool
@@ -827,21 +861,19 @@ func (s *Store) decodeState(rev int64, cur View, members, joins, leaves, suspect
 		Suspects: make(map[ID]map[ID]string),
 		Reports:  make(map[ID]Report, len(reports)),
 	}
-	var err error
-	if st.Registered, st.Refused, err = s.decodeRegistrations(members); err != nil {
-		return State{}, err
-	}
+	st.Registered, st.Refused = s.decodeRegistrations(members)
 	st.JoinLogs = make(map[ID]LogPos)
 	for _, kv := range joins {
 		m, err := decodeMember(kv, s.k.joins())
 		if err != nil {
-			return State{}, err
+			st.Refused = append(st.Refused, malformed(RefusedJoinRequest, kv, s.k.joins(), err))
+			continue
 		}
 		var req joinRequest
 		err = json.Unmarshal(kv.Value, &req)
 		if s.auth != nil {
 			if err := s.checkJoin(kv, m, &req, err); err != nil {
-				st.Refused = append(st.Refused, RefusedJoin{Member: m, Err: err})
+				st.Refused = append(st.Refused, refuse(RefusedJoinRequest, kv, m, err))
 				continue
 			}
 		}
@@ -855,7 +887,7 @@ func (s *Store) decodeState(rev int64, cur View, members, joins, leaves, suspect
 	}
 	slices.SortFunc(st.Joins, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
 	slices.SortFunc(st.Refused, func(a, b RefusedJoin) int {
-		return cmp.Or(cmp.Compare(a.Member.ID, b.Member.ID), cmp.Compare(a.Kind, b.Kind))
+		return cmp.Or(cmp.Compare(a.Member.ID, b.Member.ID), cmp.Compare(a.Kind, b.Kind), strings.Compare(a.Key, b.Key))
 	})
 	for _, kv := range leaves {
 		m, err := decodeMember(kv, s.k.leaves())

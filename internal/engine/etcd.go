@@ -39,7 +39,8 @@ type member struct {
 	abandon bool
 	// refusedSeen holds the refused join requests and registrations
 	// already logged and counted (refused), by kind, member and
-	// incarnation; only the watch goroutine uses it.
+	// incarnation, or by key and revision for a record that does not
+	// decode; only the watch goroutine uses it.
 	refusedSeen map[refusedKey]bool
 
 	mu struct {
@@ -249,16 +250,20 @@ func (m *member) resolve(id NodeID) (string, error) {
 	return "", fmt.Errorf("convoy: no address known for member %d", id)
 }
 
-// refusedKey identifies a refused record once per incarnation.
+// refusedKey identifies a refused record once per incarnation, or, for
+// a record that does not decode, once per key and revision.
 type refusedKey struct {
 	kind            membership.RefusedKind
 	id, incarnation uint64
+	key             string
+	revision        int64
 }
 
-// refused logs and counts the join requests and registrations refused
-// for their proof, once per incarnation: they stay in etcd, on the
-// leases of whoever wrote them, and every state read lists them again.
-// It runs on the watch goroutine.
+// refused logs and counts the join requests and registrations refused,
+// for their proof once per incarnation, for not decoding once per key
+// and revision: they stay in etcd, on the leases of whoever wrote them,
+// and every state read lists them again. It runs on the watch
+// goroutine.
 func (m *member) refused(g *Group, refused []membership.RefusedJoin) {
 	if len(refused) == 0 && len(m.refusedSeen) == 0 {
 		return
@@ -268,7 +273,11 @@ func (m *member) refused(g *Group, refused []membership.RefusedJoin) {
 	m.mu.Unlock()
 	seen := make(map[refusedKey]bool, len(refused))
 	for _, r := range refused {
+		bad := errors.Is(r.Err, membership.ErrMalformedRecord)
 		key := refusedKey{kind: r.Kind, id: r.Member.ID, incarnation: r.Member.Incarnation}
+		if bad {
+			key = refusedKey{kind: r.Kind, key: r.Key, revision: r.Revision}
+		}
 		seen[key] = true
 		if m.refusedSeen[key] {
 			continue
@@ -283,9 +292,12 @@ func (m *member) refused(g *Group, refused []membership.RefusedJoin) {
 		if r.Kind == membership.RefusedRegistration {
 			what = "registration"
 		}
-		if r.Member == self {
+		switch {
+		case bad:
+			g.log.Warn("ignored a "+what+" that does not decode", "key", r.Key, "revision", r.Revision, "err", r.Err)
+		case r.Member == self:
 			g.log.Error("this member's "+what+" fails its own check", "incarnation", r.Member.Incarnation, "err", r.Err)
-		} else {
+		default:
 			g.log.Warn("refused a "+what, "member", r.Member.ID, "incarnation", r.Member.Incarnation, "addr", r.Member.Addr, "err", r.Err)
 		}
 	}
