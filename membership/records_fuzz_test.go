@@ -84,12 +84,14 @@ func FuzzDecodeRecords(f *testing.F) {
 		case 4:
 			s.decodeState(1, View{Epoch: epoch}, nil, nil, nil, kv, nil, nil)
 		case 5:
-			if rs, err := decodeRecoveries(kv, k.recoveriesAt(epoch), epoch); err == nil {
-				for id, r := range rs {
-					if r.Epoch != epoch || r.Member.ID != id {
-						t.Fatalf("claim %+v decoded as member %d's, from key %q", r, id, key)
-					}
+			rs, refused := s.decodeRecoveries(kv, epoch)
+			for id, r := range rs {
+				if r.Epoch != epoch || r.Member.ID != id || idKey(id) != key {
+					t.Fatalf("claim %+v decoded as member %d's, from key %q", r, id, key)
 				}
+			}
+			if len(rs)+len(refused) != 1 || len(refused) == 1 && !errors.Is(refused[0].Err, ErrMalformedRecord) {
+				t.Fatalf("claims %v, refused %v: want the record in one of them", rs, refused)
 			}
 		case 6:
 			s.decodeState(1, View{Epoch: epoch, Members: []Member{{ID: 1, Incarnation: 5}}}, nil, nil, nil, nil, nil, kv)

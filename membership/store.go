@@ -62,10 +62,11 @@ type StoreConfig struct {
 	// Logger receives the store's messages. Nil means slog.Default().
 	Logger *slog.Logger
 	// JoinAuth, if set, proves the store's join requests (RequestJoin,
-	// RequestJoinFrom) and registrations (Register) and checks
-	// everyone's: State lists a request or a registration that fails the
-	// check in State.Refused, not in State.Joins or State.Registered, so
-	// that no view admits it and no decision counts it. Every member of a
+	// RequestJoinFrom), registrations (Register) and restart claims
+	// (PutRecovery) and checks everyone's: State lists a request, a
+	// registration or a claim that fails the check in State.Refused, not
+	// in State.Joins, State.Registered or State.Recoveries, so that no
+	// view admits it and no decision counts it. Every member of a
 	// group whose members authenticate each other with TLS sets it, with
 	// the same certificate authorities; nil, no proof is made or checked.
 	JoinAuth *JoinAuth
@@ -266,14 +267,15 @@ type joinRequest struct {
 	Proof []byte  `json:"proof,omitempty"`
 }
 
-// RefusedJoin is a join request or a registration that the store
-// refused, because it does not decode or because the store's JoinAuth
+// RefusedJoin is a join request, a registration or a restart claim that
+// the store refused, because it does not decode or because the store's JoinAuth
 // refused its proof: it stays in etcd, on the lease of whoever wrote it,
 // but no view admits it and no decision counts it. Whether a record is
 // refused depends on its key and value only (and the JoinAuth's
 // certificate authorities), so every member refuses the same ones.
 type RefusedJoin struct {
-	// Kind says whether it is a join request or a registration.
+	// Kind says whether it is a join request, a registration or a
+	// restart claim.
 	Kind RefusedKind
 	// Member is the member the record names; for a record that does not
 	// decode, only the ID its key names (zero if none).
@@ -311,6 +313,9 @@ const (
 	RefusedJoinRequest RefusedKind = iota
 	// RefusedRegistration: a registration (Register).
 	RefusedRegistration
+	// RefusedRestart: a claim to restart the group from the members'
+	// logs (PutRecovery).
+	RefusedRestart
 )
 
 func (k RefusedKind) String() string {
@@ -319,11 +324,14 @@ func (k RefusedKind) String() string {
 		return "join"
 	case RefusedRegistration:
 		return "registration"
+	case RefusedRestart:
+		return "restart"
 	}
 	return fmt.Sprintf("RefusedKind(%d)", uint8(k))
 }
 
-// verdict is JoinAuth's verdict on a join request or a registration at
+// verdict is JoinAuth's verdict on a join request, a registration or a
+// restart claim at
 // one mod revision, with one set of certificate authorities.
 type verdict struct {
 	mod   int64
@@ -344,6 +352,14 @@ func (s *Store) checkJoin(kv *mvccpb.KeyValue, m Member, req *joinRequest, decod
 func (s *Store) checkRegistration(kv *mvccpb.KeyValue, m Member, reg *registration, decodeErr error) error {
 	return s.check(kv, decodeErr, func(roots *x509.CertPool, usage x509.ExtKeyUsage) error {
 		return verifyProof(roots, usage, m.ID, RegistrationMessage(s.k.p, m), reg.Proof)
+	})
+}
+
+// checkRestart returns JoinAuth's verdict on the restart claim kv,
+// whose value decoded as claim (or failed to, with decodeErr).
+func (s *Store) checkRestart(kv *mvccpb.KeyValue, claim *restartClaim, decodeErr error) error {
+	return s.check(kv, decodeErr, func(roots *x509.CertPool, usage x509.ExtKeyUsage) error {
+		return verifyProof(roots, usage, claim.Member.ID, RestartMessage(s.k.p, claim.Recovery), claim.Proof)
 	})
 }
 
@@ -376,7 +392,8 @@ func (s *Store) check(kv *mvccpb.KeyValue, decodeErr error, verify func(*x509.Ce
 }
 
 // forgetVerdicts drops the cached verdicts on records not among those
-// given (the join requests and registrations of a state).
+// given (the join requests, registrations and restart claims of a
+// state).
 func (s *Store) forgetVerdicts(records ...[]*mvccpb.KeyValue) {
 	s.vmu.Lock()
 	defer s.vmu.Unlock()
@@ -452,9 +469,24 @@ func (s *Store) MarkCaughtUp(ctx context.Context, epoch uint64, m Member) error 
 
 // PutRecovery records r, a restarted member's claim to restart view
 // r.Epoch after most of that view failed (see DecideRecovery), on the
-// store's lease.
+// store's lease. With a JoinAuth (StoreConfig), the claim carries its
+// proof.
 func (s *Store) PutRecovery(ctx context.Context, r Recovery) error {
-	return s.putLeased(ctx, "put recovery claim", s.k.recovery(r.Epoch, r.Member.ID), r)
+	claim := restartClaim{Recovery: r}
+	if s.auth != nil {
+		var err error
+		if claim.Proof, err = s.auth.ProveRestart(s.k.p, r); err != nil {
+			return fmt.Errorf("membership: put recovery claim: %w", err)
+		}
+	}
+	return s.putLeased(ctx, "put recovery claim", s.k.recovery(r.Epoch, r.Member.ID), claim)
+}
+
+// restartClaim is the value of a restart claim: the claim, and its proof
+// (JoinAuth) if the group asks for one.
+type restartClaim struct {
+	Recovery
+	Proof []byte `json:"proof,omitempty"`
 }
 
 // PutReport records r, a member's final report for view r.Epoch, unless
@@ -704,9 +736,7 @@ func (s *Store) Recover(ctx context.Context, v View) error {
 			return err
 		}
 		in.CaughtUp = caughtUpSet(&in.Current, marks)
-		if in.Recoveries, err = decodeRecoveries(r(3), s.k.recoveriesAt(in.Current.Epoch), in.Current.Epoch); err != nil {
-			return err
-		}
+		in.Recoveries, _ = s.decodeRecoveries(r(3), in.Current.Epoch)
 		if err := checkRecovered(in, &v); err != nil {
 			return err
 		}
@@ -771,10 +801,10 @@ type State struct {
 	// JoinAuth (StoreConfig), only the requests it admits.
 	Joins    []Member
 	JoinLogs map[ID]LogPos
-	// Refused lists the join requests and registrations the store
-	// refused, sorted by ID, then kind, then key: those that do not
-	// decode (ErrMalformedRecord) and, with a JoinAuth, those whose proof
-	// it refused.
+	// Refused lists the join requests, registrations and restart claims
+	// the store refused, sorted by ID, then kind, then key: those that do
+	// not decode (ErrMalformedRecord) and, with a JoinAuth, those whose
+	// proof it refused.
 	Refused []RefusedJoin
 	// Leaves holds the pending leave requests.
 	Leaves map[ID]bool
@@ -788,7 +818,8 @@ type State struct {
 	// Current the mark must name its incarnation there.
 	CaughtUp map[ID]bool
 	// Recoveries holds the claims to restart Current (see
-	// DecideRecovery).
+	// DecideRecovery); with a JoinAuth (StoreConfig), only those it
+	// admits.
 	Recoveries map[ID]Recovery
 	// Topics holds the topic requests (PutTopicRequest), by member ID
 	// and topic.
@@ -839,8 +870,14 @@ func (s *Store) State(ctx context.Context) (State, error) {
 		if err != nil {
 			return State{}, err
 		}
-		if st.Recoveries, err = decodeRecoveries(r(6), s.k.recoveriesAt(epoch), epoch); err != nil {
-			return State{}, err
+		var refused []RefusedJoin
+		st.Recoveries, refused = s.decodeRecoveries(r(6), epoch)
+		if len(refused) > 0 {
+			st.Refused = append(st.Refused, refused...)
+			sortRefused(st.Refused)
+		}
+		if s.auth != nil {
+			s.forgetVerdicts(r(0), r(1), r(6))
 		}
 		if st.Topics, err = decodeTopicRequests(r(7), s.k.topics()); err != nil {
 			return State{}, err
@@ -882,13 +919,8 @@ func (s *Store) decodeState(rev int64, cur View, members, joins, leaves, suspect
 			st.JoinLogs[m.ID] = *req.Log
 		}
 	}
-	if s.auth != nil {
-		s.forgetVerdicts(joins, members)
-	}
 	slices.SortFunc(st.Joins, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
-	slices.SortFunc(st.Refused, func(a, b RefusedJoin) int {
-		return cmp.Or(cmp.Compare(a.Member.ID, b.Member.ID), cmp.Compare(a.Kind, b.Kind), strings.Compare(a.Key, b.Key))
-	})
+	sortRefused(st.Refused)
 	for _, kv := range leaves {
 		m, err := decodeMember(kv, s.k.leaves())
 		if err != nil {
@@ -928,6 +960,13 @@ func (s *Store) decodeState(rev int64, cur View, members, joins, leaves, suspect
 	}
 	st.CaughtUp = caughtUpSet(&st.Current, marks)
 	return st, nil
+}
+
+// sortRefused sorts refused records as State.Refused lists them.
+func sortRefused(refused []RefusedJoin) {
+	slices.SortFunc(refused, func(a, b RefusedJoin) int {
+		return cmp.Or(cmp.Compare(a.Member.ID, b.Member.ID), cmp.Compare(a.Kind, b.Kind), strings.Compare(a.Key, b.Key))
+	})
 }
 
 // Change says that something under the store's prefix changed at
@@ -1148,28 +1187,50 @@ func decodeReport(kv *mvccpb.KeyValue, dir string, epoch uint64) (Report, error)
 	return r, nil
 }
 
-// decodeRecoveries decodes the claims stored under dir/{id} for epoch.
-func decodeRecoveries(kvs []*mvccpb.KeyValue, dir string, epoch uint64) (map[ID]Recovery, error) {
+// decodeRecoveries decodes the restart claims kvs of view epoch: those
+// that decode and, with a JoinAuth, that it admits, and the others
+// apart, as decodeRegistrations does.
+func (s *Store) decodeRecoveries(kvs []*mvccpb.KeyValue, epoch uint64) (map[ID]Recovery, []RefusedJoin) {
+	dir := s.k.recoveriesAt(epoch)
 	out := make(map[ID]Recovery, len(kvs))
+	var refused []RefusedJoin
 	for _, kv := range kvs {
-		parts, err := splitKey(string(kv.Key), dir, 1)
+		rc, err := decodeRecovery(kv, dir, epoch)
 		if err != nil {
-			return nil, fmt.Errorf("membership: %w", err)
+			refused = append(refused, malformed(RefusedRestart, kv, dir, err))
+			continue
 		}
-		id, err := parseID(parts[0])
-		if err != nil {
-			return nil, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+		if s.auth != nil {
+			var claim restartClaim
+			err := json.Unmarshal(kv.Value, &claim)
+			if err := s.checkRestart(kv, &claim, err); err != nil {
+				refused = append(refused, refuse(RefusedRestart, kv, rc.Member, err))
+				continue
+			}
 		}
-		var rc Recovery
-		if err := json.Unmarshal(kv.Value, &rc); err != nil {
-			return nil, fmt.Errorf("membership: key %q: %w", kv.Key, err)
-		}
-		if rc.Member.ID != id || rc.Epoch != epoch {
-			return nil, fmt.Errorf("membership: key %q holds a claim of member %d for epoch %d", kv.Key, rc.Member.ID, rc.Epoch)
-		}
-		out[id] = rc
+		out[rc.Member.ID] = rc
 	}
-	return out, nil
+	return out, refused
+}
+
+// decodeRecovery decodes the claim stored under dir/{id} for epoch.
+func decodeRecovery(kv *mvccpb.KeyValue, dir string, epoch uint64) (Recovery, error) {
+	parts, err := splitKey(string(kv.Key), dir, 1)
+	if err != nil {
+		return Recovery{}, fmt.Errorf("membership: %w", err)
+	}
+	id, err := parseID(parts[0])
+	if err != nil {
+		return Recovery{}, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+	}
+	var rc Recovery
+	if err := json.Unmarshal(kv.Value, &rc); err != nil {
+		return Recovery{}, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+	}
+	if rc.Member.ID != id || rc.Epoch != epoch {
+		return Recovery{}, fmt.Errorf("membership: key %q holds a claim of member %d for epoch %d", kv.Key, rc.Member.ID, rc.Epoch)
+	}
+	return rc, nil
 }
 
 // caughtUpMark is one decoded caught-up mark.

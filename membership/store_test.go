@@ -952,9 +952,9 @@ func testTrim(t *testing.T, b *testBackend) {
 }
 
 // TestCorrupt puts garbage under each kind of key: reads fail with an
-// error naming the key, and nothing panics; except that a registration
-// or a join request that does not decode is refused (State.Refused,
-// naming its key) and the rest of the state read.
+// error naming the key, and nothing panics; except that a registration,
+// a join request or a restart claim that does not decode is refused
+// (State.Refused, naming its key) and the rest of the state read.
 func TestCorrupt(t *testing.T) {
 	eachBackend(t, testCorrupt)
 }
@@ -983,6 +983,8 @@ func testCorrupt(t *testing.T, b *testBackend) {
 		{"suspicion by a bad id", k.suspectsAt(1) + "1/-2", "reason", false},
 		{"caught-up mark with a short epoch", k.caughtUps() + "1/1", `{"id":1}`, false},
 		{"caught-up mark not JSON", k.caughtUp(1, 1), `{"id":`, false},
+		{"restart claim not JSON", k.recovery(1, 1), `{`, true},
+		{"restart claim for another epoch", k.recovery(1, 1), `{"epoch":2,"member":{"id":1}}`, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := b.prefixStore(t)

@@ -37,10 +37,10 @@ type member struct {
 	// abandon, for tests, makes close leave the etcd lease to expire, as
 	// when the process is killed.
 	abandon bool
-	// refusedSeen holds the refused join requests and registrations
-	// already logged and counted (refused), by kind, member and
-	// incarnation, or by key and revision for a record that does not
-	// decode; only the watch goroutine uses it.
+	// refusedSeen holds the refused join requests, registrations and
+	// restart claims already logged and counted (refused), by kind,
+	// member and incarnation, or by key and revision for a record that
+	// does not decode; only the watch goroutine uses it.
 	refusedSeen map[refusedKey]bool
 
 	mu struct {
@@ -193,8 +193,9 @@ func dialEtcd(g *Group) (*clientEtcd, error) {
 	}
 	e.cfg = membership.StoreConfig{Client: e.client, Prefix: c.Etcd.Prefix, LeaseTTL: c.Etcd.LeaseTTL, Logger: c.Logger}
 	if c.TLS != nil {
-		// With TLS, a join request must prove that its member holds a
-		// certificate of the group's for its id (membership.JoinAuth).
+		// With TLS, a join request, a registration or a restart claim
+		// must prove that its member holds a certificate of the group's
+		// for its id (membership.JoinAuth).
 		auth, err := membership.NewJoinAuth(c.TLS)
 		if err != nil {
 			e.close()
@@ -259,11 +260,11 @@ type refusedKey struct {
 	revision        int64
 }
 
-// refused logs and counts the join requests and registrations refused,
-// for their proof once per incarnation, for not decoding once per key
-// and revision: they stay in etcd, on the leases of whoever wrote them,
-// and every state read lists them again. It runs on the watch
-// goroutine.
+// refused logs and counts the join requests, registrations and restart
+// claims refused, for their proof once per incarnation, for not decoding
+// once per key and revision: they stay in etcd, on the leases of
+// whoever wrote them, and every state read lists them again. It runs on
+// the watch goroutine.
 func (m *member) refused(g *Group, refused []membership.RefusedJoin) {
 	if len(refused) == 0 && len(m.refusedSeen) == 0 {
 		return
@@ -289,8 +290,11 @@ func (m *member) refused(g *Group, refused []membership.RefusedJoin) {
 			}
 		}
 		what := "join request"
-		if r.Kind == membership.RefusedRegistration {
+		switch r.Kind {
+		case membership.RefusedRegistration:
 			what = "registration"
+		case membership.RefusedRestart:
+			what = "restart claim"
 		}
 		switch {
 		case bad:

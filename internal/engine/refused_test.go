@@ -15,8 +15,9 @@ import (
 
 // A record that does not decode is logged and counted once per key and
 // revision, however many state reads list it: written again, it counts
-// again.
-func TestRefusedMalformedOncePerRevision(t *testing.T) {
+// again. A restart claim refused for its proof is counted once per
+// incarnation, as a restart.
+func TestRefusedCountedOnce(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
@@ -32,9 +33,13 @@ func TestRefusedMalformedOncePerRevision(t *testing.T) {
 			Err: fmt.Errorf("%w: not JSON", membership.ErrMalformedRecord)}
 	}
 	reg, join := membership.RefusedRegistration, membership.RefusedJoinRequest
+	forged := func(rev int64) membership.RefusedJoin {
+		return membership.RefusedJoin{Kind: membership.RefusedRestart, Member: membership.Member{ID: 3, Incarnation: 2}, Key: "/convoy/recoveries/1/3", Revision: rev,
+			Err: fmt.Errorf("%w: bad ECDSA signature", membership.ErrJoinSignature)}
+	}
 	for _, refused := range [][]membership.RefusedJoin{
-		{bad(reg, "/convoy/members/3", 9)},
-		{bad(reg, "/convoy/members/3", 9), bad(join, "/convoy/joins/3", 9)},
+		{bad(reg, "/convoy/members/3", 9), forged(9)},
+		{bad(reg, "/convoy/members/3", 9), bad(join, "/convoy/joins/3", 9), forged(10)},
 		{bad(reg, "/convoy/members/3", 9), bad(join, "/convoy/joins/3", 9)},
 		{bad(reg, "/convoy/members/3", 12)},
 	} {
@@ -44,6 +49,7 @@ func TestRefusedMalformedOncePerRevision(t *testing.T) {
 	want := map[string]float64{
 		"convoy.membership.refused.joins{kind=registration,reason=undecodable}": 2,
 		"convoy.membership.refused.joins{kind=join,reason=undecodable}":         1,
+		"convoy.membership.refused.joins{kind=restart,reason=signature}":        1,
 	}
 	checkMetrics(t, got, want, "convoy.membership.refused.joins")
 	for s, v := range want {
@@ -53,5 +59,8 @@ func TestRefusedMalformedOncePerRevision(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "does not decode"); n != 3 {
 		t.Errorf("%d log lines, want 3:\n%s", n, logs.String())
+	}
+	if n := strings.Count(logs.String(), "refused a restart claim"); n != 1 {
+		t.Errorf("%d log lines of the restart claim, want 1:\n%s", n, logs.String())
 	}
 }
