@@ -53,7 +53,7 @@
 // The same operations also travel over streams, which cost a member and
 // its clients much less per request than HTTP/JSON: a client sends
 //
-//	GET /stream   Connection: Upgrade, Upgrade: convoy-kv/1   → 101
+//	GET /stream   Connection: Upgrade, Upgrade: convoy-kv/2   → 101
 //
 // and the connection then carries binary request and response frames
 // (package wire), many requests in flight at once, each answer tagged
@@ -69,6 +69,13 @@
 // answer more; a frame above the largest command gets 413, a malformed
 // one 400, one beyond the member's capacity 503 with the response's
 // RetryAfter, and a frame too short to carry a tag ends the stream.
+//
+// The Upgrade token carries the version of the frames (wire.Protocol):
+// a member upgrades only a request for its own version and answers any
+// other with 426, naming its token, and the Go client then sends its
+// requests to that member over HTTP/JSON, for as long as the client
+// lives. A client and a member of different versions thus work together
+// over HTTP, never over a stream one of them would misread.
 //
 // NewLocal returns a node of the same service without a group: not
 // replicated, in memory only. It measures what replication costs.
