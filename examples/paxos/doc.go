@@ -215,10 +215,21 @@
 // sustains, "convoy node" members with 8 MiB windows stayed at about
 // half of it (cmd/convoy's TestOverload logs the figures). Once the load
 // ends, what the requests, connections and streams held is garbage, and
-// their goroutines are gone; the Go runtime keeps the memory for reuse,
-// up to its heap goal, rather than return it to the system at once, so
-// a member's RSS stays near its peak for a while; the state and Pebble's
-// memtables stay.
+// their goroutines are gone; but while the process allocates nothing no
+// collection runs (the runtime forces one only every two minutes), and
+// the Go runtime keeps the memory, up to the heap goal the load set, for
+// reuse: a member's RSS stays near its peak. With Options.IdleRelease
+// ("convoy node" sets 5 s), a member that has served no request for that
+// long after serving some returns it to the system (debug.FreeOSMemory),
+// and its RSS comes back within the bound above without the terms of
+// the load (A, G, C and T):
+//
+//	RSS ≤ R₀ + P + (1 + GOGC/100) × (S + D)
+//
+// what stays: Pebble's memtables, which hold what was written until they
+// fill and are flushed, and what is live, with room for the runtime's
+// fragmentation and the garbage made since (TestOverload checks it 30
+// seconds after its load).
 //
 // # State transfer and restarts
 //
