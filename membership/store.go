@@ -31,9 +31,10 @@ const DefaultLeaseTTL = 5 * time.Second
 var ErrStoreClosed = errors.New("membership: store closed")
 
 // ErrMalformedRecord is what the Err of a RefusedJoin in State.Refused
-// wraps when the record itself does not decode: a registration or join
-// request whose key names no member, whose value is not the JSON of one,
-// or names another member than its key.
+// wraps when the record itself does not decode: a registration, a join
+// request or a restart claim whose key names no member, whose value is
+// not the JSON of one, or names another member (for a claim, or another
+// epoch) than its key.
 var ErrMalformedRecord = errors.New("membership: malformed record")
 
 const (
@@ -268,11 +269,12 @@ type joinRequest struct {
 }
 
 // RefusedJoin is a join request, a registration or a restart claim that
-// the store refused, because it does not decode or because the store's JoinAuth
-// refused its proof: it stays in etcd, on the lease of whoever wrote it,
-// but no view admits it and no decision counts it. Whether a record is
-// refused depends on its key and value only (and the JoinAuth's
-// certificate authorities), so every member refuses the same ones.
+// the store refused, because it does not decode or because the store's
+// JoinAuth refused its proof: it stays in etcd, on the lease of whoever
+// wrote it, but no view admits it and no decision counts it. Whether a
+// record is refused depends on its key and value only (and the
+// JoinAuth's certificate authorities), so every member refuses the same
+// ones.
 type RefusedJoin struct {
 	// Kind says whether it is a join request, a registration or a
 	// restart claim.
@@ -305,7 +307,7 @@ func malformed(kind RefusedKind, kv *mvccpb.KeyValue, dir string, err error) Ref
 	return refuse(kind, kv, m, fmt.Errorf("%w: %w", ErrMalformedRecord, err))
 }
 
-// RefusedKind is the kind of a record a JoinAuth refused.
+// RefusedKind is the kind of a record the store refused.
 type RefusedKind uint8
 
 const (
@@ -331,8 +333,8 @@ func (k RefusedKind) String() string {
 }
 
 // verdict is JoinAuth's verdict on a join request, a registration or a
-// restart claim at
-// one mod revision, with one set of certificate authorities.
+// restart claim at one mod revision, with one set of certificate
+// authorities.
 type verdict struct {
 	mod   int64
 	roots *x509.CertPool
