@@ -141,7 +141,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // etcd etcdOf gives it, with mutual TLS under ca, and returns their
 // groups and observers.
 func openTLSGroup(t *testing.T, etcdOf func(id uint64) *EtcdConfig, ca *devcerts.CA, ids ...uint64) ([]*Group, []*observer) {
+	return openTLSGroupWith(t, etcdOf, ca, nil, ids...)
+}
+
+// openTLSGroupWith is openTLSGroup with configure, if not nil, called on
+// each member's configuration before it opens.
+func openTLSGroupWith(t *testing.T, etcdOf func(id uint64) *EtcdConfig, ca *devcerts.CA, configure func(*Config), ids ...uint64) ([]*Group, []*observer) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	groups := make([]*Group, len(ids))
 	obs := make([]*observer, len(ids))
 	errs := make([]error, len(ids))
@@ -150,9 +157,13 @@ func openTLSGroup(t *testing.T, etcdOf func(id uint64) *EtcdConfig, ca *devcerts
 		obs[i] = newObserver(t)
 		cfg := Config{Self: NodeID(id), Addr: "127.0.0.1:0", Etcd: etcdOf(id), InitialMembers: len(ids),
 			TLS: memberTLS(t, ca, ca, id), MeterProvider: obs[i].mp, OnView: obs[i].onView}
-		wg.Go(func() { groups[i], errs[i] = Open(context.Background(), cfg, obs[i].deliver) })
+		if configure != nil {
+			configure(&cfg)
+		}
+		wg.Go(func() { groups[i], errs[i] = Open(ctx, cfg, obs[i].deliver) })
 	}
 	wg.Wait()
+	cancel()
 	for i, g := range groups {
 		if g != nil {
 			t.Cleanup(func() { g.Close() })
@@ -293,6 +304,41 @@ func TestForeignCertificatesKeptOut(t *testing.T) {
 		t.Logf("member %d: at epoch %d, from %d; refused joins: %d certificate, %d identity; rejected connections: %d certificate, %d identity", i+1, v.Epoch, before.Epoch,
 			o.counter(t, "convoy.membership.refused.joins", "reason", "certificate"), o.counter(t, "convoy.membership.refused.joins", "reason", "identity"),
 			o.counter(t, "convoy.rdma.rejected.frames", "reason", "certificate"), o.counter(t, "convoy.rdma.rejected.frames", "reason", "identity"))
+	}
+}
+
+// TestTLSGroupRestartsFromLogs: every member of a durable group whose
+// members authenticate each other with TLS closes (its registration
+// goes, and no leave request stands), then opens again on its data
+// directory. The members restart the group from their logs, on their
+// restart claims, which carry proofs that every member admits: none is
+// refused, and what was reported durable is delivered again.
+func TestTLSGroupRestartsFromLogs(t *testing.T) {
+	srv := startEtcd(t)
+	etcd := &EtcdConfig{Endpoints: srv.Endpoints(), Prefix: "/tlsrestart/"}
+	ca := newCA(t, "group CA")
+	dirs := map[NodeID]string{1: t.TempDir(), 2: t.TempDir(), 3: t.TempDir()}
+	durable := func(cfg *Config) {
+		cfg.Durable = &DurableConfig{Dir: dirs[cfg.Self], RestartWait: 200 * time.Millisecond}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	groups, _ := openTLSGroupWith(t, func(uint64) *EtcdConfig { return etcd }, ca, durable, 1, 2, 3)
+	if _, err := groups[0].Send(ctx, []byte("before"), WaitDelivered()); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range groups {
+		g.Close()
+	}
+	groups, obs := openTLSGroupWith(t, func(uint64) *EtcdConfig { return etcd }, ca, durable, 1, 2, 3)
+	if _, err := groups[1].Send(ctx, []byte("after"), WaitDelivered()); err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range obs {
+		waitFor(t, fmt.Sprintf("member %d to deliver", i+1), func() bool { return o.has("before") && o.has("after") })
+		if n := o.counter(t, "convoy.membership.refused.joins", "", ""); n != 0 {
+			t.Errorf("member %d refused %d records of its own group's members", i+1, n)
+		}
 	}
 }
 

@@ -44,13 +44,14 @@ const (
 	joinProofVersion = 1
 )
 
-// joinDomain and registrationDomain separate the messages join and
-// registration proofs sign from each other and from anything else the
-// same key signs (TLS handshakes among them): a proof of one is never a
-// proof of the other.
+// joinDomain, registrationDomain and restartDomain separate the
+// messages join, registration and restart claim proofs sign from each
+// other and from anything else the same key signs (TLS handshakes among
+// them): a proof of one kind is never a proof of another.
 const (
 	joinDomain         = "convoy join request v1\x00"
 	registrationDomain = "convoy registration v1\x00"
+	restartDomain      = "convoy restart claim v1\x00"
 )
 
 // JoinProof proves that a join request comes from the member it names,
@@ -157,6 +158,27 @@ func RegistrationMessage(prefix string, m Member) []byte {
 	return proofMessage(registrationDomain, prefix, m, nil)
 }
 
+// RestartMessage returns what a restart claim's proof signs: as
+// RegistrationMessage for the claim's member, under another domain
+// separator, followed by the claim's view epoch, log epoch and log index
+// (8 bytes big-endian each) and a byte of flags (1: Beyond, 2: InView),
+// so that the proof holds for that claim only, and no other kind of
+// proof passes for it, nor it for another kind.
+func RestartMessage(prefix string, r Recovery) []byte {
+	b := proofMessage(restartDomain, prefix, r.Member, nil)
+	for _, v := range []uint64{r.Epoch, r.LogEpoch, r.LogLast} {
+		b = binary.BigEndian.AppendUint64(b, v)
+	}
+	var flags byte
+	if r.Beyond {
+		flags |= 1
+	}
+	if r.InView {
+		flags |= 2
+	}
+	return append(b, flags)
+}
+
 // proofMessage returns the message of JoinMessage under domain.
 func proofMessage(domain, prefix string, m Member, pos *LogPos) []byte {
 	b := []byte(domain)
@@ -178,11 +200,13 @@ func proofMessage(domain, prefix string, m Member, pos *LogPos) []byte {
 	return b
 }
 
-// JoinAuth proves a member's join requests and registrations and checks
-// the others', in a group whose members authenticate each other with
-// mutual TLS: a join request or a registration (the first view is made of
-// the registered members, and a newer incarnation's registration ends a
-// member's) counts only if it carries a proof (JoinProof) whose
+// JoinAuth proves a member's join requests, registrations and restart
+// claims and checks the others', in a group whose members authenticate
+// each other with mutual TLS: a join request, a registration (the first
+// view is made of the registered members, and a newer incarnation's
+// registration ends a member's) or a restart claim (the group restarts
+// from the logs the claims describe) counts only if it carries a proof
+// (JoinProof) whose
 // certificate chain the group's certificate authorities issued, whose
 // leaf names the member (rdma.CertifiesID), as the transport requires of
 // a peer, and whose signature holds for the request.
@@ -253,6 +277,13 @@ func (a *JoinAuth) ProveRegistration(prefix string, m Member) ([]byte, error) {
 	return a.prove(RegistrationMessage(prefix, m))
 }
 
+// ProveRestart returns the proof of the restart claim r
+// (Store.PutRecovery) in the group whose store prefix is prefix, encoded
+// as a join proof is.
+func (a *JoinAuth) ProveRestart(prefix string, r Recovery) ([]byte, error) {
+	return a.prove(RestartMessage(prefix, r))
+}
+
 // prove returns the encoded proof of msg.
 func (a *JoinAuth) prove(msg []byte) ([]byte, error) {
 	cert, err := a.cert()
@@ -297,6 +328,14 @@ func (a *JoinAuth) Verify(prefix string, m Member, pos *LogPos, proof []byte) er
 func (a *JoinAuth) VerifyRegistration(prefix string, m Member, proof []byte) error {
 	roots, usage := a.trust()
 	return verifyProof(roots, usage, m.ID, RegistrationMessage(prefix, m), proof)
+}
+
+// VerifyRestart checks proof, encoded, against the restart claim r in
+// the group whose store prefix is prefix, as Verify checks a join
+// request's, with the same errors.
+func (a *JoinAuth) VerifyRestart(prefix string, r Recovery, proof []byte) error {
+	roots, usage := a.trust()
+	return verifyProof(roots, usage, r.Member.ID, RestartMessage(prefix, r), proof)
 }
 
 // verifyProof checks proof against msg, signed for member id, with the

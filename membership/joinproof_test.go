@@ -365,8 +365,9 @@ func FuzzJoinProof(f *testing.F) {
 	})
 }
 
-// A registration proof and a join proof of the same member never pass
-// for each other: they sign under different domains.
+// A registration proof, a join proof and a restart claim's proof of the
+// same member never pass for each other: they sign under different
+// domains.
 func TestRegistrationProofDomain(t *testing.T) {
 	ca := newTestCA(t)
 	auth := memberAuth(t, ca.issue(t, newKey(t, "ecdsa-p256"), time.Now(), time.Hour, 4), ca)
@@ -376,6 +377,11 @@ func TestRegistrationProofDomain(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg, err := auth.ProveRegistration(testPrefix, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := Recovery{Epoch: 3, Member: m, InView: true}
+	restart, err := auth.ProveRestart(testPrefix, claim)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,6 +396,11 @@ func TestRegistrationProofDomain(t *testing.T) {
 		{"join proof as a registration", func(p []byte) error { return auth.VerifyRegistration(testPrefix, m, p) }, join, ErrJoinSignature},
 		{"registration proof as a join request", func(p []byte) error { return auth.Verify(testPrefix, m, nil, p) }, reg, ErrJoinSignature},
 		{"registration of another prefix", func(p []byte) error { return auth.VerifyRegistration("/other/", m, p) }, reg, ErrJoinSignature},
+		{"restart claim", func(p []byte) error { return auth.VerifyRestart(testPrefix, claim, p) }, restart, nil},
+		{"registration proof as a restart claim", func(p []byte) error { return auth.VerifyRestart(testPrefix, claim, p) }, reg, ErrJoinSignature},
+		{"join proof as a restart claim", func(p []byte) error { return auth.VerifyRestart(testPrefix, claim, p) }, join, ErrJoinSignature},
+		{"restart proof as a registration", func(p []byte) error { return auth.VerifyRegistration(testPrefix, m, p) }, restart, ErrJoinSignature},
+		{"restart proof as a join request", func(p []byte) error { return auth.Verify(testPrefix, m, nil, p) }, restart, ErrJoinSignature},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.verify(tc.proof); !errors.Is(err, tc.want) || (err == nil) != (tc.want == nil) {
@@ -496,4 +507,121 @@ func TestStateRefusesUnprovedRegistrations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// With a JoinAuth, State leaves a restart claim without a valid proof
+// for it out of Recoveries and lists it in Refused as a restart claim: a
+// claim that names a member's registered incarnation but was written by
+// someone else, or altered, counts neither towards the restart nor for
+// the log position the group restarts from.
+func TestStateRefusesUnprovedRestartClaims(t *testing.T) {
+	ca, rogueCA := newTestCA(t), newTestCA(t)
+	k := keys{testPrefix}
+	const epoch = 3
+	m := Member{ID: 2, Incarnation: 9, Addr: "h2:9"}
+	honest := Recovery{Epoch: epoch, Member: m, LogLast: 40, InView: true}
+	auth := memberAuth(t, ca.issue(t, newKey(t, "ecdsa-p256"), time.Now(), time.Hour, 1), ca)
+	authOf := func(ca *testCA, id ID) *JoinAuth {
+		return memberAuth(t, ca.issue(t, newKey(t, "ecdsa-p256"), time.Now(), time.Hour, id), ca)
+	}
+	claimKV := func(c restartClaim) *mvccpb.KeyValue {
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &mvccpb.KeyValue{Key: []byte(k.recovery(epoch, c.Member.ID)), Value: b, ModRevision: 7}
+	}
+	proved := func(a *JoinAuth, r Recovery) []byte {
+		p, err := a.ProveRestart(testPrefix, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	forged := honest
+	forged.LogLast = 4000 // a log position no member holds
+	regProof, err := authOf(ca, 2).ProveRegistration(testPrefix, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		claim *mvccpb.KeyValue
+		want  error // nil: member 2's claim counts
+	}{
+		{"honest", claimKV(restartClaim{honest, proved(authOf(ca, 2), honest)}), nil},
+		{"another CA", claimKV(restartClaim{forged, proved(authOf(rogueCA, 2), forged)}), ErrJoinCertificate},
+		{"certificate of another member", claimKV(restartClaim{forged, proved(authOf(ca, 5), forged)}), ErrJoinIdentity},
+		{"altered log position", claimKV(restartClaim{forged, proved(authOf(ca, 2), honest)}), ErrJoinSignature},
+		{"missing", claimKV(restartClaim{Recovery: forged}), ErrJoinProofMissing},
+		{"registration proof replayed", claimKV(restartClaim{forged, regProof}), ErrJoinSignature},
+		{"malformed", &mvccpb.KeyValue{Key: []byte(k.recovery(epoch, 2)), Value: []byte(`{"epoch":3,"member":{"id":2},"proof":"!!"}`), ModRevision: 7}, ErrJoinProofMalformed},
+		{"undecodable", &mvccpb.KeyValue{Key: []byte(k.recovery(epoch, 2)), Value: []byte(`{"epoch":4,"member":{"id":2}}`), ModRevision: 7}, ErrMalformedRecord},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Store{k: k, auth: auth}
+			for range 2 { // the second time from the cache
+				rs, refused := s.decodeRecoveries([]*mvccpb.KeyValue{tc.claim}, epoch)
+				if tc.want == nil {
+					if rc, ok := rs[2]; !ok || rc != honest || len(refused) != 0 {
+						t.Errorf("Recoveries %v, Refused %v: want member 2's claim admitted", rs, refused)
+					}
+					continue
+				}
+				if len(rs) != 0 {
+					t.Errorf("Recoveries %v: want member 2's claim refused", rs)
+				}
+				if len(refused) != 1 || refused[0].Kind != RefusedRestart || refused[0].Member.ID != 2 || !errors.Is(refused[0].Err, tc.want) {
+					t.Errorf("Refused %v, want member 2's restart claim for %v", refused, tc.want)
+				}
+			}
+			// Without a JoinAuth, every claim that decodes stands.
+			rs, refused := (&Store{k: k}).decodeRecoveries([]*mvccpb.KeyValue{tc.claim}, epoch)
+			if undecodable := errors.Is(tc.want, ErrMalformedRecord); (len(rs) == 1) == undecodable || (len(refused) == 1) != undecodable {
+				t.Errorf("without a JoinAuth: Recoveries %v, Refused %v", rs, refused)
+			}
+		})
+	}
+}
+
+// PutRecovery proves its claim with the store's JoinAuth, and State
+// admits it; a claim written over it by another process with a
+// certificate of the group's for another member is refused.
+func TestPutRecoveryProved(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *testBackend) {
+		ca := newTestCA(t)
+		ctx := testCtx(t)
+		open := func(id ID) *Store {
+			s := b.open(t, 0, "", false)
+			s.auth = memberAuth(t, ca.issue(t, newKey(t, "ecdsa-p256"), time.Now(), time.Hour, id), ca)
+			return s
+		}
+		s1, s2 := open(1), open(2)
+		if err := s1.Bootstrap(ctx, firstView(1, 2, 3)); err != nil {
+			t.Fatal(err)
+		}
+		m := Member{ID: 2, Incarnation: 5, Addr: "h2:5"}
+		claim := Recovery{Epoch: 1, Member: m, LogLast: 12, InView: true}
+		if err := s2.PutRecovery(ctx, claim); err != nil {
+			t.Fatal(err)
+		}
+		st, err := s1.State(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rc, ok := st.Recoveries[2]; !ok || rc != claim || len(st.Refused) != 0 {
+			t.Fatalf("Recoveries %v, Refused %v: want member 2's claim", st.Recoveries, st.Refused)
+		}
+		forged := claim
+		forged.LogLast = 1 << 40
+		if err := open(3).PutRecovery(ctx, forged); err != nil {
+			t.Fatal(err)
+		}
+		if st, err = s1.State(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Recoveries) != 0 || len(st.Refused) != 1 || st.Refused[0].Kind != RefusedRestart || !errors.Is(st.Refused[0].Err, ErrJoinIdentity) {
+			t.Fatalf("Recoveries %v, Refused %v: want the forged claim refused", st.Recoveries, st.Refused)
+		}
+	})
 }

@@ -3,6 +3,7 @@ package membership
 import (
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -12,7 +13,8 @@ import (
 // what any process with access to the group's prefix can write — with
 // arbitrary keys and values in every directory of the layout. A decoder
 // may refuse a record; it must never panic, and what it accepts must say
-// what its key says.
+// what its key says. A registration or join request it refuses is
+// listed in State.Refused, never a reason for the state not to decode.
 func FuzzDecodeRecords(f *testing.F) {
 	k := keys{"/convoy/"}
 	view, _ := json.Marshal(View{Epoch: 3, Members: []Member{{ID: 1, Incarnation: 5, Addr: "10.0.0.1:7000"}}, Sent: []uint64{0}})
@@ -66,12 +68,14 @@ func FuzzDecodeRecords(f *testing.F) {
 				_, _ = Decide(1, ChangeInput{Current: v, Topics: []TopicRequest{{Member: Member{ID: 1}, Topic: "a", Subscribe: true}}})
 			}
 		case 1:
-			if m, err := decodeMember(kv[0], k.members()); err == nil && idKey(m.ID) != key {
+			m, err := decodeMember(kv[0], k.members())
+			if err == nil && idKey(m.ID) != key {
 				t.Fatalf("member %d decoded from key %q", m.ID, key)
 			}
-			s.decodeState(1, View{}, kv, nil, nil, nil, nil, nil)
+			checkOneRecord(t, s, kv, nil, err == nil)
 		case 2:
-			s.decodeState(1, View{}, nil, kv, nil, nil, nil, nil)
+			_, err := decodeMember(kv[0], k.joins())
+			checkOneRecord(t, s, nil, kv, err == nil)
 		case 3:
 			if r, err := decodeReport(kv[0], k.reportsAt(epoch), epoch); err == nil && (r.Epoch != epoch || idKey(r.Member.ID) != key) {
 				t.Fatalf("report %+v decoded from key %q", r, key)
@@ -80,12 +84,14 @@ func FuzzDecodeRecords(f *testing.F) {
 		case 4:
 			s.decodeState(1, View{Epoch: epoch}, nil, nil, nil, kv, nil, nil)
 		case 5:
-			if rs, err := decodeRecoveries(kv, k.recoveriesAt(epoch), epoch); err == nil {
-				for id, r := range rs {
-					if r.Epoch != epoch || r.Member.ID != id {
-						t.Fatalf("claim %+v decoded as member %d's, from key %q", r, id, key)
-					}
+			rs, refused := s.decodeRecoveries(kv, epoch)
+			for id, r := range rs {
+				if r.Epoch != epoch || r.Member.ID != id || idKey(id) != key {
+					t.Fatalf("claim %+v decoded as member %d's, from key %q", r, id, key)
 				}
+			}
+			if len(rs)+len(refused) != 1 || len(refused) == 1 && !errors.Is(refused[0].Err, ErrMalformedRecord) {
+				t.Fatalf("claims %v, refused %v: want the record in one of them", rs, refused)
 			}
 		case 6:
 			s.decodeState(1, View{Epoch: epoch, Members: []Member{{ID: 1, Incarnation: 5}}}, nil, nil, nil, nil, nil, kv)
@@ -108,4 +114,25 @@ func FuzzDecodeRecords(f *testing.F) {
 			_, _ = Decide(1, ChangeInput{Current: cur, Topics: rs})
 		}
 	})
+}
+
+// checkOneRecord checks the state of one registration or join request:
+// it decodes, and the record is either admitted (ok) or refused as
+// malformed, with its key.
+func checkOneRecord(t *testing.T, s *Store, members, joins []*mvccpb.KeyValue, ok bool) {
+	t.Helper()
+	st, err := s.decodeState(1, View{}, members, joins, nil, nil, nil, nil)
+	if err != nil {
+		t.Fatalf("one record failed the state: %v", err)
+	}
+	if n := len(st.Registered) + len(st.Joins); ok != (n == 1) {
+		t.Fatalf("decoded %v, yet state has %d registrations and joins", ok, n)
+	}
+	if ok {
+		return
+	}
+	kv := append(members, joins...)[0]
+	if len(st.Refused) != 1 || !errors.Is(st.Refused[0].Err, ErrMalformedRecord) || st.Refused[0].Key != string(kv.Key) {
+		t.Fatalf("Refused %+v, want the record at %q, malformed", st.Refused, kv.Key)
+	}
 }

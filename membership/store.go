@@ -30,6 +30,13 @@ const DefaultLeaseTTL = 5 * time.Second
 // ErrStoreClosed is what Store.Err reports after Close.
 var ErrStoreClosed = errors.New("membership: store closed")
 
+// ErrMalformedRecord is what the Err of a RefusedJoin in State.Refused
+// wraps when the record itself does not decode: a registration, a join
+// request or a restart claim whose key names no member, whose value is
+// not the JSON of one, or names another member (for a claim, or another
+// epoch) than its key.
+var ErrMalformedRecord = errors.New("membership: malformed record")
+
 const (
 	// maxReason bounds a suspicion's reason text.
 	maxReason = 1024
@@ -56,10 +63,11 @@ type StoreConfig struct {
 	// Logger receives the store's messages. Nil means slog.Default().
 	Logger *slog.Logger
 	// JoinAuth, if set, proves the store's join requests (RequestJoin,
-	// RequestJoinFrom) and registrations (Register) and checks
-	// everyone's: State lists a request or a registration that fails the
-	// check in State.Refused, not in State.Joins or State.Registered, so
-	// that no view admits it and no decision counts it. Every member of a
+	// RequestJoinFrom), registrations (Register) and restart claims
+	// (PutRecovery) and checks everyone's: State lists a request, a
+	// registration or a claim that fails the check in State.Refused, not
+	// in State.Joins, State.Registered or State.Recoveries, so that no
+	// view admits it and no decision counts it. Every member of a
 	// group whose members authenticate each other with TLS sets it, with
 	// the same certificate authorities; nil, no proof is made or checked.
 	JoinAuth *JoinAuth
@@ -260,20 +268,46 @@ type joinRequest struct {
 	Proof []byte  `json:"proof,omitempty"`
 }
 
-// RefusedJoin is a join request or a registration that the store's
-// JoinAuth refused: it stays in etcd, on the lease of whoever wrote it,
-// but no view admits it and no decision counts it.
+// RefusedJoin is a join request, a registration or a restart claim that
+// the store refused, because it does not decode or because the store's
+// JoinAuth refused its proof: it stays in etcd, on the lease of whoever
+// wrote it, but no view admits it and no decision counts it. Whether a
+// record is refused depends on its key and value only (and the
+// JoinAuth's certificate authorities), so every member refuses the same
+// ones.
 type RefusedJoin struct {
-	// Kind says whether it is a join request or a registration.
-	Kind   RefusedKind
+	// Kind says whether it is a join request, a registration or a
+	// restart claim.
+	Kind RefusedKind
+	// Member is the member the record names; for a record that does not
+	// decode, only the ID its key names (zero if none).
 	Member Member
-	// Err says why; it wraps one of ErrJoinProofMissing,
-	// ErrJoinProofMalformed, ErrJoinCertificate, ErrJoinIdentity and
-	// ErrJoinSignature.
+	// Key is the record's etcd key and Revision its mod revision: a
+	// record written again has a later one.
+	Key      string
+	Revision int64
+	// Err says why; it wraps ErrMalformedRecord, or one of
+	// ErrJoinProofMissing, ErrJoinProofMalformed, ErrJoinCertificate,
+	// ErrJoinIdentity and ErrJoinSignature.
 	Err error
 }
 
-// RefusedKind is the kind of a record a JoinAuth refused.
+// refuse returns the RefusedJoin of record kv, of kind, for err.
+func refuse(kind RefusedKind, kv *mvccpb.KeyValue, m Member, err error) RefusedJoin {
+	return RefusedJoin{Kind: kind, Member: m, Key: string(kv.Key), Revision: kv.ModRevision, Err: err}
+}
+
+// malformed returns the RefusedJoin of record kv, of kind, stored under
+// dir/{id}, which failed to decode with err.
+func malformed(kind RefusedKind, kv *mvccpb.KeyValue, dir string, err error) RefusedJoin {
+	var m Member
+	if parts, perr := splitKey(string(kv.Key), dir, 1); perr == nil {
+		m.ID, _ = parseID(parts[0])
+	}
+	return refuse(kind, kv, m, fmt.Errorf("%w: %w", ErrMalformedRecord, err))
+}
+
+// RefusedKind is the kind of a record the store refused.
 type RefusedKind uint8
 
 const (
@@ -281,6 +315,9 @@ const (
 	RefusedJoinRequest RefusedKind = iota
 	// RefusedRegistration: a registration (Register).
 	RefusedRegistration
+	// RefusedRestart: a claim to restart the group from the members'
+	// logs (PutRecovery).
+	RefusedRestart
 )
 
 func (k RefusedKind) String() string {
@@ -289,12 +326,15 @@ func (k RefusedKind) String() string {
 		return "join"
 	case RefusedRegistration:
 		return "registration"
+	case RefusedRestart:
+		return "restart"
 	}
 	return fmt.Sprintf("RefusedKind(%d)", uint8(k))
 }
 
-// verdict is JoinAuth's verdict on a join request or a registration at
-// one mod revision, with one set of certificate authorities.
+// verdict is JoinAuth's verdict on a join request, a registration or a
+// restart claim at one mod revision, with one set of certificate
+// authorities.
 type verdict struct {
 	mod   int64
 	roots *x509.CertPool
@@ -314,6 +354,14 @@ func (s *Store) checkJoin(kv *mvccpb.KeyValue, m Member, req *joinRequest, decod
 func (s *Store) checkRegistration(kv *mvccpb.KeyValue, m Member, reg *registration, decodeErr error) error {
 	return s.check(kv, decodeErr, func(roots *x509.CertPool, usage x509.ExtKeyUsage) error {
 		return verifyProof(roots, usage, m.ID, RegistrationMessage(s.k.p, m), reg.Proof)
+	})
+}
+
+// checkRestart returns JoinAuth's verdict on the restart claim kv,
+// whose value decoded as claim (or failed to, with decodeErr).
+func (s *Store) checkRestart(kv *mvccpb.KeyValue, claim *restartClaim, decodeErr error) error {
+	return s.check(kv, decodeErr, func(roots *x509.CertPool, usage x509.ExtKeyUsage) error {
+		return verifyProof(roots, usage, claim.Member.ID, RestartMessage(s.k.p, claim.Recovery), claim.Proof)
 	})
 }
 
@@ -346,7 +394,8 @@ func (s *Store) check(kv *mvccpb.KeyValue, decodeErr error, verify func(*x509.Ce
 }
 
 // forgetVerdicts drops the cached verdicts on records not among those
-// given (the join requests and registrations of a state).
+// given (the join requests, registrations and restart claims of a
+// state).
 func (s *Store) forgetVerdicts(records ...[]*mvccpb.KeyValue) {
 	s.vmu.Lock()
 	defer s.vmu.Unlock()
@@ -368,27 +417,31 @@ func (s *Store) forgetVerdicts(records ...[]*mvccpb.KeyValue) {
 	s.verdicts = keep
 }
 
-// decodeRegistrations decodes the registrations kvs: with a JoinAuth,
-// those it admits, and those it refuses apart.
-func (s *Store) decodeRegistrations(kvs []*mvccpb.KeyValue) (map[ID]Member, []RefusedJoin, error) {
+// decodeRegistrations decodes the registrations kvs: those that decode
+// and, with a JoinAuth, that it admits, and the others apart. A record
+// that does not decode is refused rather than failing the read: anyone
+// who may write under the prefix could otherwise stop every member from
+// reading the group's state.
+func (s *Store) decodeRegistrations(kvs []*mvccpb.KeyValue) (map[ID]Member, []RefusedJoin) {
 	regs := make(map[ID]Member, len(kvs))
 	var refused []RefusedJoin
 	for _, kv := range kvs {
 		m, err := decodeMember(kv, s.k.members())
 		if err != nil {
-			return nil, nil, err
+			refused = append(refused, malformed(RefusedRegistration, kv, s.k.members(), err))
+			continue
 		}
 		if s.auth != nil {
 			var reg registration
 			err := json.Unmarshal(kv.Value, &reg)
 			if err := s.checkRegistration(kv, m, &reg, err); err != nil {
-				refused = append(refused, RefusedJoin{Kind: RefusedRegistration, Member: m, Err: err})
+				refused = append(refused, refuse(RefusedRegistration, kv, m, err))
 				continue
 			}
 		}
 		regs[m.ID] = m
 	}
-	return regs, refused, nil
+	return regs, refused
 }
 
 // RequestLeave asks for m to be left out of the coming view. The request
@@ -418,9 +471,24 @@ func (s *Store) MarkCaughtUp(ctx context.Context, epoch uint64, m Member) error 
 
 // PutRecovery records r, a restarted member's claim to restart view
 // r.Epoch after most of that view failed (see DecideRecovery), on the
-// store's lease.
+// store's lease. With a JoinAuth (StoreConfig), the claim carries its
+// proof.
 func (s *Store) PutRecovery(ctx context.Context, r Recovery) error {
-	return s.putLeased(ctx, "put recovery claim", s.k.recovery(r.Epoch, r.Member.ID), r)
+	claim := restartClaim{Recovery: r}
+	if s.auth != nil {
+		var err error
+		if claim.Proof, err = s.auth.ProveRestart(s.k.p, r); err != nil {
+			return fmt.Errorf("membership: put recovery claim: %w", err)
+		}
+	}
+	return s.putLeased(ctx, "put recovery claim", s.k.recovery(r.Epoch, r.Member.ID), claim)
+}
+
+// restartClaim is the value of a restart claim: the claim, and its proof
+// (JoinAuth) if the group asks for one.
+type restartClaim struct {
+	Recovery
+	Proof []byte `json:"proof,omitempty"`
 }
 
 // PutReport records r, a member's final report for view r.Epoch, unless
@@ -664,17 +732,13 @@ func (s *Store) Recover(ctx context.Context, v View) error {
 		if in.Current.Epoch != v.Epoch-1 {
 			return fmt.Errorf("membership: recover view %d: view %d is current: %w", v.Epoch, in.Current.Epoch, ErrConflict)
 		}
-		if in.Registered, _, err = s.decodeRegistrations(r(1)); err != nil {
-			return err
-		}
+		in.Registered, _ = s.decodeRegistrations(r(1))
 		marks, err := decodeCaughtUp(s.k, r(2))
 		if err != nil {
 			return err
 		}
 		in.CaughtUp = caughtUpSet(&in.Current, marks)
-		if in.Recoveries, err = decodeRecoveries(r(3), s.k.recoveriesAt(in.Current.Epoch), in.Current.Epoch); err != nil {
-			return err
-		}
+		in.Recoveries, _ = s.decodeRecoveries(r(3), in.Current.Epoch)
 		if err := checkRecovered(in, &v); err != nil {
 			return err
 		}
@@ -739,8 +803,10 @@ type State struct {
 	// JoinAuth (StoreConfig), only the requests it admits.
 	Joins    []Member
 	JoinLogs map[ID]LogPos
-	// Refused lists the join requests and registrations the store's
-	// JoinAuth refused, sorted by ID, then kind.
+	// Refused lists the join requests, registrations and restart claims
+	// the store refused, sorted by ID, then kind, then key: those that do
+	// not decode (ErrMalformedRecord) and, with a JoinAuth, those whose
+	// proof it refused.
 	Refused []RefusedJoin
 	// Leaves holds the pending leave requests.
 	Leaves map[ID]bool
@@ -754,7 +820,8 @@ type State struct {
 	// Current the mark must name its incarnation there.
 	CaughtUp map[ID]bool
 	// Recoveries holds the claims to restart Current (see
-	// DecideRecovery).
+	// DecideRecovery); with a JoinAuth (StoreConfig), only those it
+	// admits.
 	Recoveries map[ID]Recovery
 	// Topics holds the topic requests (PutTopicRequest), by member ID
 	// and topic.
@@ -805,8 +872,14 @@ func (s *Store) State(ctx context.Context) (State, error) {
 		if err != nil {
 			return State{}, err
 		}
-		if st.Recoveries, err = decodeRecoveries(r(6), s.k.recoveriesAt(epoch), epoch); err != nil {
-			return State{}, err
+		var refused []RefusedJoin
+		st.Recoveries, refused = s.decodeRecoveries(r(6), epoch)
+		if len(refused) > 0 {
+			st.Refused = append(st.Refused, refused...)
+			sortRefused(st.Refused)
+		}
+		if s.auth != nil {
+			s.forgetVerdicts(r(0), r(1), r(6))
 		}
 		if st.Topics, err = decodeTopicRequests(r(7), s.k.topics()); err != nil {
 			return State{}, err
@@ -827,21 +900,19 @@ func (s *Store) decodeState(rev int64, cur View, members, joins, leaves, suspect
 		Suspects: make(map[ID]map[ID]string),
 		Reports:  make(map[ID]Report, len(reports)),
 	}
-	var err error
-	if st.Registered, st.Refused, err = s.decodeRegistrations(members); err != nil {
-		return State{}, err
-	}
+	st.Registered, st.Refused = s.decodeRegistrations(members)
 	st.JoinLogs = make(map[ID]LogPos)
 	for _, kv := range joins {
 		m, err := decodeMember(kv, s.k.joins())
 		if err != nil {
-			return State{}, err
+			st.Refused = append(st.Refused, malformed(RefusedJoinRequest, kv, s.k.joins(), err))
+			continue
 		}
 		var req joinRequest
 		err = json.Unmarshal(kv.Value, &req)
 		if s.auth != nil {
 			if err := s.checkJoin(kv, m, &req, err); err != nil {
-				st.Refused = append(st.Refused, RefusedJoin{Member: m, Err: err})
+				st.Refused = append(st.Refused, refuse(RefusedJoinRequest, kv, m, err))
 				continue
 			}
 		}
@@ -850,13 +921,8 @@ func (s *Store) decodeState(rev int64, cur View, members, joins, leaves, suspect
 			st.JoinLogs[m.ID] = *req.Log
 		}
 	}
-	if s.auth != nil {
-		s.forgetVerdicts(joins, members)
-	}
 	slices.SortFunc(st.Joins, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
-	slices.SortFunc(st.Refused, func(a, b RefusedJoin) int {
-		return cmp.Or(cmp.Compare(a.Member.ID, b.Member.ID), cmp.Compare(a.Kind, b.Kind))
-	})
+	sortRefused(st.Refused)
 	for _, kv := range leaves {
 		m, err := decodeMember(kv, s.k.leaves())
 		if err != nil {
@@ -896,6 +962,13 @@ func (s *Store) decodeState(rev int64, cur View, members, joins, leaves, suspect
 	}
 	st.CaughtUp = caughtUpSet(&st.Current, marks)
 	return st, nil
+}
+
+// sortRefused sorts refused records as State.Refused lists them.
+func sortRefused(refused []RefusedJoin) {
+	slices.SortFunc(refused, func(a, b RefusedJoin) int {
+		return cmp.Or(cmp.Compare(a.Member.ID, b.Member.ID), cmp.Compare(a.Kind, b.Kind), strings.Compare(a.Key, b.Key))
+	})
 }
 
 // Change says that something under the store's prefix changed at
@@ -1116,28 +1189,50 @@ func decodeReport(kv *mvccpb.KeyValue, dir string, epoch uint64) (Report, error)
 	return r, nil
 }
 
-// decodeRecoveries decodes the claims stored under dir/{id} for epoch.
-func decodeRecoveries(kvs []*mvccpb.KeyValue, dir string, epoch uint64) (map[ID]Recovery, error) {
+// decodeRecoveries decodes the restart claims kvs of view epoch: those
+// that decode and, with a JoinAuth, that it admits, and the others
+// apart, as decodeRegistrations does.
+func (s *Store) decodeRecoveries(kvs []*mvccpb.KeyValue, epoch uint64) (map[ID]Recovery, []RefusedJoin) {
+	dir := s.k.recoveriesAt(epoch)
 	out := make(map[ID]Recovery, len(kvs))
+	var refused []RefusedJoin
 	for _, kv := range kvs {
-		parts, err := splitKey(string(kv.Key), dir, 1)
+		rc, err := decodeRecovery(kv, dir, epoch)
 		if err != nil {
-			return nil, fmt.Errorf("membership: %w", err)
+			refused = append(refused, malformed(RefusedRestart, kv, dir, err))
+			continue
 		}
-		id, err := parseID(parts[0])
-		if err != nil {
-			return nil, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+		if s.auth != nil {
+			var claim restartClaim
+			err := json.Unmarshal(kv.Value, &claim)
+			if err := s.checkRestart(kv, &claim, err); err != nil {
+				refused = append(refused, refuse(RefusedRestart, kv, rc.Member, err))
+				continue
+			}
 		}
-		var rc Recovery
-		if err := json.Unmarshal(kv.Value, &rc); err != nil {
-			return nil, fmt.Errorf("membership: key %q: %w", kv.Key, err)
-		}
-		if rc.Member.ID != id || rc.Epoch != epoch {
-			return nil, fmt.Errorf("membership: key %q holds a claim of member %d for epoch %d", kv.Key, rc.Member.ID, rc.Epoch)
-		}
-		out[id] = rc
+		out[rc.Member.ID] = rc
 	}
-	return out, nil
+	return out, refused
+}
+
+// decodeRecovery decodes the claim stored under dir/{id} for epoch.
+func decodeRecovery(kv *mvccpb.KeyValue, dir string, epoch uint64) (Recovery, error) {
+	parts, err := splitKey(string(kv.Key), dir, 1)
+	if err != nil {
+		return Recovery{}, fmt.Errorf("membership: %w", err)
+	}
+	id, err := parseID(parts[0])
+	if err != nil {
+		return Recovery{}, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+	}
+	var rc Recovery
+	if err := json.Unmarshal(kv.Value, &rc); err != nil {
+		return Recovery{}, fmt.Errorf("membership: key %q: %w", kv.Key, err)
+	}
+	if rc.Member.ID != id || rc.Epoch != epoch {
+		return Recovery{}, fmt.Errorf("membership: key %q holds a claim of member %d for epoch %d", kv.Key, rc.Member.ID, rc.Epoch)
+	}
+	return rc, nil
 }
 
 // caughtUpMark is one decoded caught-up mark.

@@ -3,6 +3,7 @@ package membership
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
@@ -950,7 +952,9 @@ func testTrim(t *testing.T, b *testBackend) {
 }
 
 // TestCorrupt puts garbage under each kind of key: reads fail with an
-// error naming the key, and nothing panics.
+// error naming the key, and nothing panics; except that a registration,
+// a join request or a restart claim that does not decode is refused
+// (State.Refused, naming its key) and the rest of the state read.
 func TestCorrupt(t *testing.T) {
 	eachBackend(t, testCorrupt)
 }
@@ -961,23 +965,26 @@ func testCorrupt(t *testing.T, b *testBackend) {
 	good := `{"epoch":1,"members":[{"id":1,"incarnation":1,"addr":"a"}],"sent":[0]}`
 	for _, tc := range []struct {
 		name, key, value string
+		refused          bool
 	}{
-		{"view not JSON", k.view(), "\x00garbage"},
-		{"view epoch 0", k.view(), `{"epoch":0,"members":[{"id":1}],"sent":[0]}`},
-		{"view without members", k.view(), `{"epoch":1,"sent":[]}`},
-		{"view with a huge epoch", k.view(), `{"epoch":1e40}`},
-		{"member not JSON", k.member(1), "{"},
-		{"member under another id", k.member(1), `{"id":2}`},
-		{"member key not a number", k.members() + "x", `{"id":2}`},
-		{"member key nested", k.members() + "1/2", `{"id":1}`},
-		{"join not JSON", k.join(1), "[]"},
-		{"leave with a negative id", k.leave(1), `{"id":-1}`},
-		{"report not JSON", k.report(1, 1), "nope"},
-		{"report for another epoch", k.report(1, 1), `{"epoch":2,"member":{"id":1}}`},
-		{"suspicion with a bad key", k.suspectsAt(1) + "1", "reason"},
-		{"suspicion by a bad id", k.suspectsAt(1) + "1/-2", "reason"},
-		{"caught-up mark with a short epoch", k.caughtUps() + "1/1", `{"id":1}`},
-		{"caught-up mark not JSON", k.caughtUp(1, 1), `{"id":`},
+		{"view not JSON", k.view(), "\x00garbage", false},
+		{"view epoch 0", k.view(), `{"epoch":0,"members":[{"id":1}],"sent":[0]}`, false},
+		{"view without members", k.view(), `{"epoch":1,"sent":[]}`, false},
+		{"view with a huge epoch", k.view(), `{"epoch":1e40}`, false},
+		{"member not JSON", k.member(1), "{", true},
+		{"member under another id", k.member(1), `{"id":2}`, true},
+		{"member key not a number", k.members() + "x", `{"id":2}`, true},
+		{"member key nested", k.members() + "1/2", `{"id":1}`, true},
+		{"join not JSON", k.join(1), "[]", true},
+		{"leave with a negative id", k.leave(1), `{"id":-1}`, false},
+		{"report not JSON", k.report(1, 1), "nope", false},
+		{"report for another epoch", k.report(1, 1), `{"epoch":2,"member":{"id":1}}`, false},
+		{"suspicion with a bad key", k.suspectsAt(1) + "1", "reason", false},
+		{"suspicion by a bad id", k.suspectsAt(1) + "1/-2", "reason", false},
+		{"caught-up mark with a short epoch", k.caughtUps() + "1/1", `{"id":1}`, false},
+		{"caught-up mark not JSON", k.caughtUp(1, 1), `{"id":`, false},
+		{"restart claim not JSON", k.recovery(1, 1), `{`, true},
+		{"restart claim for another epoch", k.recovery(1, 1), `{"epoch":2,"member":{"id":1}}`, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := b.prefixStore(t)
@@ -990,7 +997,17 @@ func testCorrupt(t *testing.T, b *testBackend) {
 			if _, err := b.kv.Put(ctx, key, tc.value); err != nil {
 				t.Fatal(err)
 			}
-			_, err := s.State(ctx)
+			st, err := s.State(ctx)
+			if tc.refused {
+				if err != nil {
+					t.Fatalf("State: %v", err)
+				}
+				if len(st.Refused) != 1 || st.Refused[0].Key != key || !errors.Is(st.Refused[0].Err, ErrMalformedRecord) ||
+					!strings.Contains(st.Refused[0].Err.Error(), key) {
+					t.Errorf("Refused %v, want the record at %q, malformed, its error naming its key", st.Refused, key)
+				}
+				return
+			}
 			if err == nil {
 				t.Fatal("State succeeded")
 			}
@@ -1170,4 +1187,107 @@ func testRecover(t *testing.T, b *testBackend) {
 	if len(st.Joins) != 1 || st.Joins[0] != member(4) || st.JoinLogs[4] != pos {
 		t.Fatalf("join request: %v %v", st.Joins, st.JoinLogs)
 	}
+}
+
+// A registration or join request that does not decode is refused, listed
+// with its key and revision, and the rest of the state is read: one bad
+// record under the prefix must not stop every member from reading the
+// group's state. The outcome depends on the bytes only, so every member
+// reads the same.
+func TestStateSkipsMalformedRecords(t *testing.T) {
+	k := keys{testPrefix}
+	rec := func(key, value string) *mvccpb.KeyValue {
+		return &mvccpb.KeyValue{Key: []byte(key), Value: []byte(value), ModRevision: 9}
+	}
+	good := func(key string, m Member) *mvccpb.KeyValue {
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec(key, string(b))
+	}
+	for _, tc := range []struct {
+		name string
+		bad  *mvccpb.KeyValue
+		kind RefusedKind
+		id   ID // the ID the bad record's key names
+	}{
+		{"registration not JSON", rec(k.member(3), "{not json"), RefusedRegistration, 3},
+		{"registration of a string", rec(k.member(3), `"3"`), RefusedRegistration, 3},
+		{"registration of another member", rec(k.member(3), `{"id":4,"incarnation":1}`), RefusedRegistration, 3},
+		{"registration with a bad field", rec(k.member(3), `{"id":3,"incarnation":"x"}`), RefusedRegistration, 3},
+		{"registration under a bad key", rec(k.members()+"x", `{"id":3}`), RefusedRegistration, 0},
+		{"registration under a nested key", rec(k.members()+"3/4", `{"id":3}`), RefusedRegistration, 0},
+		{"empty registration", rec(k.member(3), ""), RefusedRegistration, 3},
+		{"join request not JSON", rec(k.join(3), "\xff\x00"), RefusedJoinRequest, 3},
+		{"join request of another member", rec(k.join(3), `{"id":5}`), RefusedJoinRequest, 3},
+		{"join request under a bad key", rec(k.joins()+"-1", `{"id":3}`), RefusedJoinRequest, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			members := []*mvccpb.KeyValue{good(k.member(1), member(1))}
+			joins := []*mvccpb.KeyValue{good(k.join(2), member(2))}
+			if tc.kind == RefusedRegistration {
+				members = append(members, tc.bad)
+			} else {
+				joins = append(joins, tc.bad)
+			}
+			var states []State
+			for range 2 { // two members read the same records
+				st, err := (&Store{k: k}).decodeState(1, View{}, members, joins, nil, nil, nil, nil)
+				if err != nil {
+					t.Fatalf("decodeState: %v", err)
+				}
+				states = append(states, st)
+			}
+			st := states[0]
+			if want := map[ID]Member{1: member(1)}; !reflect.DeepEqual(st.Registered, want) {
+				t.Errorf("Registered = %v, want %v", st.Registered, want)
+			}
+			if want := []Member{member(2)}; !reflect.DeepEqual(st.Joins, want) {
+				t.Errorf("Joins = %v, want %v", st.Joins, want)
+			}
+			if len(st.Refused) != 1 {
+				t.Fatalf("Refused = %v, want the bad record", st.Refused)
+			}
+			r := st.Refused[0]
+			if r.Kind != tc.kind || r.Member != (Member{ID: tc.id}) || r.Key != string(tc.bad.Key) || r.Revision != 9 || !errors.Is(r.Err, ErrMalformedRecord) {
+				t.Errorf("Refused[0] = %+v, want the %v at %q, naming member %d, for ErrMalformedRecord", r, tc.kind, tc.bad.Key, tc.id)
+			}
+			if a, b := fmt.Sprint(states[0]), fmt.Sprint(states[1]); a != b {
+				t.Errorf("two reads of the same records differ:\n%s\n%s", a, b)
+			}
+		})
+	}
+}
+
+// State reads past a malformed registration and join request in etcd.
+func TestStateMalformedRegistration(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *testBackend) {
+		s := b.store(t)
+		ctx := testCtx(t)
+		if err := s.Bootstrap(ctx, firstView(1, 2)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Register(ctx, member(1)); err != nil {
+			t.Fatal(err)
+		}
+		k := keys{DefaultPrefix}
+		if _, err := b.kv.Put(ctx, k.member(2), "not json"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.kv.Put(ctx, k.join(9), `{"id":8}`); err != nil {
+			t.Fatal(err)
+		}
+		st, err := s.State(ctx)
+		if err != nil {
+			t.Fatalf("State with a malformed registration: %v", err)
+		}
+		if want := map[ID]Member{1: member(1)}; !reflect.DeepEqual(st.Registered, want) {
+			t.Errorf("Registered = %v, want %v", st.Registered, want)
+		}
+		if len(st.Refused) != 2 || !errors.Is(st.Refused[0].Err, ErrMalformedRecord) || st.Refused[0].Member.ID != 2 ||
+			!errors.Is(st.Refused[1].Err, ErrMalformedRecord) || st.Refused[1].Member.ID != 9 || st.Refused[0].Revision == 0 {
+			t.Errorf("Refused = %+v, want member 2's registration and member 9's join request, malformed", st.Refused)
+		}
+	})
 }

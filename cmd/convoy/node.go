@@ -384,7 +384,10 @@ func openService(ctx context.Context, s nodeSettings, cfg convoy.Config, log *sl
 			MaxRequests:     s.MaxRequests,
 			MaxRequestBytes: s.MaxRequestBytes,
 			MaxStreams:      s.MaxStreams,
-			Logger:          log,
+			// A member is the process's main work: after a load, it
+			// returns the memory the load held (paxos.Options.IdleRelease).
+			IdleRelease: 5 * time.Second,
+			Logger:      log,
 		})
 		if err != nil {
 			return nil, err

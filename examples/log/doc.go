@@ -43,9 +43,11 @@
 // Idempotency-Key above MaxRequestID bytes), 413 for an entry above
 // Options.MaxValueBytes, and 503 when this member cannot serve: it takes
 // part in no view (joining, rejoining after an exclusion, on the minority
-// side of a partition), it is closing, or the request ended first. A 503
-// on a write leaves open whether it took effect: retry it on another
-// member with the same Idempotency-Key.
+// side of a partition), it is closing, the request ended first, or it is
+// at capacity (then with a Retry-After header; see Overload). A 503 on a
+// write leaves open whether it took effect (but one with Retry-After
+// never took effect): retry it on another member with the same
+// Idempotency-Key.
 //
 // The handler does no authentication: "convoy node" serves it over TLS
 // (-http-cert) and behind a bearer token (-http-token-file), and the Go
@@ -61,6 +63,24 @@
 // applied: a trim past the tail trims up to the tail, and one below the
 // trim point changes nothing and answers the trim point; reads below
 // the trim point then get 410 on every member.
+//
+// # Overload
+//
+// A member serves at most Options.MaxRequests requests at once (appends,
+// trims and reads, from their arrival to their answer; GET /status is
+// not counted), and the appends among them hold at most
+// Options.MaxRequestBytes bytes as admission counts them (twice the
+// body: the body, then the command made of it; twice MaxValueBytes for a
+// body of undeclared length). A request beyond either bound is refused
+// at once, before its body is read, with 503 and a Retry-After of
+// Options.RetryAfter: nothing queues, and the client tries again later
+// (package client waits Retry-After and up to half as long again, at
+// random). The defaults follow the group's window
+// (convoy.Config.WindowMessages and WindowBytes), in which admitted
+// appends would wait anyway. The refusals are counted in the metric
+// convoy.log.refused.requests, and the places taken in
+// convoy.log.admitted.requests and convoy.log.admitted.bytes (see
+// Options.MeterProvider).
 //
 // # Requests, retries and consistency
 //

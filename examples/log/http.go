@@ -23,11 +23,11 @@ var errBadRequest = errors.New("bad request")
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /log", n.serveAppend)
-	mux.HandleFunc("GET /log", n.serveRange)
-	mux.HandleFunc("GET /log/tail", n.serveTail)
-	mux.HandleFunc("GET /log/{position}", n.serveRead)
-	mux.HandleFunc("POST /log/trim", n.serveTrim)
-	mux.HandleFunc("GET /streams/{name}", n.serveStream)
+	mux.HandleFunc("GET /log", n.admitted(n.serveRange))
+	mux.HandleFunc("GET /log/tail", n.admitted(n.serveTail))
+	mux.HandleFunc("GET /log/{position}", n.admitted(n.serveRead))
+	mux.HandleFunc("POST /log/trim", n.admitted(n.serveTrim))
+	mux.HandleFunc("GET /streams/{name}", n.admitted(n.serveStream))
 	mux.HandleFunc("GET /status", n.serveStatus)
 	// Every other request gets its error as JSON too, not the router's
 	// text: 405 (with Allow) for a route's other methods, else 404.
@@ -66,7 +66,8 @@ func (n *Node) notAllowed(allow string) http.HandlerFunc {
 }
 
 // serveAppend: POST /log[?streams=a,b], body = the entry →
-// {"position": n}.
+// {"position": n}. It takes its place (admitBody) before it reads the
+// body.
 func (n *Node) serveAppend(w http.ResponseWriter, r *http.Request) {
 	streams, err := parseStreams(r.URL.Query().Get("streams"))
 	if err != nil {
@@ -78,11 +79,12 @@ func (n *Node) serveAppend(w http.ResponseWriter, r *http.Request) {
 		n.writeError(w, err)
 		return
 	}
-	limit := int64(n.opts.MaxValueBytes)
-	if r.ContentLength > limit {
-		n.writeError(w, fmt.Errorf("%w: %d bytes, limit %d", errTooLarge, r.ContentLength, limit))
+	release, ok := n.admitBody(w, r, n.opts.MaxValueBytes)
+	if !ok {
 		return
 	}
+	defer release()
+	limit := int64(n.opts.MaxValueBytes)
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {

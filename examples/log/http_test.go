@@ -131,7 +131,21 @@ func (l *loopback) pending() int {
 // entries limited to 16 bytes.
 func newLoopbackNode(t *testing.T) (*Node, *loopback) {
 	t.Helper()
-	n := newNode(7, Options{MaxValueBytes: 16, Logger: slog.New(slog.DiscardHandler)})
+	return newLoopbackNodeWith(t, Options{MaxValueBytes: 16, Logger: slog.New(slog.DiscardHandler)})
+}
+
+// newLoopbackNodeWith returns a node of member 7 on a loopback group,
+// with opts (and the defaults for a group's default configuration).
+func newLoopbackNodeWith(t *testing.T, opts Options) (*Node, *loopback) {
+	t.Helper()
+	opts, err := opts.withDefaults(convoy.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := newNode(7, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	l := &loopback{n: n}
 	n.g = l
 	t.Cleanup(func() { n.Close() })
@@ -442,6 +456,8 @@ func TestOpenRejects(t *testing.T) {
 		{"no durable delivery", convoy.Config{Self: 1}, Options{}, "sharedlog: the log needs durable delivery"},
 		{"negative entry limit", convoy.Config{Self: 1, Durable: durable}, Options{MaxValueBytes: -1}, "sharedlog: MaxValueBytes -1 is negative"},
 		{"entries beyond the message limit", convoy.Config{Self: 1, Durable: durable, MaxMessageBytes: 1 << 20}, Options{}, "sharedlog: MaxValueBytes 1048576 does not fit"},
+		{"negative request limit", convoy.Config{Self: 1, Durable: durable}, Options{MaxRequests: -1}, "sharedlog: MaxRequests, MaxRequestBytes and RetryAfter must not be negative"},
+		{"request bytes below the largest append", convoy.Config{Self: 1, Durable: durable}, Options{MaxValueBytes: 100, MaxRequestBytes: 199}, "sharedlog: MaxRequestBytes 199 is below 200"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n, err := Open(context.Background(), tc.cfg, tc.opts)

@@ -7,32 +7,103 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/convoy-gcs/convoy"
 )
 
-// Options tune the service (validated defaults for zero values).
+// Options tune the service (validated defaults for zero values). The
+// package documentation's "Overload" section says how MaxRequests and
+// MaxRequestBytes bound what a member takes on.
 type Options struct {
 	// MaxValueBytes bounds an entry (default DefaultMaxValueBytes): a
 	// larger append gets 413. With the stream names and request id, a
 	// command must fit in the group's Config.MaxMessageBytes.
 	MaxValueBytes int
+	// MaxRequests bounds the requests this member serves at once, from
+	// their arrival to their answer: appends, trims and reads, all but
+	// GET /status (default DefaultMaxRequests, or the group's
+	// Config.WindowMessages if that is smaller). A request beyond it is
+	// refused at once with 503 and a Retry-After header, and the client
+	// tries again later; an append takes its place before its body is
+	// read.
+	MaxRequests int
+	// MaxRequestBytes bounds the bytes the appends being served hold, as
+	// admission counts them: twice an append's body (the body, then the
+	// command made of it), or twice MaxValueBytes if the request does
+	// not declare its length. Beyond it an append is refused like a
+	// request beyond MaxRequests. Default: the group's Config.WindowBytes
+	// (admitted commands wait in its window: admitting more would only
+	// queue them), or twice MaxValueBytes if that is more; it may not be
+	// less.
+	MaxRequestBytes int
+	// RetryAfter is how long a client refused for capacity is asked to
+	// wait before it tries again (default DefaultRetryAfter), in HTTP's
+	// Retry-After header: whole seconds, rounded up.
+	RetryAfter time.Duration
 	// Logger receives the service's logs; nil discards them.
 	Logger *slog.Logger
+	// MeterProvider receives the service's metrics (the README's Metrics
+	// section lists them); nil: the group's Config.MeterProvider, and
+	// none if that is nil too.
+	MeterProvider metric.MeterProvider
 }
 
-// DefaultMaxValueBytes is Options.MaxValueBytes' default.
-const DefaultMaxValueBytes = 1 << 20
+// Defaults of Options.
+const (
+	// DefaultMaxValueBytes is Options.MaxValueBytes' default.
+	DefaultMaxValueBytes = 1 << 20
+	// DefaultMaxRequests is Options.MaxRequests' default (unless the
+	// group's window holds fewer messages): as the key-value store's
+	// (examples/paxos), enough to keep a group busy, and few enough that
+	// the requests a member wakes at once do not hold its group's own
+	// goroutines off the CPU for long.
+	DefaultMaxRequests = 256
+	// DefaultRetryAfter is Options.RetryAfter's default: HTTP's
+	// Retry-After counts whole seconds.
+	DefaultRetryAfter = time.Second
+)
 
-func (o Options) withDefaults() (Options, error) {
+// withDefaults checks o and fills in the defaults, for a node of a group
+// configured by cfg (its window and meter provider; the library's
+// defaults for fields left zero).
+func (o Options) withDefaults(cfg convoy.Config) (Options, error) {
+	switch {
+	case o.MaxValueBytes < 0:
+		return o, fmt.Errorf("sharedlog: MaxValueBytes %d is negative", o.MaxValueBytes)
+	case o.MaxRequests < 0, o.MaxRequestBytes < 0, o.RetryAfter < 0:
+		return o, errors.New("sharedlog: MaxRequests, MaxRequestBytes and RetryAfter must not be negative")
+	}
 	if o.MaxValueBytes == 0 {
 		o.MaxValueBytes = DefaultMaxValueBytes
 	}
-	if o.MaxValueBytes < 0 {
-		return o, fmt.Errorf("sharedlog: MaxValueBytes %d is negative", o.MaxValueBytes)
+	windowMessages, windowBytes := cfg.WindowMessages, cfg.WindowBytes
+	if windowMessages == 0 {
+		windowMessages = convoy.DefaultWindowMessages
+	}
+	if windowBytes == 0 {
+		windowBytes = convoy.DefaultWindowBytes
+	}
+	if o.MaxRequests == 0 {
+		o.MaxRequests = min(DefaultMaxRequests, windowMessages)
+	}
+	largest := appendCharge(o.MaxValueBytes)
+	if o.MaxRequestBytes == 0 {
+		o.MaxRequestBytes = max(windowBytes, largest)
+	}
+	if o.MaxRequestBytes < largest {
+		return o, fmt.Errorf("sharedlog: MaxRequestBytes %d is below %d, what the largest append (of MaxValueBytes %d) counts", o.MaxRequestBytes, largest, o.MaxValueBytes)
+	}
+	if o.RetryAfter == 0 {
+		o.RetryAfter = DefaultRetryAfter
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MeterProvider == nil {
+		o.MeterProvider = cfg.MeterProvider
 	}
 	return o, nil
 }
@@ -62,9 +133,11 @@ type group interface {
 // log and the HTTP API (Handler). Its methods are safe for concurrent
 // use.
 type Node struct {
-	self    convoy.NodeID
-	opts    Options
-	log     *slog.Logger
+	self convoy.NodeID
+	opts Options
+	log  *slog.Logger
+	// admit bounds the requests served at once.
+	admit   *admission
 	g       group
 	cg      *convoy.Group // g, outside tests
 	st      *state
@@ -82,7 +155,7 @@ type Node struct {
 // cfg.Durable must be set. Open returns once the member takes part in a
 // view, with the log's state if it joined.
 func Open(ctx context.Context, cfg convoy.Config, opts Options) (*Node, error) {
-	opts, err := opts.withDefaults()
+	opts, err := opts.withDefaults(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +169,10 @@ func Open(ctx context.Context, cfg convoy.Config, opts Options) (*Node, error) {
 	if opts.MaxValueBytes > limit-maxCommandOverhead {
 		return nil, fmt.Errorf("sharedlog: MaxValueBytes %d does not fit in a message of %d bytes with its %d bytes of header", opts.MaxValueBytes, limit, maxCommandOverhead)
 	}
-	n := newNode(cfg.Self, opts)
+	n, err := newNode(cfg.Self, opts)
+	if err != nil {
+		return nil, err
+	}
 	cfg.State = stateMachine{n}
 	onView := cfg.OnView
 	cfg.OnView = func(v convoy.View) {
@@ -113,9 +189,18 @@ func Open(ctx context.Context, cfg convoy.Config, opts Options) (*Node, error) {
 	return n, nil
 }
 
-func newNode(self convoy.NodeID, opts Options) *Node {
+// newNode returns a node without its group; opts has its defaults.
+func newNode(self convoy.NodeID, opts Options) (*Node, error) {
+	m, err := newMetrics(opts.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
 	log := opts.Logger.With("member", self)
-	return &Node{self: self, opts: opts, log: log, st: newState(log), done: make(chan struct{})}
+	return &Node{
+		self: self, opts: opts, log: log,
+		admit: &admission{maxRequests: opts.MaxRequests, maxBytes: opts.MaxRequestBytes, m: m},
+		st:    newState(log), done: make(chan struct{}),
+	}, nil
 }
 
 // Group returns the node's group.

@@ -28,6 +28,8 @@ type admission struct {
 		sync.Mutex
 		// Invariant: 0 ≤ requests ≤ maxRequests, 0 ≤ bytes ≤ maxBytes.
 		requests, bytes int
+		// admitted counts the requests ever admitted.
+		admitted uint64
 	}
 }
 
@@ -45,6 +47,7 @@ func (a *admission) admit(api string, bytes int) bool {
 	if ok {
 		a.mu.requests++
 		a.mu.bytes += bytes
+		a.mu.admitted++
 	}
 	a.mu.Unlock()
 	if !ok {
@@ -62,6 +65,13 @@ func (a *admission) release(bytes int) {
 	a.mu.bytes -= bytes
 	a.mu.Unlock()
 	a.m.admitted(-1, -bytes)
+}
+
+// total returns how many requests were ever admitted.
+func (a *admission) total() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.mu.admitted
 }
 
 // load returns the requests admitted and their bytes.

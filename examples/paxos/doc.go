@@ -53,7 +53,7 @@
 // The same operations also travel over streams, which cost a member and
 // its clients much less per request than HTTP/JSON: a client sends
 //
-//	GET /stream   Connection: Upgrade, Upgrade: convoy-kv/1   → 101
+//	GET /stream   Connection: Upgrade, Upgrade: convoy-kv/2   → 101
 //
 // and the connection then carries binary request and response frames
 // (package wire), many requests in flight at once, each answer tagged
@@ -69,6 +69,13 @@
 // answer more; a frame above the largest command gets 413, a malformed
 // one 400, one beyond the member's capacity 503 with the response's
 // RetryAfter, and a frame too short to carry a tag ends the stream.
+//
+// The Upgrade token carries the version of the frames (wire.Protocol):
+// a member upgrades only a request for its own version and answers any
+// other with 426, naming its token, and the Go client then sends its
+// requests to that member over HTTP/JSON, for as long as the client
+// lives. A client and a member of different versions thus work together
+// over HTTP, never over a stream one of them would misread.
 //
 // NewLocal returns a node of the same service without a group: not
 // replicated, in memory only. It measures what replication costs.
@@ -208,10 +215,21 @@
 // sustains, "convoy node" members with 8 MiB windows stayed at about
 // half of it (cmd/convoy's TestOverload logs the figures). Once the load
 // ends, what the requests, connections and streams held is garbage, and
-// their goroutines are gone; the Go runtime keeps the memory for reuse,
-// up to its heap goal, rather than return it to the system at once, so
-// a member's RSS stays near its peak for a while; the state and Pebble's
-// memtables stay.
+// their goroutines are gone; but while the process allocates nothing no
+// collection runs (the runtime forces one only every two minutes), and
+// the Go runtime keeps the memory, up to the heap goal the load set, for
+// reuse: a member's RSS stays near its peak. With Options.IdleRelease
+// ("convoy node" sets 5 s), a member that has served no request for that
+// long after serving some returns it to the system (debug.FreeOSMemory),
+// and its RSS comes back within the bound above without the terms of
+// the load (A, G, C and T):
+//
+//	RSS ≤ R₀ + P + (1 + GOGC/100) × (S + D)
+//
+// what stays: Pebble's memtables, which hold what was written until they
+// fill and are flushed, and what is live, with room for the runtime's
+// fragmentation and the garbage made since (TestOverload checks it 30
+// seconds after its load).
 //
 // # State transfer and restarts
 //

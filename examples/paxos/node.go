@@ -104,6 +104,15 @@ type Options struct {
 	// Retry-After header in whole seconds, rounded up; in a stream's
 	// response in milliseconds.
 	RetryAfter time.Duration
+	// IdleRelease, if positive, makes the member return the memory its
+	// garbage collector holds to the system (two collections, so that
+	// what the sync.Pools hold goes too, then debug.FreeOSMemory) once
+	// it has served requests and then none for that long, so that its
+	// RSS comes back near what it holds at rest after a load instead of
+	// staying near its peak (see "Overload and memory"). It acts on the
+	// whole process: set it where the member is the process's main work,
+	// as "convoy node" does. Zero leaves the memory to the Go runtime.
+	IdleRelease time.Duration
 	// Logger receives the service's logs; nil discards them. If the
 	// group's Config.Logger is nil, the group logs here too.
 	Logger *slog.Logger
@@ -120,8 +129,8 @@ func (o Options) withDefaults(cfg convoy.Config) (Options, error) {
 	switch {
 	case o.MaxValueBytes < 0:
 		return o, fmt.Errorf("paxos: MaxValueBytes %d is negative", o.MaxValueBytes)
-	case o.MaxRequests < 0, o.MaxRequestBytes < 0, o.MaxStreams < 0, o.RetryAfter < 0:
-		return o, fmt.Errorf("paxos: MaxRequests, MaxRequestBytes, MaxStreams and RetryAfter must not be negative")
+	case o.MaxRequests < 0, o.MaxRequestBytes < 0, o.MaxStreams < 0, o.RetryAfter < 0, o.IdleRelease < 0:
+		return o, fmt.Errorf("paxos: MaxRequests, MaxRequestBytes, MaxStreams, RetryAfter and IdleRelease must not be negative")
 	}
 	if o.MaxValueBytes == 0 {
 		o.MaxValueBytes = DefaultMaxValueBytes
@@ -287,6 +296,10 @@ func newNode(self convoy.NodeID, opts Options) (*Node, error) {
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.handler = n.routes()
+	if opts.IdleRelease > 0 {
+		n.wg.Add(1)
+		go n.releaseWhenIdle(freeOSMemory)
+	}
 	return n, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,6 +174,70 @@ func TestStreamFallback(t *testing.T) {
 	}
 	if got := n.streamCount(); got != 0 {
 		t.Errorf("%d streams served", got)
+	}
+}
+
+// TestStreamOlderVersion: a member that speaks only version 1 of the
+// stream protocol, from before issued times, refuses the upgrade of a
+// client of this version, as such a member did (426 naming its token),
+// and the client's writes, issued times included, go over HTTP and
+// succeed; the client asks for a stream once. A client of version 1
+// gets the same answer from a member of this version.
+func TestStreamOlderVersion(t *testing.T) {
+	const older = "convoy-kv/1"
+	var upgrades atomic.Int32
+	n, srv := localServer(t, Options{}, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != wire.StreamPath {
+				h.ServeHTTP(w, r)
+				return
+			}
+			upgrades.Add(1)
+			// What a version 1 member does with an upgrade.
+			if headerHasToken(r.Header, "Upgrade", older) {
+				t.Errorf("the client asks a member for %s", older)
+			}
+			w.Header().Set("Upgrade", older)
+			w.Header().Set("Connection", "Upgrade")
+			writeError(w, http.StatusUpgradeRequired, "this endpoint upgrades to "+older)
+		})
+	})
+	c := streamClient(t, srv.URL)
+	ctx := testContext(t)
+	for i := range 3 {
+		if _, err := c.Put(ctx, "k", []byte{byte(i)}); err != nil {
+			t.Fatalf("Put %d: %v", i, err)
+		}
+	}
+	old := []byte{2}
+	if ok, _, err := c.CAS(ctx, "k", &old, []byte("new")); err != nil || !ok {
+		t.Fatalf("CAS: %v, %v", ok, err)
+	}
+	if v, _, err := c.Get(ctx, "k"); err != nil || string(v) != "new" {
+		t.Errorf("Get: %q, %v", v, err)
+	}
+	if got := n.streamCount(); got != 0 {
+		t.Errorf("%d streams served", got)
+	}
+	if got := upgrades.Load(); got != 1 {
+		t.Errorf("%d upgrades asked for, want 1", got)
+	}
+
+	// A version 1 client at a member of this version.
+	_, cur := localServer(t, Options{}, nil)
+	req, err := http.NewRequest(http.MethodGet, cur.URL+wire.StreamPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", older)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUpgradeRequired || resp.Header.Get("Upgrade") != wire.Protocol {
+		t.Errorf("upgrade to %s: %s, Upgrade %q; want 426 naming %s", older, resp.Status, resp.Header.Get("Upgrade"), wire.Protocol)
 	}
 }
 

@@ -433,8 +433,8 @@ func (c Config) checkMembers(bad func(field, format string, args ...any)) {
 			bad("Self", "must be a non-zero id")
 		}
 		if c.TLS != nil {
-			// Its certificate proves this member's join requests and
-			// registrations.
+			// Its certificate proves this member's join requests,
+			// registrations and restart claims.
 			if _, err := membership.NewJoinAuth(c.TLS); err != nil {
 				bad("TLS", "%v", err)
 			}

@@ -37,9 +37,10 @@ type member struct {
 	// abandon, for tests, makes close leave the etcd lease to expire, as
 	// when the process is killed.
 	abandon bool
-	// refusedSeen holds the refused join requests and registrations
-	// already logged and counted (refused), by kind, member and
-	// incarnation; only the watch goroutine uses it.
+	// refusedSeen holds the refused join requests, registrations and
+	// restart claims already logged and counted (refused), by kind,
+	// member and incarnation, or by key and revision for a record that
+	// does not decode; only the watch goroutine uses it.
 	refusedSeen map[refusedKey]bool
 
 	mu struct {
@@ -192,8 +193,9 @@ func dialEtcd(g *Group) (*clientEtcd, error) {
 	}
 	e.cfg = membership.StoreConfig{Client: e.client, Prefix: c.Etcd.Prefix, LeaseTTL: c.Etcd.LeaseTTL, Logger: c.Logger}
 	if c.TLS != nil {
-		// With TLS, a join request must prove that its member holds a
-		// certificate of the group's for its id (membership.JoinAuth).
+		// With TLS, a join request, a registration or a restart claim
+		// must prove that its member holds a certificate of the group's
+		// for its id (membership.JoinAuth).
 		auth, err := membership.NewJoinAuth(c.TLS)
 		if err != nil {
 			e.close()
@@ -249,16 +251,20 @@ func (m *member) resolve(id NodeID) (string, error) {
 	return "", fmt.Errorf("convoy: no address known for member %d", id)
 }
 
-// refusedKey identifies a refused record once per incarnation.
+// refusedKey identifies a refused record once per incarnation, or, for
+// a record that does not decode, once per key and revision.
 type refusedKey struct {
 	kind            membership.RefusedKind
 	id, incarnation uint64
+	key             string
+	revision        int64
 }
 
-// refused logs and counts the join requests and registrations refused
-// for their proof, once per incarnation: they stay in etcd, on the
-// leases of whoever wrote them, and every state read lists them again.
-// It runs on the watch goroutine.
+// refused logs and counts the join requests, registrations and restart
+// claims refused, for their proof once per incarnation, for not decoding
+// once per key and revision: they stay in etcd, on the leases of
+// whoever wrote them, and every state read lists them again. It runs on
+// the watch goroutine.
 func (m *member) refused(g *Group, refused []membership.RefusedJoin) {
 	if len(refused) == 0 && len(m.refusedSeen) == 0 {
 		return
@@ -268,7 +274,11 @@ func (m *member) refused(g *Group, refused []membership.RefusedJoin) {
 	m.mu.Unlock()
 	seen := make(map[refusedKey]bool, len(refused))
 	for _, r := range refused {
+		bad := errors.Is(r.Err, membership.ErrMalformedRecord)
 		key := refusedKey{kind: r.Kind, id: r.Member.ID, incarnation: r.Member.Incarnation}
+		if bad {
+			key = refusedKey{kind: r.Kind, key: r.Key, revision: r.Revision}
+		}
 		seen[key] = true
 		if m.refusedSeen[key] {
 			continue
@@ -280,12 +290,18 @@ func (m *member) refused(g *Group, refused []membership.RefusedJoin) {
 			}
 		}
 		what := "join request"
-		if r.Kind == membership.RefusedRegistration {
+		switch r.Kind {
+		case membership.RefusedRegistration:
 			what = "registration"
+		case membership.RefusedRestart:
+			what = "restart claim"
 		}
-		if r.Member == self {
+		switch {
+		case bad:
+			g.log.Warn("ignored a "+what+" that does not decode", "key", r.Key, "revision", r.Revision, "err", r.Err)
+		case r.Member == self:
 			g.log.Error("this member's "+what+" fails its own check", "incarnation", r.Member.Incarnation, "err", r.Err)
-		} else {
+		default:
 			g.log.Warn("refused a "+what, "member", r.Member.ID, "incarnation", r.Member.Incarnation, "addr", r.Member.Addr, "err", r.Err)
 		}
 	}

@@ -45,11 +45,12 @@ type metrics struct {
 	epoch                      metric.Int64Gauge
 	minority                   metric.Int64Counter
 	neighbourLag               metric.Float64Gauge
-	// refusedJoins counts the join requests and registrations refused
-	// for their proof, once per incarnation, by reason and kind
+	// refusedJoins counts the join requests, registrations and restart
+	// claims refused for their proof, once per incarnation, or for not
+	// decoding, once per key and revision, by reason and kind
 	// (refusedReasons, indexed by membership.RefusedKind).
 	refusedJoins   metric.Int64Counter
-	refusedReasons map[error][2]attrs
+	refusedReasons map[error][3]attrs
 	// State transfer, by role and kind.
 	transferBytes    metric.Int64Counter
 	transferDuration metric.Float64Histogram
@@ -134,17 +135,18 @@ func newMetrics(mp metric.MeterProvider, mode Mode) (*metrics, error) {
 	counter(&ms.minority, "convoy.membership.minority", "{event}",
 		"Times this member found the proposed next view without a majority of the current one: it stops delivering and waits.")
 	counter(&ms.refusedJoins, "convoy.membership.refused.joins", "{request}",
-		"Join requests and registrations refused, with TLS, for their proof, once per incarnation, by kind (join, registration) and reason: no proof, a malformed one, a certificate the group's authorities did not issue, one that names another member, or a signature that does not hold.")
-	ms.refusedReasons = make(map[error][2]attrs)
+		"Join requests, registrations and restart claims refused, by kind (join, registration, restart) and reason: a record that does not decode (undecodable, once per key and revision), or, with TLS, once per incarnation, for its proof: no proof, a malformed one, a certificate the group's authorities did not issue, one that names another member, or a signature that does not hold.")
+	ms.refusedReasons = make(map[error][3]attrs)
 	for reason, name := range map[error]string{
 		membership.ErrJoinProofMissing:   "missing",
 		membership.ErrJoinProofMalformed: "malformed",
 		membership.ErrJoinCertificate:    "certificate",
 		membership.ErrJoinIdentity:       "identity",
 		membership.ErrJoinSignature:      "signature",
+		membership.ErrMalformedRecord:    "undecodable",
 	} {
-		var a [2]attrs
-		for _, k := range []membership.RefusedKind{membership.RefusedJoinRequest, membership.RefusedRegistration} {
+		var a [3]attrs
+		for _, k := range []membership.RefusedKind{membership.RefusedJoinRequest, membership.RefusedRegistration, membership.RefusedRestart} {
 			a[k] = newAttrs(attribute.String("reason", name), attribute.String("kind", k.String()))
 		}
 		ms.refusedReasons[reason] = a

@@ -419,10 +419,11 @@ func (c *Core) logDecision(suspected map[membership.ID]bool, d membership.Decisi
 // to answer a renewal) and the member registers again: counting that as
 // a suspicion would end a view each time.
 //
-// A registration the store's JoinAuth refused (membership.State.Refused)
-// says nothing either way: whoever wrote it over the member's cannot
-// prove the member's id, so it names no newer incarnation, and counting
-// the member's own as missing would let that writer have it excluded.
+// A registration the store refused (membership.State.Refused: it does
+// not decode, or the store's JoinAuth refused its proof) says nothing
+// either way: whoever wrote it over the member's cannot prove the
+// member's id, so it names no newer incarnation, and counting the
+// member's own as missing would let that writer have it excluded.
 // The failure detector still judges such a member.
 func (c *Core) unregistered(now int64, st *membership.State) map[uint64]bool {
 	out := make(map[uint64]bool)

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -146,4 +147,90 @@ func devTLS(t *testing.T, issuer, trust *devcerts.CA, id uint64) *tls.Config {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(trust.CertPEM())
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool, MinVersion: tls.VersionTLS13}
+}
+
+// TestForgedRestartClaims: in a group whose members authenticate each
+// other with TLS, every member of the first view failed, and the
+// restarted incarnations of members 1 and 2 claim their logs. A process
+// with access to etcd, with a certificate another CA issued for member
+// 3, writes a claim for member 3's restarted (registered) incarnation
+// with a log far beyond the others'. The claim is refused: it neither
+// completes the claims, which would restart the group at once, nor sets
+// the position the group restarts from; the leader restarts it from the
+// honest logs, once the others had their while to claim.
+func TestForgedRestartClaims(t *testing.T) {
+	ctx := context.Background()
+	sim := etcdsim.New(etcdsim.Config{})
+	kv := clientv3.NewKVFromKVClient(sim, nil)
+	ca, rogueCA := newDevCA(t, "group CA"), newDevCA(t, "rogue CA")
+	open := func(issuer *devcerts.CA, id uint64) *membership.Store {
+		t.Helper()
+		auth, err := membership.NewJoinAuth(devTLS(t, issuer, ca, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lease, err := sim.GrantClientLease(10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := membership.NewStoreOn(kv, lease, membership.StoreConfig{Prefix: "/forged/", JoinAuth: auth})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	member := func(id, incarnation uint64) membership.Member {
+		return membership.Member{ID: id, Incarnation: incarnation, Addr: fmt.Sprintf("h%d:%d", id, incarnation)}
+	}
+	check := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s1, s2, s3 := open(ca, 1), open(ca, 2), open(ca, 3)
+	first := membership.View{Epoch: 1, Members: []membership.Member{member(1, 1), member(2, 1), member(3, 1)}, Sent: make([]uint64, 3)}
+	check(s1.Bootstrap(ctx, first))
+	// The restarted incarnations register; 1 and 2 claim their logs.
+	check(s1.Register(ctx, member(1, 2)))
+	check(s2.Register(ctx, member(2, 2)))
+	check(s3.Register(ctx, member(3, 2)))
+	check(s1.PutRecovery(ctx, membership.Recovery{Epoch: 1, Member: member(1, 2), LogLast: 10, InView: true}))
+	check(s2.PutRecovery(ctx, membership.Recovery{Epoch: 1, Member: member(2, 2), LogLast: 8, InView: true}))
+	check(open(rogueCA, 3).PutRecovery(ctx, membership.Recovery{Epoch: 1, Member: member(3, 2), LogLast: 5000, InView: true}))
+
+	st, err := s1.State(ctx)
+	check(err)
+	if ids := slices.Sorted(maps.Keys(st.Recoveries)); !slices.Equal(ids, []uint64{1, 2}) {
+		t.Errorf("claims of members %v, want 1 and 2", ids)
+	}
+	if len(st.Refused) != 1 || st.Refused[0].Kind != membership.RefusedRestart || st.Refused[0].Member != member(3, 2) {
+		t.Errorf("refused %v, want member 3's restart claim", st.Refused)
+	}
+
+	const ttl, wait = time.Second, 5 * time.Second
+	core := NewCore(Config{InitialMembers: 3, LeaseTTL: ttl, SuspectTimeout: ttl, HeartbeatInterval: ttl / 10, Durable: true, RestartWait: wait}, member(1, 2))
+	var recovered *membership.View
+	for _, now := range []time.Duration{0, ttl, ttl + wait/2, ttl + wait} {
+		for _, a := range core.State(int64(now), &st) {
+			switch {
+			case a.Kind == Recover && now < ttl+wait:
+				t.Fatalf("at %v: restarts the group from %d, without waiting for member 3's claim", now, a.View.Start)
+			case a.Kind == Recover:
+				recovered = a.View
+			default:
+				t.Errorf("at %v: %v", now, a.Kind)
+			}
+		}
+	}
+	if recovered == nil {
+		t.Fatal("the group did not restart")
+	}
+	if ids := memberIDs(recovered.Members); recovered.Start != 10 || !slices.Equal(ids, []uint64{1, 2}) {
+		t.Errorf("restarted from %d with members %v, want from 10 with 1 and 2", recovered.Start, ids)
+	}
+	// The store agrees: the refused claim is not among those its
+	// commit checks the view against.
+	check(s1.Recover(ctx, *recovered))
 }

@@ -3,10 +3,16 @@
 //
 // A Client knows every member's base URL. It sends a request to one
 // member and, when that member cannot serve (503) or cannot be reached,
-// to the next, with a short backoff, until the request's context ends.
-// Each write carries a request id (the Idempotency-Key header: a random
-// 128-bit client id and a counter) that stays the same across those
-// retries, so a retried append lands once.
+// to the next at once; after a round of members that all failed it
+// pauses, by exponential backoff with jitter, and goes round again,
+// until the request's context ends. A member at capacity refuses a
+// request at once with 503 (or a proxy with 429) and says how long to
+// wait (Retry-After): after a round in which a member said so, the
+// Client waits the shortest such time and up to half as long again at
+// random, so that the clients refused together do not all come back
+// together. Each write carries a request id (the Idempotency-Key header:
+// a random 128-bit client id and a counter) that stays the same across
+// those retries, so a retried append lands once.
 //
 //	c := client.New([]string{"http://127.0.0.1:7101", "http://127.0.0.1:7102"})
 //	pos, err := c.Append(ctx, []byte("hello"), "greetings")
@@ -16,18 +22,21 @@ package client
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
 )
 
 // Errors returned by the Client's methods.
@@ -100,7 +109,9 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
 
 // WithBackoff sets the pause after a round of members that all failed
-// (default 20ms; it doubles on each round, up to a second).
+// (default 20ms; it doubles on each round, up to a second, each pause
+// up to half shorter or longer at random). A member's Retry-After
+// overrides it.
 func WithBackoff(d time.Duration) Option { return func(c *Client) { c.backoff = d } }
 
 // WithMaxResponseBytes bounds a response body (default 64 MiB).
@@ -110,7 +121,7 @@ func WithMaxResponseBytes(n int64) Option { return func(c *Client) { c.maxBody =
 // "http://127.0.0.1:7101").
 func New(urls []string, opts ...Option) *Client {
 	var id [16]byte
-	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
+	_, _ = crand.Read(id[:]) // never fails (crypto/rand)
 	c := &Client{hc: http.DefaultClient, backoff: 20 * time.Millisecond, maxBody: 64 << 20, id: hex.EncodeToString(id[:])}
 	for _, u := range urls {
 		c.urls = append(c.urls, strings.TrimRight(u, "/"))
@@ -205,58 +216,82 @@ func (c *Client) ReadStream(ctx context.Context, name string, from uint64) ([]En
 // Status returns the status of the member at base URL u (no failover).
 func (c *Client) Status(ctx context.Context, u string) (Status, error) {
 	var out Status
-	_, err := c.once(ctx, strings.TrimRight(u, "/"), http.MethodGet, "/status", nil, "", &out)
+	_, _, err := c.once(ctx, strings.TrimRight(u, "/"), http.MethodGet, "/status", nil, "", &out)
 	return out, err
 }
 
+// maxBackoff bounds the pause between rounds of members.
+const maxBackoff = time.Second
+
 // do sends a request to the members in turn until one answers it or ctx
-// ends. out receives the JSON body (or, if a *[]byte, the raw body).
+// ends, in rounds: each member once, from the one that answered last;
+// after a round in which none did, it pauses as a member asked
+// (Retry-After: the shortest asked in the round) or else by exponential
+// backoff, with jitter either way. out receives the JSON body (or, if a
+// *[]byte, the raw body).
 func (c *Client) do(ctx context.Context, method, path string, body []byte, key string, out any) error {
 	if len(c.urls) == 0 {
 		return fmt.Errorf("%w: no member URLs", ErrUnavailable)
 	}
-	start := int(c.next.Load() % uint64(len(c.urls)))
-	pause := c.backoff
-	var last error
-	for attempt := 0; ; attempt++ {
-		i := (start + attempt) % len(c.urls)
-		retry, err := c.once(ctx, c.urls[i], method, path, body, key, out)
-		if !retry {
-			if err == nil {
-				c.next.Store(uint64(i))
-			}
-			return err
-		}
-		last = err
-		// Try the next member at once, and pause after each round.
-		if (attempt+1)%len(c.urls) != 0 {
-			if ctx.Err() == nil {
-				continue
-			}
-		} else {
-			c.next.Store(uint64(i + 1))
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w: %w (last: %w)", ErrUnavailable, ctx.Err(), last)
-		case <-t.C:
-		}
-		pause = min(2*pause, time.Second)
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     c.backoff,
+		RandomizationFactor: 0.5,
+		Multiplier:          2,
+		MaxInterval:         maxBackoff,
 	}
+	// last is the last member's failure, for the error once ctx ends: a
+	// try that the context's end cut short says nothing new. final says
+	// the answer is one no retry changes.
+	var last error
+	final := false
+	_, err := backoff.Retry(ctx, func() (struct{}, error) {
+		start := c.next.Load()
+		var wait time.Duration // the shortest Retry-After of the round
+		var err error
+		for k := range uint64(len(c.urls)) {
+			i := (start + k) % uint64(len(c.urls))
+			var retry bool
+			var after time.Duration
+			retry, after, err = c.once(ctx, c.urls[i], method, path, body, key, out)
+			if !retry {
+				if err == nil {
+					c.next.Store(i)
+				}
+				final = true
+				return struct{}{}, backoff.Permanent(err)
+			}
+			if ctx.Err() == nil || last == nil {
+				last = err
+			}
+			if after > 0 && (wait == 0 || after < wait) {
+				wait = after
+			}
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		if wait > 0 {
+			return struct{}{}, &backoff.RetryAfterError{Duration: wait + rand.N(wait/2+1)}
+		}
+		return struct{}{}, err
+	}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0))
+	if err == nil || final {
+		return err
+	}
+	return fmt.Errorf("%w: %w (last: %w)", ErrUnavailable, ctx.Err(), last)
 }
 
 // once sends one request to the member at base. It reports whether
-// another member should be tried (503, or no answer).
-func (c *Client) once(ctx context.Context, base, method, path string, body []byte, key string, out any) (retry bool, err error) {
+// another member should be tried (503 or 429, or no answer), and how
+// long the member asked to wait first (Retry-After; 0 if it did not).
+func (c *Client) once(ctx context.Context, base, method, path string, body []byte, key string, out any) (retry bool, after time.Duration, err error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
-		return false, fmt.Errorf("client: %w", err)
+		return false, 0, fmt.Errorf("client: %w", err)
 	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
@@ -269,18 +304,22 @@ func (c *Client) once(ctx context.Context, base, method, path string, body []byt
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return true, fmt.Errorf("client: %s %s: %w", method, base, err)
+		return true, 0, fmt.Errorf("client: %s %s: %w", method, base, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, c.maxBody+1))
 	if err != nil {
-		return true, fmt.Errorf("client: %s %s: reading the response: %w", method, base, err)
+		return true, 0, fmt.Errorf("client: %s %s: reading the response: %w", method, base, err)
 	}
 	if int64(len(data)) > c.maxBody {
-		return false, fmt.Errorf("client: %s %s: response above %d bytes", method, base, c.maxBody)
+		return false, 0, fmt.Errorf("client: %s %s: response above %d bytes", method, base, c.maxBody)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return resp.StatusCode == http.StatusServiceUnavailable, statusError(resp.StatusCode, data)
+		switch resp.StatusCode {
+		case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+			return true, retryAfter(resp.Header), statusError(resp.StatusCode, data)
+		}
+		return false, 0, statusError(resp.StatusCode, data)
 	}
 	switch o := out.(type) {
 	case nil:
@@ -288,10 +327,26 @@ func (c *Client) once(ctx context.Context, base, method, path string, body []byt
 		*o = data
 	default:
 		if err := json.Unmarshal(data, out); err != nil {
-			return false, fmt.Errorf("client: %s %s: bad response: %w", method, base, err)
+			return false, 0, fmt.Errorf("client: %s %s: bad response: %w", method, base, err)
 		}
 	}
-	return false, nil
+	return false, 0, nil
+}
+
+// retryAfter returns the pause a Retry-After header asks for: a number
+// of seconds or a date (0: none, or one that cannot be read).
+func retryAfter(h http.Header) time.Duration {
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
 }
 
 // statusError turns an error response into an error.

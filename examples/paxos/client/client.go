@@ -152,8 +152,9 @@ func WithBackoff(min, max time.Duration) Option {
 // wire): one connection per member, upgraded from HTTP, carrying many
 // requests at once in a binary encoding, which costs the client and the
 // member much less per request than HTTP/JSON. A member that does not
-// serve streams gets HTTP requests instead. Close the Client to close
-// its streams.
+// serve streams, or refuses the upgrade for serving another version of
+// them (wire.Protocol), gets HTTP requests instead, for the Client's
+// life. Close the Client to close its streams.
 func WithStreams() Option { return func(c *Client) { c.streams = true } }
 
 // WithAttemptTimeout bounds one try at one member, so that a member that

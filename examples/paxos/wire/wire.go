@@ -16,9 +16,16 @@
 // Integers are big-endian; retry-after is in milliseconds; issued is in
 // Unix nanoseconds, and positive. Decoding checks every length against
 // the bytes left and against MaxKeyBytes and MaxIDBytes, and refuses
-// trailing bytes. A request without FlagIssued is as clients sent them
-// before issued times existed; members older than FlagIssued answer a
-// request with it 400.
+// trailing bytes.
+//
+// The Upgrade token names the protocol's version: a version that changes
+// what a frame may hold gets a new token, so that a member and a client
+// of different versions never exchange frames. A member that speaks
+// another version refuses the upgrade (426 Upgrade Required, naming its
+// own token), and the client then uses the HTTP/JSON API, which both
+// understand. Version 2 (convoy-kv/2) added FlagIssued; members of
+// version 1 answered a request with it 400, halfway through a stream,
+// which is why the token changed. A member serves its own version only.
 package wire
 
 import (
@@ -31,10 +38,10 @@ import (
 	"time"
 )
 
-// Protocol is the Upgrade token of a stream, and StreamPath the path of
-// the upgrade request.
+// Protocol is the Upgrade token of a stream, which names the version of
+// this package's frames, and StreamPath the path of the upgrade request.
 const (
-	Protocol   = "convoy-kv/1"
+	Protocol   = "convoy-kv/2"
 	StreamPath = "/stream"
 )
 
