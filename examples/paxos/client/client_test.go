@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/convoy-gcs/convoy/examples/paxos/wire"
 	"go.uber.org/goleak"
 )
 
@@ -534,4 +536,22 @@ func mustJSON(v any) string {
 		panic(err)
 	}
 	return string(b)
+}
+
+// TestAnswerBeforeBreak: an answer read before the stream broke is the
+// call's result, not the break, however the waiting call sees the two.
+func TestAnswerBeforeBreak(t *testing.T) {
+	for i := range 200 {
+		conn, peer := net.Pipe()
+		peer.Close()
+		s := &streamConn{conn: conn, pending: make(map[uint64]chan wire.Response), wake: make(chan struct{}, 1), done: make(chan struct{})}
+		ch := make(chan wire.Response, 1)
+		want := wire.Response{Tag: 1, Status: http.StatusBadRequest, Body: []byte("empty key")}
+		ch <- want // what read does for the answer, then for the end of the stream:
+		s.close(&retryable{err: errors.New("client: stream broke: EOF")})
+		r, err := s.await(t.Context(), 1, ch, 0)
+		if err != nil || r.Status != want.Status || string(r.Body) != string(want.Body) {
+			t.Fatalf("try %d: got %+v, %v; want the answer %+v", i, r, err, want)
+		}
+	}
 }

@@ -219,17 +219,30 @@ func (s *streamConn) call(ctx context.Context, req *wire.Request) (wire.Response
 	case s.wake <- struct{}{}:
 	default:
 	}
+	return s.await(ctx, req.Tag, ch, answered)
+}
+
+// await waits for the answer to the call with tag on ch; answered is how
+// many answers the stream had read when the call was queued.
+func (s *streamConn) await(ctx context.Context, tag uint64, ch <-chan wire.Response, answered uint64) (wire.Response, error) {
 	select {
 	case r := <-ch:
 		return r, nil
 	case <-s.done:
+		// The reader hands an answer over before it reads on, so one
+		// that came before the stream broke is in ch by now.
+		select {
+		case r := <-ch:
+			return r, nil
+		default:
+		}
 		s.mu.Lock()
 		err := s.err
 		s.mu.Unlock()
 		return wire.Response{}, err
 	case <-ctx.Done():
 		s.mu.Lock()
-		delete(s.pending, req.Tag)
+		delete(s.pending, tag)
 		s.mu.Unlock()
 		select {
 		case r := <-ch: // answered meanwhile
