@@ -228,8 +228,10 @@
 //
 // what stays: Pebble's memtables, which hold what was written until they
 // fill and are flushed, and what is live, with room for the runtime's
-// fragmentation and the garbage made since (TestOverload checks it 30
-// seconds after its load).
+// fragmentation and the garbage made since. (cmd/convoy's TestOverload
+// checks, 30 seconds after its load, the part of it the Go heap holds:
+// each member's heap in use, beyond what it held before the load, within
+// (1 + GOGC/100) × (S + D) and a slack; it logs the RSS.)
 //
 // # State transfer and restarts
 //
