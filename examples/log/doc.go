@@ -39,7 +39,8 @@
 //
 // Errors are JSON {"error": "..."}: 400 for a malformed request (a bad
 // position, a bad stream name — 1 to MaxStreamName bytes of letters,
-// digits, '.', '_', '-', ':' — more than MaxStreams streams, an
+// digits, '.', '_', '-', ':', other than "." and ".." — more than
+// MaxStreams streams, an
 // Idempotency-Key above MaxRequestID bytes), 413 for an entry above
 // Options.MaxValueBytes, and 503 when this member cannot serve: it takes
 // part in no view (joining, rejoining after an exclusion, on the minority

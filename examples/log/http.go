@@ -259,6 +259,11 @@ func parseStreams(s string) ([]string, error) {
 		if err := validStream(name); err != nil {
 			return nil, fmt.Errorf("%w: %w", errBadRequest, err)
 		}
+		if name == "." || name == ".." {
+			// GET /streams/{name} could not read it: the path cleans to
+			// another.
+			return nil, fmt.Errorf("%w: %w: %q names no path segment", errBadRequest, errStreamName, name)
+		}
 		dup := false
 		for _, prev := range out {
 			dup = dup || prev == name
