@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
-	"sync"
-	"time"
 
+	"github.com/convoy-gcs/convoy/internal/admit"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -20,33 +18,22 @@ import (
 var errAtCapacity = errors.New("sharedlog: member at capacity")
 
 // admission bounds the requests a member serves at once, by count and by
-// the bytes the appends among them hold, so that a load beyond what the
-// group can carry is refused at once instead of queueing: every request
-// but GET /status takes a place for as long as it is served, an append
-// before its body is read. Its methods are safe for concurrent use.
+// the bytes the appends among them hold (admit.Limiter), so that a load
+// beyond what the group can carry is refused at once instead of
+// queueing: every request but GET /status takes a place for as long as
+// it is served, an append before its body is read. It counts what it
+// admits and refuses in the service's metrics. Its methods are safe for
+// concurrent use.
 type admission struct {
-	maxRequests, maxBytes int
-	m                     *metrics
-
-	mu struct {
-		sync.Mutex
-		// Invariant: 0 ≤ requests ≤ maxRequests, 0 ≤ bytes ≤ maxBytes.
-		requests, bytes int
-	}
+	*admit.Limiter
+	m *metrics
 }
 
 // admit takes a place for a request that holds bytes, or counts a
 // refusal and returns false if there is none. A request admitted must be
 // released with the same bytes.
 func (a *admission) admit(bytes int) bool {
-	a.mu.Lock()
-	ok := a.mu.requests < a.maxRequests && a.mu.bytes+bytes <= a.maxBytes
-	if ok {
-		a.mu.requests++
-		a.mu.bytes += bytes
-	}
-	a.mu.Unlock()
-	if !ok {
+	if !a.Admit(bytes) {
 		a.m.refuse()
 		return false
 	}
@@ -56,18 +43,8 @@ func (a *admission) admit(bytes int) bool {
 
 // release gives back the place of a request admitted with bytes.
 func (a *admission) release(bytes int) {
-	a.mu.Lock()
-	a.mu.requests--
-	a.mu.bytes -= bytes
-	a.mu.Unlock()
+	a.Release(bytes)
 	a.m.admitted(-1, -bytes)
-}
-
-// load returns the requests admitted and the bytes they hold.
-func (a *admission) load() (requests, bytes int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.mu.requests, a.mu.bytes
 }
 
 // admitted wraps h, a handler of a request without a body to bound, so
@@ -110,15 +87,8 @@ func appendCharge(size int) int { return 2 * size }
 
 // refuse answers a request refused for capacity: 503 with Retry-After.
 func (n *Node) refuse(w http.ResponseWriter) {
-	w.Header().Set("Retry-After", retryAfterHeader(n.opts.RetryAfter))
+	w.Header().Set("Retry-After", admit.RetryAfter(n.opts.RetryAfter))
 	n.writeError(w, fmt.Errorf("%w: %w", ErrUnavailable, errAtCapacity))
-}
-
-// retryAfterHeader returns the value of a Retry-After header for d: whole
-// seconds, rounded up, at least 1.
-func retryAfterHeader(d time.Duration) string {
-	s := max((d+time.Second-1)/time.Second, 1)
-	return strconv.FormatInt(int64(s), 10)
 }
 
 // reasonCapacity is the reason of a refusal for MaxRequests or

@@ -59,7 +59,7 @@ func TestAdmission(t *testing.T) {
 		}()
 	}
 	waitFor(t, func() bool { return l.pending() == 2 })
-	if req, bytes := n.admit.load(); req != 2 || bytes != 22 {
+	if req, bytes := n.admit.Load(); req != 2 || bytes != 22 {
 		t.Fatalf("admitted %d requests of %d bytes, want 2 of 22", req, bytes)
 	}
 	for i, target := range []string{"/log", "/log/tail", "/log/0", "/streams/s"} {
@@ -86,7 +86,7 @@ func TestAdmission(t *testing.T) {
 			t.Errorf("an admitted append: %d, want 200", status)
 		}
 	}
-	if req, bytes := n.admit.load(); req != 0 || bytes != 0 {
+	if req, bytes := n.admit.Load(); req != 0 || bytes != 0 {
 		t.Fatalf("admitted %d requests of %d bytes once answered, want none", req, bytes)
 	}
 

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/convoy-gcs/convoy"
+	"github.com/convoy-gcs/convoy/internal/admit"
 )
 
 // Options tune the service (validated defaults for zero values). The
@@ -198,7 +199,7 @@ func newNode(self convoy.NodeID, opts Options) (*Node, error) {
 	log := opts.Logger.With("member", self)
 	return &Node{
 		self: self, opts: opts, log: log,
-		admit: &admission{maxRequests: opts.MaxRequests, maxBytes: opts.MaxRequestBytes, m: m},
+		admit: &admission{Limiter: admit.New(opts.MaxRequests, opts.MaxRequestBytes), m: m},
 		st:    newState(log), done: make(chan struct{}),
 	}, nil
 }

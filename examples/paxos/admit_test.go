@@ -167,7 +167,7 @@ func TestAdmissionBytes(t *testing.T) {
 		defer f.mu.Unlock()
 		return len(f.held) > 0
 	})
-	if reqs, bytes := n.admit.load(); reqs != 1 || bytes != 4*n.opts.casBodyLimit() {
+	if reqs, bytes := n.admit.Load(); reqs != 1 || bytes != 4*n.opts.casBodyLimit() {
 		t.Errorf("admitted %d requests, %d bytes; want 1, %d", reqs, bytes, 4*n.opts.casBodyLimit())
 	}
 	r := req{method: "PUT", path: "/kv/b", body: "y", code: 503, want: "~at capacity"}
@@ -180,7 +180,7 @@ func TestAdmissionBytes(t *testing.T) {
 	if w := <-done; w.Code != 200 {
 		t.Fatalf("cas: %d %s", w.Code, w.Body)
 	}
-	if reqs, bytes := n.admit.load(); reqs != 0 || bytes != 0 {
+	if reqs, bytes := n.admit.Load(); reqs != 0 || bytes != 0 {
 		t.Errorf("admitted %d requests, %d bytes after the answers; want none", reqs, bytes)
 	}
 }
@@ -203,7 +203,7 @@ func TestAdmissionStream(t *testing.T) {
 	}
 	write(wire.Request{Tag: 1, Op: wire.OpPut, Key: "a", ID: "p1", Value: []byte("x")})
 	waitFor(t, func() bool {
-		reqs, _ := n.admit.load()
+		reqs, _ := n.admit.Load()
 		return reqs == 1
 	})
 	write(wire.Request{Tag: 2, Op: wire.OpPut, Key: "b", Value: []byte("y")})

@@ -27,8 +27,8 @@ func (n *Node) releaseWhenIdle(release func()) {
 		case <-t.C:
 		}
 		now := time.Now()
-		total := n.admit.total()
-		inFlight, _ := n.admit.load()
+		total := n.admit.Total()
+		inFlight, _ := n.admit.Load()
 		switch {
 		case total != seen || inFlight > 0:
 			seen, busy, quiet = total, true, now
