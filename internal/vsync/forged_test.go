@@ -28,31 +28,8 @@ import (
 // lease period later.
 func TestForgedRegistrations(t *testing.T) {
 	ctx := context.Background()
-	sim := etcdsim.New(etcdsim.Config{})
-	kv := clientv3.NewKVFromKVClient(sim, nil)
-	ca, rogueCA := newDevCA(t, "group CA"), newDevCA(t, "rogue CA")
-	// open returns a store whose proofs are made with a certificate of
-	// issuer naming id, trusting the group's CA.
-	open := func(issuer *devcerts.CA, id uint64) *membership.Store {
-		t.Helper()
-		auth, err := membership.NewJoinAuth(devTLS(t, issuer, ca, id))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lease, err := sim.GrantClientLease(10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := membership.NewStoreOn(kv, lease, membership.StoreConfig{Prefix: "/forged/", JoinAuth: auth})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	member := func(id, incarnation uint64) membership.Member {
-		return membership.Member{ID: id, Incarnation: incarnation, Addr: fmt.Sprintf("h%d:%d", id, incarnation)}
-	}
+	rig := newForgeryRig(t)
+	ca, rogueCA, open, member := rig.ca, rig.rogueCA, rig.open, forgeryMember
 	register := func(s *membership.Store, m membership.Member) {
 		t.Helper()
 		if err := s.Register(ctx, m); err != nil {
@@ -160,29 +137,8 @@ func devTLS(t *testing.T, issuer, trust *devcerts.CA, id uint64) *tls.Config {
 // honest logs, once the others had their while to claim.
 func TestForgedRestartClaims(t *testing.T) {
 	ctx := context.Background()
-	sim := etcdsim.New(etcdsim.Config{})
-	kv := clientv3.NewKVFromKVClient(sim, nil)
-	ca, rogueCA := newDevCA(t, "group CA"), newDevCA(t, "rogue CA")
-	open := func(issuer *devcerts.CA, id uint64) *membership.Store {
-		t.Helper()
-		auth, err := membership.NewJoinAuth(devTLS(t, issuer, ca, id))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lease, err := sim.GrantClientLease(10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := membership.NewStoreOn(kv, lease, membership.StoreConfig{Prefix: "/forged/", JoinAuth: auth})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	member := func(id, incarnation uint64) membership.Member {
-		return membership.Member{ID: id, Incarnation: incarnation, Addr: fmt.Sprintf("h%d:%d", id, incarnation)}
-	}
+	rig := newForgeryRig(t)
+	ca, rogueCA, open, member := rig.ca, rig.rogueCA, rig.open, forgeryMember
 	check := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -233,4 +189,45 @@ func TestForgedRestartClaims(t *testing.T) {
 	// The store agrees: the refused claim is not among those its
 	// commit checks the view against.
 	check(s1.Recover(ctx, *recovered))
+}
+
+// forgeryRig is what the forgery tests share: a simulated etcd, the
+// group's CA and a rogue one.
+type forgeryRig struct {
+	t           *testing.T
+	sim         *etcdsim.Server
+	kv          clientv3.KV
+	ca, rogueCA *devcerts.CA
+}
+
+func newForgeryRig(t *testing.T) *forgeryRig {
+	sim := etcdsim.New(etcdsim.Config{})
+	return &forgeryRig{t: t, sim: sim, kv: clientv3.NewKVFromKVClient(sim, nil),
+		ca: newDevCA(t, "group CA"), rogueCA: newDevCA(t, "rogue CA")}
+}
+
+// open returns a store whose proofs are made with a certificate of
+// issuer naming id, trusting the group's CA.
+func (r *forgeryRig) open(issuer *devcerts.CA, id uint64) *membership.Store {
+	t := r.t
+	t.Helper()
+	auth, err := membership.NewJoinAuth(devTLS(t, issuer, r.ca, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := r.sim.GrantClientLease(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := membership.NewStoreOn(r.kv, lease, membership.StoreConfig{Prefix: "/forged/", JoinAuth: auth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// forgeryMember returns a member record for id's incarnation.
+func forgeryMember(id, incarnation uint64) membership.Member {
+	return membership.Member{ID: id, Incarnation: incarnation, Addr: fmt.Sprintf("h%d:%d", id, incarnation)}
 }
