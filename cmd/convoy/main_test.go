@@ -130,7 +130,7 @@ func TestBenchMulticastCorruption(t *testing.T) {
 // network namespaces. It needs root, ip and tc.
 func TestBenchMulticastNetns(t *testing.T) {
 	if err := netns.Check(); err != nil {
-		t.Skip(err)
+		t.Skipf("needs root, ip and tc for network namespaces (CI runs it as root): %v", err)
 	}
 	self, err := os.Executable()
 	if err != nil {
