@@ -111,7 +111,7 @@ func (l *Log) commit(ops []op) {
 	}
 	b := l.batch
 	size, entries := 0, 0
-	var synced uint64
+	var synced, topicSynced uint64
 	for i := range ops {
 		o := &ops[i]
 		size += o.size()
@@ -124,6 +124,7 @@ func (l *Log) commit(ops []op) {
 			}
 		}
 		synced = max(synced, o.index)
+		topicSynced = max(topicSynced, o.topicPos)
 	}
 	// The durable mark rides along only with batches that someone waits
 	// for (view records, snapshots, trims) and with the last one at
@@ -131,6 +132,9 @@ func (l *Log) commit(ops []op) {
 	// entries beyond it until the group confirms them), and any rewrite
 	// of a key among a stream of appends was measured to cost a tenth of
 	// the throughput or more.
+	// The topic mark is read before the durable mark: the group raises
+	// the durable mark first, so the pair written never has a topic
+	// entry handed out after a group entry beyond the durable mark.
 	// A batch that writes the mark itself (an installed snapshot's) must
 	// not have it overwritten by the older one held here.
 	urgent, marked, chunks := false, false, true
@@ -138,13 +142,13 @@ func (l *Log) commit(ops []op) {
 		urgent = urgent || ops[i].done != nil
 		chunks = chunks && ops[i].written != nil
 		if ops[i].mark {
-			marked, l.durableWritten = true, ops[i].markAt
+			marked, l.durableWritten, l.topicDurableWritten = true, ops[i].markAt, ops[i].topicMarkAt
 		}
 	}
-	if d := l.durable.Load(); urgent && !marked && d != l.durableWritten {
-		k, v := encodeMetaAt(prefixMark, metaDurable, d, nil)
+	if td, d := l.topicDurable.Load(), l.durable.Load(); urgent && !marked && (d != l.durableWritten || td != l.topicDurableWritten) {
+		k, v := encodeMetaAt(prefixMark, metaDurable, d, markData(td))
 		_ = b.Set(k, v, nil)
-		l.durableWritten = d
+		l.durableWritten, l.topicDurableWritten = d, td
 	}
 	// Snapshot chunks alone need no fsync: the snapshot's commit syncs
 	// them with it, and until then nothing counts on them.
@@ -193,6 +197,9 @@ func (l *Log) commit(ops []op) {
 		close(l.mu.syncCh)
 		l.mu.syncCh = make(chan struct{})
 	}
+	if topicSynced > l.topicSynced.Load() {
+		l.topicSynced.Store(topicSynced)
+	}
 	fn := l.mu.onSynced
 	l.mu.space.Broadcast()
 	l.mu.Unlock()
@@ -212,11 +219,11 @@ func (l *Log) commit(ops []op) {
 // writeMark writes the durable mark if it moved since last written, as
 // the writer stops (Close), unless the log failed.
 func (l *Log) writeMark() {
-	d := l.durable.Load()
-	if d == l.durableWritten || l.Err() != nil {
+	td, d := l.topicDurable.Load(), l.durable.Load()
+	if d == l.durableWritten && td == l.topicDurableWritten || l.Err() != nil {
 		return
 	}
-	k, v := encodeMetaAt(prefixMark, metaDurable, d, nil)
+	k, v := encodeMetaAt(prefixMark, metaDurable, d, markData(td))
 	b := l.db.NewBatch()
 	_ = b.Set(k, v, nil)
 	if err := recoverFatal(func() error { return b.Commit(pebble.Sync) }); err != nil {
@@ -224,5 +231,5 @@ func (l *Log) writeMark() {
 		return
 	}
 	_ = b.Close()
-	l.durableWritten = d
+	l.durableWritten, l.topicDurableWritten = d, td
 }

@@ -105,6 +105,13 @@ type Log struct {
 	// the writer, is the mark its last batch recorded.
 	durable        atomic.Uint64
 	durableWritten uint64
+	// topicSynced is the highest topic entry position known fsynced;
+	// topicDurable the topic durable mark (SetTopicDurable), and
+	// topicDurableWritten, owned by the writer, the one its last batch
+	// recorded.
+	topicSynced         atomic.Uint64
+	topicDurable        atomic.Uint64
+	topicDurableWritten uint64
 	// batch is the writer goroutine's batch, reused from commit to commit
 	// (nil until the first, and after a failed one).
 	batch *pebble.Batch
@@ -135,6 +142,8 @@ type Log struct {
 		// Invariant: first ≥ 1, first ≤ last+1. A fresh log has first 1,
 		// last 0; a log trimmed past its end has first t, last t-1.
 		first, last uint64
+		// lastTopic is the position of the last topic entry appended.
+		lastTopic uint64
 		// pending are the writes not yet taken by the writer, in order.
 		pending      []op
 		pendingBytes int
@@ -170,13 +179,15 @@ type op struct {
 	end []byte
 	// index is the entry index this op makes durable, or for a trim the
 	// index below which everything counts as durable; 0 for neither.
-	index uint64
+	// topicPos is the topic entry position it makes durable, or 0.
+	index, topicPos uint64
 	// done, if set, receives the op's outcome once its batch committed.
 	done chan error
-	// mark says the op writes the durable mark, as markAt: the batch
-	// then carries no other value of it.
-	mark   bool
-	markAt uint64
+	// mark says the op writes the durable mark, as markAt, and the topic
+	// durable mark, as topicMarkAt: the batch then carries no other
+	// value of them.
+	mark                bool
+	markAt, topicMarkAt uint64
 	// written, if set, is called on the writer goroutine once the op's
 	// batch is committed (nil), or with the error that failed the log
 	// if it never will be. It must not block or call the log. A batch of
@@ -296,12 +307,21 @@ func (l *Log) recover(ctx context.Context) error {
 	}
 	l.mu.first, l.mu.last = first, last
 	l.synced.Store(last)
-	mark, _, err := l.getMetaAt(prefixMark, metaDurable)
+	mark, data, err := l.getMetaAt(prefixMark, metaDurable)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
+	topicMark, err := parseMarkData(data)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
 	l.durable.Store(mark)
 	l.durableWritten = mark
+	l.topicDurable.Store(topicMark)
+	l.topicDurableWritten = topicMark
+	if err := l.recoverTopics(); err != nil {
+		return err
+	}
 	if err := l.cleanSnapshots(); err != nil {
 		return err
 	}
@@ -802,12 +822,14 @@ func (l *Log) InstallSnapshot(ctx context.Context, index uint64, meta []byte) er
 	sk, sv := encodeMeta(metaSnapshot, index, meta)
 	tk, tv := encodeMeta(metaTrim, index+1, nil)
 	// The mark follows the snapshot (an installed state is the group's).
-	dk, dv := encodeMetaAt(prefixMark, metaDurable, index, nil)
+	// The topic entries stay: they are this member's, numbered apart.
+	topicMark := l.topicDurable.Load()
+	dk, dv := encodeMetaAt(prefixMark, metaDurable, index, markData(topicMark))
 	err := l.submit(ctx, append(l.dropSnapshotOps(),
 		op{key: makeKey(prefixEntry, 0), end: makeKey(prefixEntry+1, 0)},
 		op{key: sk, value: sv},
 		op{key: tk, value: tv, index: index},
-		op{key: dk, value: dv, mark: true, markAt: index},
+		op{key: dk, value: dv, mark: true, markAt: index, topicMarkAt: topicMark},
 	)...)
 	if err != nil {
 		return fmt.Errorf("persistence: install snapshot %d: %w", index, err)

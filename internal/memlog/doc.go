@@ -30,7 +30,7 @@
 // Crash returns the log as a restart after a crash would find it:
 // everything synced, plus the oldest writes of those not yet synced, as
 // many as the caller chooses (a write-ahead log loses a suffix). Each
-// entry is one write, and so is each synchronous write, whole: a crash
+// entry (and topic entry) is one write, and so is each synchronous write, whole: a crash
 // keeps a view record, a trim or an installed snapshot entirely or not
 // at all. FailNextSync plants an fsync error: the next sync that has
 // anything to write fails, and the log fails for good as persistence.Log

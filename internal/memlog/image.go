@@ -28,8 +28,12 @@ type image struct {
 	// views holds the view records, JSON-encoded as persistence.Log
 	// encodes them, by epoch.
 	views map[uint64][]byte
-	// mark is the durable mark last written.
-	mark uint64
+	// mark is the durable mark last written, topicMark the topic
+	// durable mark written with it.
+	mark, topicMark uint64
+	// topics are the topic entries, by position from 1: topics[i].Pos ==
+	// i+1. Like entries, they are never modified once appended.
+	topics []persistence.TopicEntry
 }
 
 // bounds returns the first and last index the image holds, as Open finds
@@ -47,6 +51,7 @@ func (img *image) bounds() (first, last uint64) {
 func (img *image) clone() image {
 	c := *img
 	c.entries = img.entries[:len(img.entries):len(img.entries)]
+	c.topics = img.topics[:len(img.topics):len(img.topics)]
 	c.views = maps.Clone(img.views)
 	return c
 }
@@ -55,12 +60,14 @@ func (img *image) clone() image {
 type kind uint8
 
 const (
-	writeEntry    kind = iota + 1 // appends entry
-	writeView                     // records view (JSON) for epoch
-	writeTrim                     // deletes the entries below index, the trim point
-	writeSnapshot                 // records the snapshot (index, meta, parts)
-	writeInstall                  // replaces everything with the snapshot (index, meta)
-	writeMark                     // records nothing but the durable mark
+	writeEntry      kind = iota + 1 // appends entry
+	writeView                       // records view (JSON) for epoch
+	writeTrim                       // deletes the entries below index, the trim point
+	writeSnapshot                   // records the snapshot (index, meta, parts)
+	writeInstall                    // replaces everything with the snapshot (index, meta)
+	writeMark                       // records nothing but the durable mark
+	writeTopic                      // appends topic
+	writeTopicTrunc                 // deletes the topic entries beyond index
 )
 
 // write is one unit of what a crash keeps or loses: an entry, or one
@@ -68,6 +75,7 @@ const (
 type write struct {
 	kind  kind
 	entry persistence.Entry
+	topic persistence.TopicEntry
 	epoch uint64
 	index uint64
 	data  []byte
@@ -75,8 +83,8 @@ type write struct {
 	// setMark makes the write record the durable mark too, as
 	// persistence.Log does in the batch of a synchronous write (always
 	// for writeMark and writeInstall).
-	setMark bool
-	mark    uint64
+	setMark         bool
+	mark, topicMark uint64
 }
 
 // apply carries out w on img. Every write was validated against the
@@ -97,12 +105,16 @@ func (img *image) apply(w *write) {
 		img.trim = w.index
 	case writeSnapshot:
 		img.hasSnap, img.snapAt, img.snapMeta, img.snapParts = true, w.index, w.data, w.parts
+	case writeTopic:
+		img.topics = append(img.topics, w.topic)
+	case writeTopicTrunc:
+		img.topics = img.topics[:min(w.index, uint64(len(img.topics))):min(w.index, uint64(len(img.topics)))]
 	case writeInstall:
 		img.entries = nil
 		img.hasSnap, img.snapAt, img.snapMeta, img.snapParts = true, w.index, w.data, nil
 		img.trim = w.index + 1
 	}
 	if w.setMark {
-		img.mark = w.mark
+		img.mark, img.topicMark = w.mark, w.topicMark
 	}
 }

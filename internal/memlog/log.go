@@ -41,6 +41,10 @@ type Log struct {
 		// durable is the durable mark (SetDurable); img.mark is the one
 		// last written.
 		durable uint64
+		// lastTopic and topicSynced are the positions of the last topic
+		// entry appended and of the last synced; topicDurable is the topic
+		// durable mark (SetTopicDurable).
+		lastTopic, topicSynced, topicDurable uint64
 		// img is the durable state; pending are the writes not yet
 		// synced, oldest first.
 		img     image
@@ -69,6 +73,11 @@ func open(img image) *Log {
 	l.mu.first, l.mu.last = img.bounds()
 	l.mu.synced = l.mu.last
 	l.mu.durable = img.mark
+	l.mu.lastTopic = uint64(len(img.topics))
+	l.mu.topicSynced, l.mu.topicDurable = l.mu.lastTopic, img.topicMark
+	if n := len(img.topics); n > 0 {
+		l.mu.topicDurable = max(l.mu.topicDurable, min(img.topics[n-1].Mark, img.topics[n-1].Pos-1))
+	}
 	return l
 }
 
@@ -162,6 +171,7 @@ func (l *Log) syncLocked() (wrote bool, err error) {
 	clear(l.mu.pending)
 	l.mu.pending = l.mu.pending[:0]
 	l.mu.synced = l.mu.last
+	l.mu.topicSynced = l.mu.lastTopic
 	l.wakeLocked()
 	return true, nil
 }
@@ -170,8 +180,8 @@ func (l *Log) syncLocked() (wrote bool, err error) {
 // Like persistence.Log, it writes the durable mark with it if the mark
 // moved since last written. REQUIRES: l.mu, and the log accepting writes.
 func (l *Log) commitLocked(w write) (wrote bool, err error) {
-	if !w.setMark && l.mu.durable != l.mu.img.mark {
-		w.setMark, w.mark = true, l.mu.durable
+	if !w.setMark && (l.mu.durable != l.mu.img.mark || l.mu.topicDurable != l.mu.img.topicMark) {
+		w.setMark, w.mark, w.topicMark = true, l.mu.durable, l.mu.topicDurable
 	}
 	l.mu.pending = append(l.mu.pending, w)
 	return l.syncLocked()
@@ -527,7 +537,7 @@ func (l *Log) InstallSnapshot(ctx context.Context, index uint64, meta []byte) er
 	}
 	l.mu.first, l.mu.last = index+1, index
 	l.mu.installs++
-	wrote, err := l.commitLocked(write{kind: writeInstall, index: index, data: clone(meta), setMark: true, mark: index})
+	wrote, err := l.commitLocked(write{kind: writeInstall, index: index, data: clone(meta), setMark: true, mark: index, topicMark: l.mu.topicDurable})
 	if err == nil {
 		l.mu.synced, l.mu.durable = index, index
 	}
@@ -572,8 +582,8 @@ func (l *Log) Close() error {
 	var wrote bool
 	var err error
 	if l.mu.err == nil {
-		if l.mu.durable != l.mu.img.mark {
-			l.mu.pending = append(l.mu.pending, write{kind: writeMark, setMark: true, mark: l.mu.durable})
+		if l.mu.durable != l.mu.img.mark || l.mu.topicDurable != l.mu.img.topicMark {
+			l.mu.pending = append(l.mu.pending, write{kind: writeMark, setMark: true, mark: l.mu.durable, topicMark: l.mu.topicDurable})
 		}
 		wrote, err = l.syncLocked()
 	}
@@ -627,4 +637,117 @@ func clone(p []byte) []byte {
 		return nil
 	}
 	return bytes.Clone(p)
+}
+
+// AppendTopic queues topic entries for writing, as
+// persistence.Log.AppendTopic does: each Pos must be LastTopic plus one.
+// It returns at once, without waiting for a sync, and never blocks. The
+// log keeps copies of the payloads. Errors: persistence.ErrOutOfOrder,
+// persistence.ErrClosed, or an error wrapping persistence.ErrFailed.
+func (l *Log) AppendTopic(es ...persistence.TopicEntry) error {
+	if len(es) == 0 {
+		return nil
+	}
+	ws := make([]write, len(es))
+	for i := range es {
+		if i > 0 && es[i].Pos != es[i-1].Pos+1 {
+			return fmt.Errorf("%w: topic entry %d follows %d", persistence.ErrOutOfOrder, es[i].Pos, es[i-1].Pos)
+		}
+		ws[i] = write{kind: writeTopic, topic: es[i]}
+		ws[i].topic.Payload = clone(es[i].Payload)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.acceptingLocked(); err != nil {
+		return err
+	}
+	if es[0].Pos != l.mu.lastTopic+1 {
+		return fmt.Errorf("%w: topic entry %d does not follow the last topic entry %d", persistence.ErrOutOfOrder, es[0].Pos, l.mu.lastTopic)
+	}
+	l.mu.lastTopic = es[len(es)-1].Pos
+	l.mu.pending = append(l.mu.pending, ws...)
+	return nil
+}
+
+// TopicSynced returns the position of the last topic entry synced.
+func (l *Log) TopicSynced() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.topicSynced
+}
+
+// LastTopic returns the position of the last topic entry appended (0:
+// none).
+func (l *Log) LastTopic() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.lastTopic
+}
+
+// ScanTopics calls fn for every synced topic entry from position from
+// on, in order. It stops at fn's first error and returns it. Errors:
+// ctx's, persistence.ErrClosed.
+func (l *Log) ScanTopics(ctx context.Context, from uint64, fn func(persistence.TopicEntry) error) error {
+	l.mu.Lock()
+	if l.mu.closed {
+		l.mu.Unlock()
+		return persistence.ErrClosed
+	}
+	topics := l.mu.img.topics
+	l.mu.Unlock()
+	for i := max(from, 1) - 1; i < uint64(len(topics)); i++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		e := topics[i]
+		e.Payload = clone(e.Payload)
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TruncateTopics deletes the topic entries beyond position after, in one
+// write, and syncs the log before it returns (see Sync). Errors:
+// persistence.ErrClosed, or an error wrapping persistence.ErrFailed.
+func (l *Log) TruncateTopics(ctx context.Context, after uint64) error {
+	l.mu.Lock()
+	if err := l.acceptingLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	if after >= l.mu.lastTopic {
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.lastTopic = after
+	l.mu.topicDurable = min(l.mu.topicDurable, after)
+	wrote, err := l.commitLocked(write{kind: writeTopicTrunc, index: after})
+	if err == nil {
+		l.mu.topicSynced = min(l.mu.topicSynced, after)
+	}
+	l.mu.Unlock()
+	l.notify(wrote)
+	if err != nil {
+		return fmt.Errorf("memlog: truncate the topic entries after %d: %w", after, err)
+	}
+	return nil
+}
+
+// SetTopicDurable records that the topic entries up to position pos are
+// durable beyond this log; the mark only grows and is written with the
+// durable mark (see SetDurable).
+func (l *Log) SetTopicDurable(pos uint64) {
+	l.mu.Lock()
+	l.mu.topicDurable = max(l.mu.topicDurable, pos)
+	l.mu.Unlock()
+}
+
+// TopicDurable returns the topic durable mark, as written before a crash
+// and raised since.
+func (l *Log) TopicDurable() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.topicDurable
 }

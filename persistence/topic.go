@@ -1,0 +1,318 @@
+package persistence
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// TopicEntry is one delivered message of a topic in the log. A member logs
+// the messages of the topics it subscribes to besides the group's (the
+// entries), in a sequence of its own: a topic's messages reach its
+// subscribers only, so no global index numbers them.
+type TopicEntry struct {
+	// Pos numbers the member's topic entries, from 1, without gaps: the
+	// order in which it delivered them.
+	Pos uint64
+	// After is the index of the last group message (Entry) the member
+	// delivered before this one (0: none): replaying the entries and the
+	// topic entries by Index and After gives the member's delivery order.
+	After uint64
+	// Topic is the topic's name, Index the message's index on it (the
+	// same at every subscriber).
+	Topic string
+	Index uint64
+	// Epoch, Sender and Seq are as in Entry (Seq numbers the sender's
+	// messages on the topic).
+	Epoch, Sender, Seq uint64
+	// Payload is the message. Topic entries returned by ScanTopics own
+	// their payload.
+	Payload []byte
+	// Mark is the topic durable mark (SetTopicDurable) as the entry was
+	// appended, carried with it so that a crash between two writes of the
+	// mark loses less of it: Open takes the higher of the mark written
+	// and the last entry's (at most the entry's own position less one).
+	Mark uint64
+}
+
+// prefixTopic holds the topic entries, by Pos. It sorts after the
+// entries.
+const prefixTopic = 't'
+
+// topicFixedLen is the header, after, index, epoch, sender, seq, mark
+// and the topic name's length.
+const topicFixedLen = headerLen + 6*8 + 2
+
+// maxTopicName bounds a topic entry's topic name, in bytes.
+const maxTopicName = math.MaxUint16
+
+// encodeTopicEntry returns the key and value of e.
+func encodeTopicEntry(e *TopicEntry) (key, value []byte) {
+	key = makeKey(prefixTopic, e.Pos)
+	value = make([]byte, topicFixedLen+len(e.Topic)+len(e.Payload))
+	b := value[headerLen:]
+	for i, n := range []uint64{e.After, e.Index, e.Epoch, e.Sender, e.Seq, e.Mark} {
+		binary.BigEndian.PutUint64(b[8*i:], n)
+	}
+	binary.BigEndian.PutUint16(b[48:], uint16(len(e.Topic)))
+	copy(b[50:], e.Topic)
+	copy(b[50+len(e.Topic):], e.Payload)
+	seal(key, value)
+	return key, value
+}
+
+// decodeTopicEntry decodes and verifies a topic entry record. The
+// returned entry does not alias value.
+func decodeTopicEntry(key, value []byte) (TopicEntry, error) {
+	pos, ok := parseKey(prefixTopic, key)
+	if !ok {
+		return TopicEntry{}, fmt.Errorf("malformed topic entry key %x", key)
+	}
+	body, err := open(key, value)
+	if err != nil {
+		return TopicEntry{}, err
+	}
+	if len(body) < topicFixedLen-headerLen {
+		return TopicEntry{}, fmt.Errorf("topic entry record length %d", len(value))
+	}
+	n := int(binary.BigEndian.Uint16(body[48:]))
+	if len(body) < 50+n {
+		return TopicEntry{}, fmt.Errorf("topic entry record length %d, topic name of %d bytes", len(value), n)
+	}
+	e := TopicEntry{
+		Pos:    pos,
+		After:  binary.BigEndian.Uint64(body),
+		Index:  binary.BigEndian.Uint64(body[8:]),
+		Epoch:  binary.BigEndian.Uint64(body[16:]),
+		Sender: binary.BigEndian.Uint64(body[24:]),
+		Seq:    binary.BigEndian.Uint64(body[32:]),
+		Mark:   binary.BigEndian.Uint64(body[40:]),
+		Topic:  string(body[50 : 50+n]),
+	}
+	if p := body[50+n:]; len(p) > 0 {
+		e.Payload = append([]byte(nil), p...)
+	}
+	return e, nil
+}
+
+// recoverTopics reads the last topic entry's position from disk, checks
+// that entry and raises the topic durable mark to the one it carries.
+func (l *Log) recoverTopics() error {
+	it, err := l.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{prefixTopic},
+		UpperBound: []byte{prefixTopic + 1},
+	})
+	if err != nil {
+		return fmt.Errorf("persistence: recovery: %w", err)
+	}
+	defer it.Close()
+	var last uint64
+	if it.Last() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("persistence: recovery: %w", readErr(err))
+		}
+		e, err := decodeTopicEntry(it.Key(), v)
+		if err != nil {
+			return fmt.Errorf("%w: last topic entry: %v", ErrCorrupt, err)
+		}
+		last = e.Pos
+		if m := min(e.Mark, e.Pos-1); m > l.topicDurable.Load() {
+			l.topicDurable.Store(m)
+		}
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("persistence: recovery: %w", readErr(err))
+	}
+	l.mu.lastTopic = last
+	l.topicSynced.Store(last)
+	return nil
+}
+
+// AppendTopic queues topic entries for writing, in final order: each Pos
+// must be LastTopic plus one. It returns once they are queued, without
+// waiting for their fsync (TopicSynced says how far that went; OnSynced's
+// function runs after every synced batch), and blocks while too many
+// bytes are queued, as Append does. Either all of es are queued or none.
+//
+// Errors: ErrOutOfOrder, ErrClosed, or an error wrapping ErrFailed.
+func (l *Log) AppendTopic(es ...TopicEntry) error {
+	if len(es) == 0 {
+		return nil
+	}
+	ops := make([]op, len(es))
+	size := 0
+	for i := range es {
+		if len(es[i].Topic) > maxTopicName {
+			return fmt.Errorf("persistence: topic entry %d: %d-byte topic name", es[i].Pos, len(es[i].Topic))
+		}
+		if i > 0 && es[i].Pos != es[i-1].Pos+1 {
+			return fmt.Errorf("%w: topic entry %d follows %d", ErrOutOfOrder, es[i].Pos, es[i-1].Pos)
+		}
+		k, v := encodeTopicEntry(&es[i])
+		ops[i] = op{key: k, value: v, topicPos: es[i].Pos}
+		size += ops[i].size()
+	}
+	l.mu.Lock()
+	for l.mu.queued > 0 && l.mu.queued+size > l.mu.maxQueued && l.mu.err == nil && !l.mu.closing {
+		l.mu.space.Wait()
+	}
+	if err := l.acceptingLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	if es[0].Pos != l.mu.lastTopic+1 {
+		last := l.mu.lastTopic
+		l.mu.Unlock()
+		return fmt.Errorf("%w: topic entry %d does not follow the last topic entry %d", ErrOutOfOrder, es[0].Pos, last)
+	}
+	l.mu.lastTopic = es[len(es)-1].Pos
+	l.enqueueLocked(ops...)
+	l.mu.Unlock()
+	return nil
+}
+
+// TopicSynced returns the highest topic entry position known fsynced:
+// every topic entry up to it survives a crash.
+func (l *Log) TopicSynced() uint64 { return l.topicSynced.Load() }
+
+// LastTopic returns the position of the last topic entry appended
+// (whether synced yet or not); after Open, the last one on disk. It is 0
+// if there is none.
+func (l *Log) LastTopic() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.lastTopic
+}
+
+// ScanTopics calls fn for every synced topic entry from position from
+// on, in order, verifying each checksum. It stops at fn's first error
+// and returns it. fn must not call Close. Errors: ErrCorrupt (a corrupt
+// record or a gap), ctx's, ErrClosed.
+func (l *Log) ScanTopics(ctx context.Context, from uint64, fn func(TopicEntry) error) error {
+	from = max(from, 1)
+	to := l.topicSynced.Load()
+	if from > to {
+		return nil
+	}
+	l.dbMu.RLock()
+	defer l.dbMu.RUnlock()
+	if l.dbClosed {
+		return ErrClosed
+	}
+	it, err := l.db.NewIterWithContext(ctx, &pebble.IterOptions{
+		LowerBound: makeKey(prefixTopic, from),
+		UpperBound: makeKey(prefixTopic, to+1),
+	})
+	if err != nil {
+		return fmt.Errorf("persistence: scan topics: %w", err)
+	}
+	defer it.Close()
+	next := from
+	for ok := it.First(); ok; ok = it.Next() {
+		if (next-from)%1024 == 1023 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		k := it.Key()
+		if pos, ok := parseKey(prefixTopic, k); !ok || pos != next {
+			return fmt.Errorf("%w: topic entry %d is missing (gap)", ErrCorrupt, next)
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("persistence: reading topic entry %d: %w", next, readErr(err))
+		}
+		e, err := decodeTopicEntry(k, v)
+		if err != nil {
+			return fmt.Errorf("%w: topic entry %d: %v", ErrCorrupt, next, err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+		next++
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("persistence: scan at topic entry %d: %w", next, readErr(err))
+	}
+	if next <= to {
+		return fmt.Errorf("%w: topic entry %d is missing (gap)", ErrCorrupt, next)
+	}
+	return nil
+}
+
+// TruncateTopics deletes the topic entries beyond position after and
+// returns once that is durable: the next topic entry is after+1, and
+// TopicSynced and the topic durable mark are at most after. Errors:
+// ErrClosed, ctx's, or an error wrapping ErrFailed.
+func (l *Log) TruncateTopics(ctx context.Context, after uint64) error {
+	l.mu.Lock()
+	if err := l.acceptingLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	if after >= l.mu.lastTopic {
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.lastTopic = after
+	l.mu.Unlock()
+	if after < l.topicDurable.Load() {
+		l.topicDurable.Store(after)
+	}
+	err := l.submit(ctx, op{key: makeKey(prefixTopic, after+1), end: []byte{prefixTopic + 1}})
+	if err != nil {
+		return fmt.Errorf("persistence: truncate the topic entries after %d: %w", after, err)
+	}
+	l.mu.Lock()
+	if l.topicSynced.Load() > after {
+		l.topicSynced.Store(after)
+	}
+	l.mu.Unlock()
+	return nil
+}
+
+// SetTopicDurable records that the topic entries up to position pos are
+// durable beyond this log (each on the disk of every subscriber of its
+// topic). Like the durable mark (SetDurable), with which it is written,
+// it only grows, and after a crash TopicDurable may return an earlier
+// mark, never a later one.
+func (l *Log) SetTopicDurable(pos uint64) {
+	for {
+		cur := l.topicDurable.Load()
+		if pos <= cur || l.topicDurable.CompareAndSwap(cur, pos) {
+			return
+		}
+	}
+}
+
+// TopicDurable returns the topic durable mark (SetTopicDurable), as
+// recovered at Open and raised since.
+func (l *Log) TopicDurable() uint64 { return l.topicDurable.Load() }
+
+// markData encodes the topic durable mark as the durable mark record's
+// data.
+func markData(topicPos uint64) []byte {
+	if topicPos == 0 {
+		return nil
+	}
+	return binary.BigEndian.AppendUint64(nil, topicPos)
+}
+
+// errMarkData: the durable mark record's data is not a topic mark.
+var errMarkData = errors.New("persistence: malformed topic durable mark")
+
+// parseMarkData decodes markData's output.
+func parseMarkData(b []byte) (uint64, error) {
+	switch len(b) {
+	case 0:
+		return 0, nil
+	case 8:
+		return binary.BigEndian.Uint64(b), nil
+	}
+	return 0, fmt.Errorf("%w: %d bytes", errMarkData, len(b))
+}
