@@ -117,6 +117,20 @@ type EtcdConfig struct {
 // it delivers, in the agreed order, to a log on disk, and a message is
 // handed to the application (and Send with WaitDelivered returns) only
 // once every member of the view has it on disk.
+//
+// A topic's message (Config.Topics, Group.Publish) is written by the
+// topic's subscribers only, in the same log, and handed out once every
+// subscriber of the topic in the view has it on disk: a subscriber whose
+// disk is slow holds back its topics at their subscribers, not the
+// topics it does not subscribe to (the group's messages wait for every
+// member). A member still hands out its messages in the group's one
+// order, so a message waits for those it delivers before it. A member
+// that restarts on its log replays at Open, besides the group's
+// messages, the messages of its topics it handed out before — each with
+// its topic, epoch and index, marked Replayed, in the order it delivered
+// them (those that came before the log's snapshot first: the snapshot
+// holds the group's state, not the topics') — and receives a topic's
+// later messages once it subscribes again.
 type DurableConfig struct {
 	// Dir is the log's directory.
 	Dir string
@@ -213,7 +227,9 @@ type Config struct {
 	// list. In a view-managed group (Etcd) they are the topics this
 	// member asks for as it joins, as Subscribe does: each created if the
 	// group lacks it, and subscribed to if Subscribers lists Self (the
-	// only member it may list). At most MaxTopics; not yet with Durable.
+	// only member it may list). At most MaxTopics. With Durable, every
+	// topic must be Atomic: a topic's message is then delivered once
+	// every subscriber of the topic has it in its log (see DurableConfig).
 	Topics []Topic
 
 	// Mode is the delivery guarantee (default Atomic).

@@ -45,5 +45,12 @@
 // barrier before holding everything addressed to it. An atomic topic's
 // message is delivered once every subscriber holds it; subscriptions take
 // effect at view boundaries, and each topic keeps virtual synchrony
-// across view changes. Package ordering documents the protocol.
+// across view changes. Package ordering documents the protocol. In a
+// durable group (Config.Durable) every member logs the messages of its
+// topics with the group's, and a topic's message is delivered once every
+// subscriber of the topic has it on disk: a slow disk holds back the
+// group's messages and its member's topics, not the topics its member
+// does not subscribe to. A
+// member that restarts on its log replays its topics' messages at the
+// indexes they had.
 package convoy

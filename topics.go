@@ -17,7 +17,7 @@ type Topic struct {
 	// TotalOrder (best effort, below the subscriber's own receive
 	// frontier: at a failure its subscribers may deliver different
 	// subsets, nothing is sent again, and its indexes agree only within
-	// a failure-free view).
+	// a failure-free view). A durable group's topics are Atomic.
 	Mode Mode
 	// Subscribers lists the members that receive the topic's messages;
 	// only their links carry its bytes.
@@ -58,7 +58,8 @@ var (
 type TopicOption = engine.TopicOption
 
 // WithTopicMode sets the mode of a topic that Subscribe creates, in a
-// view-managed group (default Atomic).
+// view-managed group (default Atomic; a durable group's topics are
+// Atomic, and Subscribe refuses another mode with ErrInvalidConfig).
 func WithTopicMode(m Mode) TopicOption { return engine.WithTopicMode(m) }
 
 // Publish multicasts payload on topic to the topic's subscribers only,

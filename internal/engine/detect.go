@@ -71,6 +71,7 @@ func (v *view) reopenControl(ctx context.Context, now int64) {
 			// with it, and this member announces again only when its log
 			// syncs more, which a quiet group may never do.
 			_ = v.net.signal(r, persistedImm(v.dur.Persisted(v.self)))
+			v.resendTopics(r)
 		}
 	}
 }
@@ -110,7 +111,7 @@ func (h *ctrlHandler) RecvComplete(uint64, int, uint64) {}
 func (h *ctrlHandler) SendComplete(uint64)              {}
 func (h *ctrlHandler) Signal(imm uint64) {
 	kind := evSignal
-	if imm>>61 == persistedSignal {
+	if durableSignal(imm) {
 		kind = evPersisted
 	}
 	h.v.g.post(event{kind: kind, v: h.v, from: h.rank, imm: imm})

@@ -69,8 +69,17 @@ func durableBarrier(rec *membership.View) *barrier.Durable {
 }
 
 // logDelivery writes a delivery to the durable log and holds it until it
-// is durable everywhere.
-func (r *runner) logDelivery(d Delivery) {
+// is durable everywhere (a topic's: at every subscriber of the topic). A
+// topic delivery follows group index after; pos is its position if it
+// is in the log already (logged while held), else 0.
+func (r *runner) logDelivery(d Delivery, after, pos uint64) {
+	if d.Topic != "" {
+		if pos == 0 {
+			pos = r.appendTopic(d, after)
+		}
+		r.durq = append(r.durq, durItem{d: d, pos: pos, after: after})
+		return
+	}
 	r.appendLog(d)
 	r.durq = append(r.durq, durItem{d: d})
 }
@@ -92,11 +101,14 @@ func (r *runner) appendLog(d Delivery) {
 // durItem is a delivery waiting to be durable everywhere, or a view
 // waiting behind such deliveries (views reach the application in order
 // with the messages). In the held queue, logged says the delivery is in
-// the durable log already.
+// the durable log already. A topic delivery follows group index after
+// in this member's order, and pos is its position among the log's topic
+// entries (once logged).
 type durItem struct {
-	d      Delivery
-	v      *View
-	logged bool
+	d          Delivery
+	v          *View
+	logged     bool
+	after, pos uint64
 }
 
 // announcePersisted tells every member of the view how far this member's
@@ -114,14 +126,28 @@ func (r *runner) announcePersisted() {
 			_ = v.net.signal(rank, imm)
 		}
 	}
+	r.announceTopics()
 	r.flushDurable()
+}
+
+// durableSignal reports whether control signal imm is durable
+// delivery's (a persisted index, of the group or of a topic) rather than
+// the detector's.
+func durableSignal(imm uint64) bool {
+	k := imm >> 61
+	return k == persistedSignal || k == topicSignal
 }
 
 // persistedImm encodes a persisted index as a control signal.
 func persistedImm(idx uint64) uint64 { return uint64(persistedSignal)<<61 | idx&(1<<61-1) }
 
-// persisted applies a member's persisted index.
+// persisted applies a member's persisted index, or its persisted index
+// on a topic.
 func (r *runner) persisted(from int, imm uint64) {
+	if imm>>61 == topicSignal {
+		r.topicPersistedFrom(from, imm)
+		return
+	}
 	idx := imm & (1<<61 - 1)
 	r.v.announced[from] = true
 	if err := r.v.dur.Announce(from, max(idx, r.v.dur.Persisted(from))); err != nil {
@@ -176,7 +202,13 @@ func (r *runner) flushDurable() {
 			r.onViewNow(*it.v)
 			continue
 		}
-		if it.d.Index > limit {
+		if it.d.Topic != "" {
+			if !r.topicDurable(it) {
+				break
+			}
+			r.tlog.released = it.pos
+			r.g.disk.SetTopicDurable(it.pos)
+		} else if it.d.Index > limit {
 			break
 		}
 		r.handNow(it.d, it.d.Sender == r.g.cfg.Self)
@@ -200,7 +232,11 @@ func (r *runner) flushDurable() {
 // in the durable queue.
 func (r *runner) durableBefore(index uint64) bool {
 	for _, it := range r.durq {
-		if it.v == nil {
+		switch {
+		case it.v != nil:
+		case it.d.Topic != "":
+			return it.after < index
+		default:
 			return it.d.Index <= index
 		}
 	}
@@ -333,6 +369,18 @@ type durableLog interface {
 	// SetDurable raises the durable mark, Durable reads it.
 	SetDurable(index uint64)
 	Durable() uint64
+	// AppendTopic queues topic entries, numbered apart from the entries;
+	// TopicSynced and LastTopic are their Synced and Last; ScanTopics
+	// reads the synced ones; TruncateTopics deletes those beyond a
+	// position; SetTopicDurable raises the topic durable mark, written
+	// with the durable mark, and TopicDurable reads it.
+	AppendTopic(es ...persistence.TopicEntry) error
+	TopicSynced() uint64
+	LastTopic() uint64
+	ScanTopics(ctx context.Context, from uint64, fn func(persistence.TopicEntry) error) error
+	TruncateTopics(ctx context.Context, after uint64) error
+	SetTopicDurable(pos uint64)
+	TopicDurable() uint64
 	// Close writes what was queued and closes the log.
 	Close() error
 }

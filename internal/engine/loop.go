@@ -133,8 +133,14 @@ type runner struct {
 	sendTimes []int64
 	sentBase  uint64
 	// durq holds deliveries written to the durable log and not yet on
-	// every member's disk, in order.
+	// every member's disk (a topic's: on every subscriber's), in order.
 	durq []durItem
+	// tlog follows this member's topic entries in the durable log
+	// (durtopics.go).
+	tlog topicLog
+	// ordered is the index of the last group message the ordering core
+	// delivered to this member: a topic delivery follows it.
+	ordered uint64
 	// applied is the index of the last message handed to the
 	// application (replayed from the durable log included).
 	applied uint64
@@ -449,13 +455,23 @@ func (r *runner) deliver(ds []ordering.Delivery) {
 		if d.Topic > 0 {
 			t := &v.topics[d.Topic-1]
 			out.Topic, out.Seq = t.name, t.sent[d.Sender]+d.Seq
+			after := max(r.ordered, v.rec.Start)
 			if r.holding() {
-				r.held = append(r.held, durItem{d: out})
+				// In durable delivery the log takes it at once, as a
+				// group message that follows the log: the topic's
+				// durable delivery must not wait either.
+				it := durItem{d: out, after: after}
+				if r.g.disk != nil {
+					it.pos = r.appendTopic(out, after)
+					it.logged = true
+				}
+				r.held = append(r.held, it)
 			} else {
-				r.hand(out, d.Sender == v.self)
+				r.handTopic(out, after, d.Sender == v.self)
 			}
 			continue
 		}
+		r.ordered = max(r.ordered, out.Index)
 		r.g.msgs.ordered(msgKey{out.Sender, out.Seq}, out.Index, out.Epoch)
 		if r.holding() {
 			// In durable delivery the log takes it at once when it
@@ -479,7 +495,16 @@ func (r *runner) deliver(ds []ordering.Delivery) {
 // durable, straight to the application otherwise.
 func (r *runner) hand(d Delivery, own bool) {
 	if r.g.disk != nil {
-		r.logDelivery(d)
+		r.logDelivery(d, 0, 0)
+		return
+	}
+	r.handNow(d, own)
+}
+
+// handTopic is hand for a topic delivery that follows group index after.
+func (r *runner) handTopic(d Delivery, after uint64, own bool) {
+	if r.g.disk != nil {
+		r.logDelivery(d, after, 0)
 		return
 	}
 	r.handNow(d, own)

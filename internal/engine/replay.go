@@ -131,6 +131,14 @@ func snapshotState(s persistence.SnapshotReader) ([]io.Reader, error) {
 // the last message replayed (0 if none).
 func (g *Group) replayLog(ctx context.Context) (uint64, error) {
 	l := g.disk
+	// The topic entries beyond the topic durable mark were never handed
+	// out: they go, as the group's entries beyond the durable mark stand
+	// only if the group says so.
+	if mark := l.TopicDurable(); l.LastTopic() > mark {
+		if err := l.TruncateTopics(ctx, mark); err != nil {
+			return 0, fmt.Errorf("convoy: durable log: %w", err)
+		}
+	}
 	from := l.First()
 	var applied uint64
 	var idx uint64
@@ -142,18 +150,21 @@ func (g *Group) replayLog(ctx context.Context) (uint64, error) {
 	case errors.Is(err, persistence.ErrNotFound):
 		if from > 1 {
 			g.log.Warn("durable log: trimmed without a snapshot: not replayed, the state comes by transfer", "first", from)
-			return 0, nil
+			_, err := g.replayMerged(ctx, 1, 0)
+			return 0, err
 		}
 	case err != nil:
 		return 0, fmt.Errorf("convoy: durable log: %w", err)
 	case len(snap.Meta()) == 0 && g.cfg.State != nil:
 		// A transfer to this member never completed.
 		g.log.Info("durable log: holds no state yet: not replayed")
-		return 0, nil
+		_, err := g.replayMerged(ctx, 1, 0)
+		return 0, err
 	default:
 		if idx+1 < from {
 			g.log.Warn("durable log: trimmed past its snapshot: not replayed", "snapshot", idx, "first", from)
-			return 0, nil
+			_, err := g.replayMerged(ctx, 1, 0)
+			return 0, err
 		}
 		// Without a StateMachine there is no state to restore: the
 		// snapshot marks only where the log starts. A snapshot without
@@ -182,7 +193,7 @@ func (g *Group) replayLog(ctx context.Context) (uint64, error) {
 	if g.cfg.test.plant.Has(plant.ReplayBeyondDurable) {
 		to = l.Last() // the planted fault: the whole log
 	}
-	last, err := g.replayEntries(ctx, from, to)
+	last, err := g.replayMerged(ctx, from, to)
 	if err != nil {
 		return 0, err
 	}
@@ -211,6 +222,51 @@ func (g *Group) replayEntries(ctx context.Context, from, to uint64) (uint64, err
 		return last, fmt.Errorf("convoy: replay the durable log from %d to %d: %w", from, to, err)
 	}
 	return last, nil
+}
+
+// replayMerged hands the log's entries from..to and its topic entries
+// up to the topic durable mark to the handler, marked Replayed, in the
+// order this member delivered them: a topic entry after the group entry
+// it follows (first if that one is below from: a snapshot holds the
+// group's state, not the topics'). It returns the last group index
+// handed (0 if none).
+func (g *Group) replayMerged(ctx context.Context, from, to uint64) (uint64, error) {
+	var last uint64
+	next := from
+	mark := g.disk.TopicDurable()
+	err := g.disk.ScanTopics(ctx, 1, func(e persistence.TopicEntry) error {
+		if e.Pos > mark {
+			return errStopScan
+		}
+		if e.After >= next && next <= to {
+			upTo := min(e.After, to)
+			l, err := g.replayEntries(ctx, next, upTo)
+			if l > 0 {
+				last = l
+			}
+			if err != nil {
+				return err
+			}
+			next = upTo + 1
+		}
+		d := Delivery{Epoch: e.Epoch, Index: e.Index, Topic: e.Topic, Sender: NodeID(e.Sender), Seq: e.Seq, Payload: e.Payload, Replayed: true}
+		h := g.handlers.get(e.Topic)
+		if h == nil {
+			h = g.h
+		}
+		if h != nil {
+			h(d)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStopScan) {
+		return last, fmt.Errorf("convoy: replay the durable log's topic entries: %w", err)
+	}
+	l, err := g.replayEntries(ctx, next, to)
+	if l > 0 {
+		last = l
+	}
+	return last, err
 }
 
 // errStopScan ends a scan early.

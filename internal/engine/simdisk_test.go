@@ -96,6 +96,14 @@ func (l *syncingLog) Append(es ...persistence.Entry) error {
 	return err
 }
 
+func (l *syncingLog) AppendTopic(es ...persistence.TopicEntry) error {
+	err := l.Log.AppendTopic(es...)
+	if err == nil {
+		l.syncSoon()
+	}
+	return err
+}
+
 // syncSoon schedules a sync in fsync's time, unless one is scheduled.
 func (l *syncingLog) syncSoon() {
 	l.mu.Lock()

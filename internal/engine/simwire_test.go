@@ -560,7 +560,7 @@ func (n *wireNet) receive(k pipeKey, f wireFrame) {
 		return
 	}
 	kind := evSignal
-	if f.imm>>61 == persistedSignal {
+	if durableSignal(f.imm) {
 		kind = evPersisted
 	}
 	n.v.g.post(event{kind: kind, v: n.v, from: from, imm: f.imm})

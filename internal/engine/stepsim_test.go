@@ -957,10 +957,16 @@ func (s *stepSim) open(id NodeID, initial int) {
 		cfg.test.openDisk = s.disks[id].open
 	}
 	g, err := newGroup(context.Background(), cfg, func(d Delivery) {
-		if s.topics != nil && !d.Replayed {
-			s.topics.deliver(m, d)
-			if d.Topic != "" {
+		if s.topics != nil {
+			if d.Replayed && d.Topic != "" {
+				s.topics.replay(m, d)
 				return
+			}
+			if !d.Replayed {
+				s.topics.deliver(m, d)
+				if d.Topic != "" {
+					return
+				}
 			}
 		}
 		n.mu.Lock()

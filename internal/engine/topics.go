@@ -51,9 +51,6 @@ func (c Config) checkTopics(bad func(field, format string, args ...any)) {
 	if c.Mode == Unordered {
 		bad("Topics", "topics need atomic or total order mode, not %v", c.Mode)
 	}
-	if c.Durable != nil {
-		bad("Topics", "durable delivery of topics is not supported yet")
-	}
 	if len(c.Topics) > MaxTopics {
 		bad("Topics", "%d topics, at most %d", len(c.Topics), MaxTopics)
 	}
@@ -71,8 +68,13 @@ func (c Config) checkTopics(bad func(field, format string, args ...any)) {
 			bad(field+".Name", "topic %q listed twice", t.Name)
 		}
 		names[t.Name] = true
-		if t.Mode != Atomic && t.Mode != TotalOrder {
+		switch {
+		case t.Mode != Atomic && t.Mode != TotalOrder:
 			bad(field+".Mode", "%v, want atomic or total order", t.Mode)
+		case t.Mode != Atomic && c.Durable != nil:
+			// Its subscribers may number its messages differently after
+			// a failure: no index says what every one of them logged.
+			bad(field+".Mode", "%v: a durable group's topics must be atomic", t.Mode)
 		}
 		seen := make(map[NodeID]bool, len(t.Subscribers))
 		for _, id := range t.Subscribers {
@@ -386,6 +388,9 @@ func (g *Group) Subscribe(ctx context.Context, topic string, h Handler, opts ...
 	}
 	if o.mode != Atomic && o.mode != TotalOrder {
 		return fmt.Errorf("%w: topic mode %v, want atomic or total order", ErrInvalidConfig, o.mode)
+	}
+	if o.mode != Atomic && g.cfg.Durable != nil {
+		return fmt.Errorf("%w: topic mode %v: a durable group's topics must be atomic", ErrInvalidConfig, o.mode)
 	}
 	g.handlers.set(topic, h)
 	return g.requestTopic(ctx, membership.TopicRequest{Topic: topic, Mode: o.mode.String(), Subscribe: true})

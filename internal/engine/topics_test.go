@@ -234,7 +234,7 @@ func TestTopicsConfig(t *testing.T) {
 		{"subscriber not a member", []Topic{{Name: "x", Subscribers: []NodeID{3}}}, nil, "Topics[0].Subscribers"},
 		{"subscriber twice", []Topic{{Name: "x", Subscribers: []NodeID{1, 1}}}, nil, "Topics[0].Subscribers"},
 		{"unordered group", []Topic{{Name: "x"}}, func(c *Config) { c.Mode = Unordered }, "Config.Topics"},
-		{"durable", []Topic{{Name: "x"}}, func(c *Config) { c.Durable = &DurableConfig{Dir: t.TempDir()} }, "Config.Topics"},
+		{"durable total order topic", []Topic{{Name: "x", Mode: TotalOrder}}, func(c *Config) { c.Durable = &DurableConfig{Dir: t.TempDir()} }, "Topics[0].Mode"},
 	} {
 		cfg := Config{Self: 1, Members: members, Topics: tc.topics}
 		if tc.mod != nil {
@@ -244,5 +244,10 @@ func TestTopicsConfig(t *testing.T) {
 		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%s: %v, want an error about %s", tc.name, err, tc.field)
 		}
+	}
+	// Atomic topics in a durable group are valid.
+	cfg := Config{Self: 1, Members: members, Topics: []Topic{{Name: "x", Subscribers: []NodeID{1}}}, Durable: &DurableConfig{Dir: t.TempDir()}}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("durable atomic topics: %v", err)
 	}
 }

@@ -299,7 +299,11 @@ func (r *runner) release() {
 			break
 		}
 		if it.logged {
-			r.durq = append(r.durq, durItem{d: it.d})
+			r.durq = append(r.durq, durItem{d: it.d, pos: it.pos, after: it.after})
+			continue
+		}
+		if it.d.Topic != "" {
+			r.handTopic(it.d, it.after, it.d.Sender == r.g.cfg.Self)
 			continue
 		}
 		r.hand(it.d, it.d.Sender == r.g.cfg.Self)

@@ -79,6 +79,9 @@ type view struct {
 	dur       *barrier.Durable
 	lagging   map[int]bool
 	announced []bool // the ranks whose persisted index arrived in this view
+	// tdur are the durable barriers of the topics this member subscribes
+	// to, by topic number less one (nil for the others).
+	tdur []*topicDur
 	// broken is why the view's multicast groups could not all be opened.
 	broken error
 	// done is set once the view is closed: callbacks from its groups are
@@ -136,6 +139,7 @@ func (g *Group) openView(ctx context.Context, rec membership.View, self int, now
 	if g.disk != nil {
 		v.dur = durableBarrier(&rec)
 		v.announced = make([]bool, len(v.ids))
+		v.initTopicDurable()
 	}
 	return v, nil
 }

@@ -688,6 +688,7 @@ func (r *runner) excluded(rec *membership.View, reason string) {
 	// Deliveries still waiting to be durable everywhere are not handed
 	// out: this incarnation ends here.
 	r.durq = nil
+	r.dropTopics()
 	r.sendTimes, r.sentBase = nil, 0
 	out := fmt.Errorf("%w: view %d: %s", ErrExcluded, epoch, reason)
 	if leaving {
