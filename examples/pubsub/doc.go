@@ -56,9 +56,20 @@
 //
 // and a reconnecting client resumes with Last-Event-ID (or from=INDEX+1)
 // at any subscribing member: they all number the topic alike. A member
-// keeps the last Options.Retain messages of each topic it subscribes to
-// (in memory: a member that restarts keeps none, and its clients resume
-// at another subscriber).
+// keeps the last Options.Retain messages of each topic it subscribes to,
+// in memory. Without durable delivery a member that restarts keeps none,
+// and its clients resume at another subscriber. With it (convoy.Config's
+// Durable; convoy node always runs so) a topic's message is delivered
+// once every subscriber of the topic has it on disk, and a member
+// restarted on its data directory replays its topics' messages from its
+// log, at their indexes, and subscribes again to their topics before it
+// serves: a client resumes there, across the restart, from any index it
+// kept (messages published while the member was down come to it from
+// its new subscription's view on; if it missed some, it keeps the topic
+// afresh from there, and a cursor below answers 410). A durable group's
+// topics are atomic: a subscription in another mode gets 400. A member
+// that unsubscribed from a topic before it restarted subscribes again,
+// as its log holds the topic's messages.
 //
 // Errors are JSON {"error": "..."}: 400 for a malformed request (a bad
 // INDEX, a bad mode), 404 for a topic the group does not have, 409 for

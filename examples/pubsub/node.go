@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/convoy-gcs/convoy"
@@ -87,6 +89,9 @@ type Node struct {
 	mu struct {
 		sync.Mutex
 		topics map[string]*topicLog
+		// replayed holds the topics whose messages the durable log
+		// replayed at Open.
+		replayed map[string]bool
 	}
 	done      chan struct{} // closed by Close
 	closeOnce sync.Once
@@ -94,10 +99,13 @@ type Node struct {
 }
 
 // Open opens the group (cfg is the member's convoy.Config: Self, Etcd,
-// Endpoint or ListenAddr/Addr, and Topics to subscribe to as it joins)
-// with this service's handler, and returns once the member takes part in
-// a view. The service needs a view-managed group (cfg.Etcd), whose
-// members subscribe themselves.
+// Endpoint or ListenAddr/Addr, Topics to subscribe to as it joins, and
+// Durable for a member that keeps its topics on disk) with this
+// service's handler, and returns once the member takes part in a view.
+// The service needs a view-managed group (cfg.Etcd), whose members
+// subscribe themselves. A durable member restarted on its data directory
+// keeps the messages its log replays, and subscribes again to their
+// topics before Open returns.
 func Open(ctx context.Context, cfg convoy.Config, opts Options) (*Node, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -119,12 +127,37 @@ func Open(ctx context.Context, cfg convoy.Config, opts Options) (*Node, error) {
 		return nil, fmt.Errorf("pubsub: open the group: %w", err)
 	}
 	n.g, n.cg = g, g
+	if err := n.resubscribe(ctx); err != nil {
+		g.Close()
+		return nil, err
+	}
 	return n, nil
+}
+
+// resubscribe subscribes this member again to the topics whose messages
+// its durable log replayed as it opened: a member restarted on its data
+// directory serves its topics from where it left off.
+func (n *Node) resubscribe(ctx context.Context) error {
+	n.mu.Lock()
+	topics := slices.Sorted(maps.Keys(n.mu.replayed))
+	n.mu.Unlock()
+	errs := make([]error, len(topics))
+	var wg sync.WaitGroup
+	for i, topic := range topics {
+		wg.Go(func() {
+			if err := n.g.Subscribe(ctx, topic, nil); err != nil {
+				errs[i] = fmt.Errorf("pubsub: subscribe again to %q: %w", topic, err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func newNode(self convoy.NodeID, opts Options) *Node {
 	n := &Node{self: self, opts: opts, log: opts.Logger.With("member", self), done: make(chan struct{})}
 	n.mu.topics = make(map[string]*topicLog)
+	n.mu.replayed = make(map[string]bool)
 	return n
 }
 
@@ -144,6 +177,11 @@ func (n *Node) Close() error {
 func (n *Node) deliver(d convoy.Delivery) {
 	if d.Topic == "" {
 		return // the service sends nothing to the whole group
+	}
+	if d.Replayed {
+		n.mu.Lock()
+		n.mu.replayed[d.Topic] = true
+		n.mu.Unlock()
 	}
 	n.topic(d.Topic).add(Event{Index: d.Index, Epoch: d.Epoch, Sender: uint64(d.Sender), Seq: d.Seq, Data: d.Payload}, n.opts.Retain)
 }
