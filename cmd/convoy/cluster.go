@@ -19,7 +19,7 @@ import (
 )
 
 const clusterUsage = `Usage:
-  convoy cluster -app kv|log -data DIR [-tls] [flags]
+  convoy cluster -app kv|log|pubsub -data DIR [-tls] [flags]
 
 Runs a local cluster until interrupted: an embedded etcd (its data in
 DIR/etcd, serving clients on -http's port itself: 127.0.0.1:7100 by
@@ -124,7 +124,7 @@ func runCluster(ctx context.Context, args []string, c *cli) error {
 func parseCluster(args []string, c *cli) (*clusterCmd, error) {
 	fs := newFlagSet("cluster", clusterUsage, c)
 	cl := &clusterCmd{}
-	fs.StringVar(&cl.app, "app", "", "the service: kv (key-value store) or log (shared log)")
+	fs.StringVar(&cl.app, "app", "", "the service: kv (key-value store), log (shared log) or pubsub (pub/sub)")
 	fs.IntVar(&cl.nodes, "nodes", 3, "member processes")
 	fs.StringVar(&cl.dir, "data", "", "directory of etcd's and the members' data and logs (created if needed)")
 	httpAddr := fs.String("http", "127.0.0.1:7100", "host and base port: member i serves on the base port plus i")
@@ -148,8 +148,8 @@ func parseCluster(args []string, c *cli) (*clusterCmd, error) {
 		cl.etcdListen = hostPort(host, cl.httpBase)
 	}
 	switch {
-	case cl.app != appKV && cl.app != appLog:
-		return nil, usagef("cluster: -app must be %s or %s", appKV, appLog)
+	case cl.app != appKV && cl.app != appLog && cl.app != appPubSub:
+		return nil, usagef("cluster: -app must be %s, %s or %s", appKV, appLog, appPubSub)
 	case cl.nodes < 1:
 		return nil, usagef("cluster: -nodes must be positive")
 	case cl.dir == "":

@@ -329,7 +329,7 @@ func TestClusterUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-data", "d"}, "-app must be kv or log"},
+		{[]string{"-data", "d"}, "-app must be kv, log or pubsub"},
 		{[]string{"-app", "log"}, "-data is required"},
 		{[]string{"-app", "log", "-data", "d", "-nodes", "0"}, "-nodes must be positive"},
 		{[]string{"-app", "log", "-data", "d", "-http", "7100"}, "-http"},

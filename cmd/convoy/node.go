@@ -25,19 +25,22 @@ import (
 	"github.com/convoy-gcs/convoy"
 	sharedlog "github.com/convoy-gcs/convoy/examples/log"
 	"github.com/convoy-gcs/convoy/examples/paxos"
+	"github.com/convoy-gcs/convoy/examples/pubsub"
 	"github.com/convoy-gcs/convoy/internal/skewclock"
 )
 
 const nodeCmdUsage = `Usage:
-  convoy node -id N -app kv|log -etcd URL,... -data DIR [flags]
+  convoy node -id N -app kv|log|pubsub -etcd URL,... -data DIR [flags]
   convoy node -config FILE [flags]
 
 Runs one member of a Convoy group that serves an example application over
-HTTP/JSON: the replicated key-value store (-app kv, see examples/paxos)
-or the shared log (-app log, see examples/log). Both use durable
-delivery: the member keeps its log in -data, and restarted on the same
-directory it replays it and rejoins (or, if the whole group went down,
-restarts the group from the members' logs).
+HTTP/JSON: the replicated key-value store (-app kv, see examples/paxos),
+the shared log (-app log, see examples/log) or pub/sub (-app pubsub, see
+examples/pubsub). All use durable delivery: the member keeps its log in
+-data, and restarted on the same directory it replays it and rejoins
+(or, if the whole group went down, restarts the group from the members'
+logs); a pub/sub member serves its topics' event streams from there,
+and subscribes again to the topics its log holds.
 
 The group's views live in etcd (-etcd): a real etcd cluster in a
 deployment, the embedded one of "convoy cluster" or "convoy demo" on one
@@ -395,6 +398,12 @@ func openService(ctx context.Context, s nodeSettings, cfg convoy.Config, log *sl
 		return n, nil
 	case appLog:
 		n, err := sharedlog.Open(ctx, cfg, sharedlog.Options{Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		return n, nil
+	case appPubSub:
+		n, err := pubsub.Open(ctx, cfg, pubsub.Options{Logger: log})
 		if err != nil {
 			return nil, err
 		}

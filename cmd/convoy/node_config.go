@@ -139,7 +139,7 @@ type nodeSettings struct {
 // name of its environment variable.
 func defineNodeFlags(fs *flag.FlagSet) {
 	fs.Uint64("id", 0, "this member's `id`, unique in the group (required)")
-	fs.String("app", "", "the service: `kv|log`, the replicated key-value store or the shared log (required)")
+	fs.String("app", "", "the service: `kv|log|pubsub`, the replicated key-value store, the shared log or pub/sub (required)")
 	fs.String("listen", "127.0.0.1:0", "transport listen `address`, host:port (port 0: a free one)")
 	fs.String("addr", "", "transport `address` other members reach this one at (default: the address listened on)")
 	fs.String("http", "127.0.0.1:0", "HTTP API listen `address`, host:port (port 0: a free one)")
@@ -362,12 +362,12 @@ func (s nodeSettings) check() error {
 	switch {
 	case s.ID == 0:
 		return usagef("node: -id is required (a positive id, unique in the group)")
-	case s.App != appKV && s.App != appLog:
-		return usagef("node: -app must be %s or %s, not %q", appKV, appLog, s.App)
+	case s.App != appKV && s.App != appLog && s.App != appPubSub:
+		return usagef("node: -app must be %s, %s or %s, not %q", appKV, appLog, appPubSub, s.App)
 	case len(s.Etcd) == 0:
 		return usagef("node: -etcd is required: a node keeps its group's views in etcd (run one, or use \"convoy cluster\" for a local cluster)")
 	case s.Data == "":
-		return usagef("node: -data is required: both services keep a durable log")
+		return usagef("node: -data is required: every service keeps a durable log")
 	case !strings.HasSuffix(s.Prefix, "/"):
 		return usagef("node: -prefix %q must end in /", s.Prefix)
 	case s.Initial < 1:
@@ -421,8 +421,9 @@ func (s nodeSettings) checkEtcdAccess(cmd string) error {
 
 // Services a node runs.
 const (
-	appKV  = "kv"
-	appLog = "log"
+	appKV     = "kv"
+	appLog    = "log"
+	appPubSub = "pubsub"
 )
 
 // parseLogLevel parses debug, info, warn or error.

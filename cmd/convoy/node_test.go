@@ -301,7 +301,7 @@ func TestNodeSettingsErrors(t *testing.T) {
 		{args: slices.Concat(ok, []string{"extra"}), want: "unexpected arguments"},
 		// Validation.
 		{args: []string{"-id", "1", "-app", "kv", "-data", "/d"}, want: "-etcd is required"},
-		{args: []string{"-id", "1", "-app", "queue", "-etcd", "http://e:2379", "-data", "/d"}, want: `-app must be kv or log, not "queue"`},
+		{args: []string{"-id", "1", "-app", "queue", "-etcd", "http://e:2379", "-data", "/d"}, want: `-app must be kv, log or pubsub, not "queue"`},
 		{args: []string{"-app", "kv", "-etcd", "http://e:2379", "-data", "/d"}, want: "-id is required"},
 		{args: []string{"-id", "1", "-app", "kv", "-etcd", "http://e:2379"}, want: "-data is required"},
 		{args: slices.Concat(ok, []string{"-prefix", "/p"}), want: "must end in /"},
