@@ -86,6 +86,9 @@ func (l *Log) take(busy bool) (ops []op, wait time.Duration, stop bool) {
 		if o.done != nil {
 			l.mu.urgent--
 		}
+		if o.marks {
+			l.mu.marksQueued = false
+		}
 		n++
 	}
 	ops = l.mu.pending[:n:n]
@@ -115,9 +118,12 @@ func (l *Log) commit(ops []op) {
 	for i := range ops {
 		o := &ops[i]
 		size += o.size()
-		if o.end != nil {
+		switch {
+		case o.marks:
+			// Nothing to write but the marks, below.
+		case o.end != nil:
 			_ = b.DeleteRange(o.key, o.end, nil)
-		} else {
+		default:
 			_ = b.Set(o.key, o.value, nil)
 			if o.done == nil && o.written == nil {
 				entries++
@@ -127,7 +133,8 @@ func (l *Log) commit(ops []op) {
 		topicSynced = max(topicSynced, o.topicPos)
 	}
 	// The durable mark rides along only with batches that someone waits
-	// for (view records, snapshots, trims) and with the last one at
+	// for (view records, snapshots, trims) or that WriteMarks asks it of,
+	// and with the last one at
 	// Close: it only needs to be roughly current (a restart holds back the
 	// entries beyond it until the group confirms them), and any rewrite
 	// of a key among a stream of appends was measured to cost a tenth of
@@ -139,7 +146,7 @@ func (l *Log) commit(ops []op) {
 	// not have it overwritten by the older one held here.
 	urgent, marked, chunks := false, false, true
 	for i := range ops {
-		urgent = urgent || ops[i].done != nil
+		urgent = urgent || ops[i].done != nil || ops[i].marks
 		chunks = chunks && ops[i].written != nil
 		if ops[i].mark {
 			marked, l.durableWritten, l.topicDurableWritten = true, ops[i].markAt, ops[i].topicMarkAt

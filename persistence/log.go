@@ -149,6 +149,8 @@ type Log struct {
 		pendingBytes int
 		// urgent counts pending ops whose caller waits for their fsync.
 		urgent int
+		// marksQueued says a WriteMarks op is pending.
+		marksQueued bool
 		// oldest is when pending last became non-empty.
 		oldest time.Time
 		// queued is the size of pending plus the batch being committed.
@@ -188,6 +190,9 @@ type op struct {
 	// value of them.
 	mark                bool
 	markAt, topicMarkAt uint64
+	// marks, with no key, asks for the marks to be written with the
+	// op's batch, as they stand then (WriteMarks).
+	marks bool
 	// written, if set, is called on the writer goroutine once the op's
 	// batch is committed (nil), or with the error that failed the log
 	// if it never will be. It must not block or call the log. A batch of

@@ -290,6 +290,23 @@ func (l *Log) SetTopicDurable(pos uint64) {
 	}
 }
 
+// WriteMarks queues a write of the durable mark and the topic durable
+// mark as they stand when the writer takes it, with the next batch,
+// unless one is queued already; it returns at once. Without it the marks
+// are written only with the synchronous writes and at Close (and the
+// topic mark with each topic entry): a member that hands out topic
+// messages while its log is otherwise idle calls it, so that a crash
+// loses little of the topic mark.
+func (l *Log) WriteMarks() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.marksQueued || l.acceptingLocked() != nil {
+		return
+	}
+	l.mu.marksQueued = true
+	l.enqueueLocked(op{marks: true})
+}
+
 // TopicDurable returns the topic durable mark (SetTopicDurable), as
 // recovered at Open and raised since.
 func (l *Log) TopicDurable() uint64 { return l.topicDurable.Load() }

@@ -111,3 +111,31 @@ func TestTopicEntries(t *testing.T) {
 		t.Fatalf("First %d after the snapshot, want 101", l.First())
 	}
 }
+
+// TestWriteMarks: WriteMarks writes both marks with the next batch, as
+// they stand when it is written, without a synchronous write or Close.
+func TestWriteMarks(t *testing.T) {
+	ctx := context.Background()
+	l := openLog(t, vfs.NewMem(), "db")
+	defer l.Close()
+	if err := l.AppendTopic(topicEntryFor(1), topicEntryFor(2)); err != nil {
+		t.Fatal(err)
+	}
+	l.SetDurable(3)
+	l.SetTopicDurable(2)
+	l.WriteMarks()
+	l.WriteMarks() // one queued is enough
+	if err := l.Append(entryFor(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WaitSynced(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	d, data, err := l.getMetaAt(prefixMark, metaDurable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if td, err := parseMarkData(data); err != nil || d != 3 || td != 2 {
+		t.Fatalf("marks on disk: %d and %d (%v), want 3 and 2", d, td, err)
+	}
+}

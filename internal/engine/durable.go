@@ -195,7 +195,7 @@ func (r *runner) flushDurable() {
 		// previous view's messages, then snapshot, then go on.
 		limit = min(limit, r.v.rec.Start)
 	}
-	n := 0
+	n, topics := 0, false
 	for ; n < len(r.durq); n++ {
 		it := r.durq[n]
 		if it.v != nil {
@@ -208,6 +208,7 @@ func (r *runner) flushDurable() {
 			}
 			r.tlog.released = it.pos
 			r.g.disk.SetTopicDurable(it.pos)
+			topics = true
 		} else if it.d.Index > limit {
 			break
 		}
@@ -216,6 +217,11 @@ func (r *runner) flushDurable() {
 	if n > 0 {
 		clear(r.durq[:n])
 		r.durq = r.durq[n:]
+	}
+	if topics {
+		// A restart replays the topic messages up to the mark on disk:
+		// written at once, it misses few of those handed out.
+		r.g.disk.WriteMarks()
 	}
 	if v := r.pendingDonate; v != nil && !r.durableBefore(v.rec.Start) {
 		r.pendingDonate = nil
@@ -381,6 +387,8 @@ type durableLog interface {
 	TruncateTopics(ctx context.Context, after uint64) error
 	SetTopicDurable(pos uint64)
 	TopicDurable() uint64
+	// WriteMarks queues a write of both marks with the next sync.
+	WriteMarks()
 	// Close writes what was queued and closes the log.
 	Close() error
 }

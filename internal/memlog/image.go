@@ -85,6 +85,9 @@ type write struct {
 	// for writeMark and writeInstall).
 	setMark         bool
 	mark, topicMark uint64
+	// current makes a writeMark take the marks as they stand at the sync
+	// (WriteMarks).
+	current bool
 }
 
 // apply carries out w on img. Every write was validated against the

@@ -45,6 +45,8 @@ type Log struct {
 		// entry appended and of the last synced; topicDurable is the topic
 		// durable mark (SetTopicDurable).
 		lastTopic, topicSynced, topicDurable uint64
+		// marksQueued says a WriteMarks write is pending.
+		marksQueued bool
 		// img is the durable state; pending are the writes not yet
 		// synced, oldest first.
 		img     image
@@ -166,8 +168,13 @@ func (l *Log) syncLocked() (wrote bool, err error) {
 		return false, l.mu.err
 	}
 	for i := range l.mu.pending {
+		if w := &l.mu.pending[i]; w.kind == writeMark && w.current {
+			// WriteMarks: the marks as they stand at the sync.
+			w.mark, w.topicMark = l.mu.durable, l.mu.topicDurable
+		}
 		l.mu.img.apply(&l.mu.pending[i])
 	}
+	l.mu.marksQueued = false
 	clear(l.mu.pending)
 	l.mu.pending = l.mu.pending[:0]
 	l.mu.synced = l.mu.last
@@ -750,4 +757,17 @@ func (l *Log) TopicDurable() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.mu.topicDurable
+}
+
+// WriteMarks queues a write of the durable mark and the topic durable
+// mark, as they stand at the next sync, unless one is queued already;
+// like an entry, it waits for a sync.
+func (l *Log) WriteMarks() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.marksQueued || l.acceptingLocked() != nil {
+		return
+	}
+	l.mu.marksQueued = true
+	l.mu.pending = append(l.mu.pending, write{kind: writeMark, setMark: true, current: true})
 }

@@ -67,3 +67,19 @@ func TestTopicEntries(t *testing.T) {
 		t.Fatalf("after a crash: positions %v, TopicDurable %d", got, l.TopicDurable())
 	}
 }
+
+// TestWriteMarks: WriteMarks writes both marks, as they stand at the
+// next sync, and a crash keeps them once synced.
+func TestWriteMarks(t *testing.T) {
+	l := memlog.New()
+	l.WriteMarks()
+	l.SetDurable(4)
+	l.SetTopicDurable(2)
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	l = l.Crash(nil)
+	if l.Durable() != 4 || l.TopicDurable() != 2 {
+		t.Fatalf("after a crash: marks %d and %d, want 4 and 2", l.Durable(), l.TopicDurable())
+	}
+}
