@@ -130,7 +130,9 @@ type EtcdConfig struct {
 // its topic, epoch and index, marked Replayed, in the order it delivered
 // them (those that came before the log's snapshot first: the snapshot
 // holds the group's state, not the topics') — and receives a topic's
-// later messages once it subscribes again.
+// later messages once it subscribes again. After a crash, rather than a
+// Close, the replay may miss the topic messages handed out in the last
+// sync of the log before it.
 type DurableConfig struct {
 	// Dir is the log's directory.
 	Dir string
