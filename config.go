@@ -130,9 +130,10 @@ type EtcdConfig struct {
 // its topic, epoch and index, marked Replayed, in the order it delivered
 // them (those that came before the log's snapshot first: the snapshot
 // holds the group's state, not the topics') — and receives a topic's
-// later messages once it subscribes again. After a crash, rather than a
-// Close, the replay may miss the topic messages handed out in the last
-// sync of the log before it.
+// later messages once it subscribes again. The replay holds every topic
+// message the member handed out, after a crash as after a Close, and may
+// hold a few it had not handed out yet, which the subscribers that stayed
+// delivered at the same indexes (see TopicRetain for how many it keeps).
 type DurableConfig struct {
 	// Dir is the log's directory.
 	Dir string
@@ -151,6 +152,12 @@ type DurableConfig struct {
 	// join and receive the state); default DefaultRestartWait, 3s. A
 	// restart never goes on without a majority.
 	RestartWait time.Duration
+	// TopicRetain is how many of its last topic messages a member keeps
+	// in its log to replay after a restart (default DefaultTopicRetain,
+	// 65,536): older ones are deleted as new ones come. It bounds the
+	// disk the topics take, at most TopicRetain times the largest
+	// message, and a topic's messages older than that are not replayed.
+	TopicRetain int
 }
 
 // DefaultRestartWait is DurableConfig.RestartWait's default.
@@ -162,6 +169,9 @@ const DefaultTraceMessages = engine.DefaultTraceMessages
 
 // DefaultMaxLag is DurableConfig.MaxLag's default.
 const DefaultMaxLag = engine.DefaultMaxLag
+
+// DefaultTopicRetain is DurableConfig.TopicRetain's default.
+const DefaultTopicRetain = engine.DefaultTopicRetain
 
 // Config configures one member of a group.
 //

@@ -100,7 +100,7 @@ func fillNonZero(t *testing.T, name string, v reflect.Value) {
 			Username: "u", Password: "p", Client: new(clientv3.Client), LeaseTTL: 2 * time.Second}))
 		return
 	case "Durable":
-		v.Set(reflect.ValueOf(&DurableConfig{Dir: "d", MaxLag: 5, RestartWait: time.Second}))
+		v.Set(reflect.ValueOf(&DurableConfig{Dir: "d", MaxLag: 5, RestartWait: time.Second, TopicRetain: 7}))
 		return
 	case "OnView":
 		return // set by the caller

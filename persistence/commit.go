@@ -86,9 +86,6 @@ func (l *Log) take(busy bool) (ops []op, wait time.Duration, stop bool) {
 		if o.done != nil {
 			l.mu.urgent--
 		}
-		if o.marks {
-			l.mu.marksQueued = false
-		}
 		n++
 	}
 	ops = l.mu.pending[:n:n]
@@ -118,12 +115,9 @@ func (l *Log) commit(ops []op) {
 	for i := range ops {
 		o := &ops[i]
 		size += o.size()
-		switch {
-		case o.marks:
-			// Nothing to write but the marks, below.
-		case o.end != nil:
+		if o.end != nil {
 			_ = b.DeleteRange(o.key, o.end, nil)
-		default:
+		} else {
 			_ = b.Set(o.key, o.value, nil)
 			if o.done == nil && o.written == nil {
 				entries++
@@ -133,29 +127,25 @@ func (l *Log) commit(ops []op) {
 		topicSynced = max(topicSynced, o.topicPos)
 	}
 	// The durable mark rides along only with batches that someone waits
-	// for (view records, snapshots, trims) or that WriteMarks asks it of,
-	// and with the last one at
+	// for (view records, snapshots, trims) and with the last one at
 	// Close: it only needs to be roughly current (a restart holds back the
 	// entries beyond it until the group confirms them), and any rewrite
 	// of a key among a stream of appends was measured to cost a tenth of
 	// the throughput or more.
-	// The topic mark is read before the durable mark: the group raises
-	// the durable mark first, so the pair written never has a topic
-	// entry handed out after a group entry beyond the durable mark.
 	// A batch that writes the mark itself (an installed snapshot's) must
 	// not have it overwritten by the older one held here.
 	urgent, marked, chunks := false, false, true
 	for i := range ops {
-		urgent = urgent || ops[i].done != nil || ops[i].marks
+		urgent = urgent || ops[i].done != nil
 		chunks = chunks && ops[i].written != nil
 		if ops[i].mark {
-			marked, l.durableWritten, l.topicDurableWritten = true, ops[i].markAt, ops[i].topicMarkAt
+			marked, l.durableWritten = true, ops[i].markAt
 		}
 	}
-	if td, d := l.topicDurable.Load(), l.durable.Load(); urgent && !marked && (d != l.durableWritten || td != l.topicDurableWritten) {
-		k, v := encodeMetaAt(prefixMark, metaDurable, d, markData(td))
+	if d := l.durable.Load(); urgent && !marked && d != l.durableWritten {
+		k, v := encodeMetaAt(prefixMark, metaDurable, d, nil)
 		_ = b.Set(k, v, nil)
-		l.durableWritten, l.topicDurableWritten = d, td
+		l.durableWritten = d
 	}
 	// Snapshot chunks alone need no fsync: the snapshot's commit syncs
 	// them with it, and until then nothing counts on them.
@@ -226,11 +216,11 @@ func (l *Log) commit(ops []op) {
 // writeMark writes the durable mark if it moved since last written, as
 // the writer stops (Close), unless the log failed.
 func (l *Log) writeMark() {
-	td, d := l.topicDurable.Load(), l.durable.Load()
-	if d == l.durableWritten && td == l.topicDurableWritten || l.Err() != nil {
+	d := l.durable.Load()
+	if d == l.durableWritten || l.Err() != nil {
 		return
 	}
-	k, v := encodeMetaAt(prefixMark, metaDurable, d, markData(td))
+	k, v := encodeMetaAt(prefixMark, metaDurable, d, nil)
 	b := l.db.NewBatch()
 	_ = b.Set(k, v, nil)
 	if err := recoverFatal(func() error { return b.Commit(pebble.Sync) }); err != nil {
@@ -238,5 +228,5 @@ func (l *Log) writeMark() {
 		return
 	}
 	_ = b.Close()
-	l.durableWritten, l.topicDurableWritten = d, td
+	l.durableWritten = d
 }

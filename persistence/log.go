@@ -105,13 +105,8 @@ type Log struct {
 	// the writer, is the mark its last batch recorded.
 	durable        atomic.Uint64
 	durableWritten uint64
-	// topicSynced is the highest topic entry position known fsynced;
-	// topicDurable the topic durable mark (SetTopicDurable), and
-	// topicDurableWritten, owned by the writer, the one its last batch
-	// recorded.
-	topicSynced         atomic.Uint64
-	topicDurable        atomic.Uint64
-	topicDurableWritten uint64
+	// topicSynced is the highest topic entry position known fsynced.
+	topicSynced atomic.Uint64
 	// batch is the writer goroutine's batch, reused from commit to commit
 	// (nil until the first, and after a failed one).
 	batch *pebble.Batch
@@ -142,15 +137,15 @@ type Log struct {
 		// Invariant: first ≥ 1, first ≤ last+1. A fresh log has first 1,
 		// last 0; a log trimmed past its end has first t, last t-1.
 		first, last uint64
-		// lastTopic is the position of the last topic entry appended.
-		lastTopic uint64
+		// firstTopic and lastTopic are the positions of the first topic
+		// entry kept (TrimTopics) and of the last appended. Invariant:
+		// firstTopic ≥ 1, firstTopic ≤ lastTopic+1.
+		firstTopic, lastTopic uint64
 		// pending are the writes not yet taken by the writer, in order.
 		pending      []op
 		pendingBytes int
 		// urgent counts pending ops whose caller waits for their fsync.
 		urgent int
-		// marksQueued says a WriteMarks op is pending.
-		marksQueued bool
 		// oldest is when pending last became non-empty.
 		oldest time.Time
 		// queued is the size of pending plus the batch being committed.
@@ -185,14 +180,10 @@ type op struct {
 	index, topicPos uint64
 	// done, if set, receives the op's outcome once its batch committed.
 	done chan error
-	// mark says the op writes the durable mark, as markAt, and the topic
-	// durable mark, as topicMarkAt: the batch then carries no other
-	// value of them.
-	mark                bool
-	markAt, topicMarkAt uint64
-	// marks, with no key, asks for the marks to be written with the
-	// op's batch, as they stand then (WriteMarks).
-	marks bool
+	// mark says the op writes the durable mark, as markAt: the batch
+	// then carries no other value of it.
+	mark   bool
+	markAt uint64
 	// written, if set, is called on the writer goroutine once the op's
 	// batch is committed (nil), or with the error that failed the log
 	// if it never will be. It must not block or call the log. A batch of
@@ -312,18 +303,12 @@ func (l *Log) recover(ctx context.Context) error {
 	}
 	l.mu.first, l.mu.last = first, last
 	l.synced.Store(last)
-	mark, data, err := l.getMetaAt(prefixMark, metaDurable)
+	mark, _, err := l.getMetaAt(prefixMark, metaDurable)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
-	topicMark, err := parseMarkData(data)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrCorrupt, err)
-	}
 	l.durable.Store(mark)
 	l.durableWritten = mark
-	l.topicDurable.Store(topicMark)
-	l.topicDurableWritten = topicMark
 	if err := l.recoverTopics(); err != nil {
 		return err
 	}
@@ -828,13 +813,12 @@ func (l *Log) InstallSnapshot(ctx context.Context, index uint64, meta []byte) er
 	tk, tv := encodeMeta(metaTrim, index+1, nil)
 	// The mark follows the snapshot (an installed state is the group's).
 	// The topic entries stay: they are this member's, numbered apart.
-	topicMark := l.topicDurable.Load()
-	dk, dv := encodeMetaAt(prefixMark, metaDurable, index, markData(topicMark))
+	dk, dv := encodeMetaAt(prefixMark, metaDurable, index, nil)
 	err := l.submit(ctx, append(l.dropSnapshotOps(),
 		op{key: makeKey(prefixEntry, 0), end: makeKey(prefixEntry+1, 0)},
 		op{key: sk, value: sv},
 		op{key: tk, value: tv, index: index},
-		op{key: dk, value: dv, mark: true, markAt: index, topicMarkAt: topicMark},
+		op{key: dk, value: dv, mark: true, markAt: index},
 	)...)
 	if err != nil {
 		return fmt.Errorf("persistence: install snapshot %d: %w", index, err)

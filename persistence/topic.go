@@ -3,7 +3,6 @@ package persistence
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 
@@ -32,20 +31,15 @@ type TopicEntry struct {
 	// Payload is the message. Topic entries returned by ScanTopics own
 	// their payload.
 	Payload []byte
-	// Mark is the topic durable mark (SetTopicDurable) as the entry was
-	// appended, carried with it so that a crash between two writes of the
-	// mark loses less of it: Open takes the higher of the mark written
-	// and the last entry's (at most the entry's own position less one).
-	Mark uint64
 }
 
 // prefixTopic holds the topic entries, by Pos. It sorts after the
 // entries.
 const prefixTopic = 't'
 
-// topicFixedLen is the header, after, index, epoch, sender, seq, mark
-// and the topic name's length.
-const topicFixedLen = headerLen + 6*8 + 2
+// topicFixedLen is the header, after, index, epoch, sender, seq and the
+// topic name's length.
+const topicFixedLen = headerLen + 5*8 + 2
 
 // maxTopicName bounds a topic entry's topic name, in bytes.
 const maxTopicName = math.MaxUint16
@@ -55,12 +49,12 @@ func encodeTopicEntry(e *TopicEntry) (key, value []byte) {
 	key = makeKey(prefixTopic, e.Pos)
 	value = make([]byte, topicFixedLen+len(e.Topic)+len(e.Payload))
 	b := value[headerLen:]
-	for i, n := range []uint64{e.After, e.Index, e.Epoch, e.Sender, e.Seq, e.Mark} {
+	for i, n := range []uint64{e.After, e.Index, e.Epoch, e.Sender, e.Seq} {
 		binary.BigEndian.PutUint64(b[8*i:], n)
 	}
-	binary.BigEndian.PutUint16(b[48:], uint16(len(e.Topic)))
-	copy(b[50:], e.Topic)
-	copy(b[50+len(e.Topic):], e.Payload)
+	binary.BigEndian.PutUint16(b[40:], uint16(len(e.Topic)))
+	copy(b[42:], e.Topic)
+	copy(b[42+len(e.Topic):], e.Payload)
 	seal(key, value)
 	return key, value
 }
@@ -79,8 +73,8 @@ func decodeTopicEntry(key, value []byte) (TopicEntry, error) {
 	if len(body) < topicFixedLen-headerLen {
 		return TopicEntry{}, fmt.Errorf("topic entry record length %d", len(value))
 	}
-	n := int(binary.BigEndian.Uint16(body[48:]))
-	if len(body) < 50+n {
+	n := int(binary.BigEndian.Uint16(body[40:]))
+	if len(body) < 42+n {
 		return TopicEntry{}, fmt.Errorf("topic entry record length %d, topic name of %d bytes", len(value), n)
 	}
 	e := TopicEntry{
@@ -90,17 +84,16 @@ func decodeTopicEntry(key, value []byte) (TopicEntry, error) {
 		Epoch:  binary.BigEndian.Uint64(body[16:]),
 		Sender: binary.BigEndian.Uint64(body[24:]),
 		Seq:    binary.BigEndian.Uint64(body[32:]),
-		Mark:   binary.BigEndian.Uint64(body[40:]),
-		Topic:  string(body[50 : 50+n]),
+		Topic:  string(body[42 : 42+n]),
 	}
-	if p := body[50+n:]; len(p) > 0 {
+	if p := body[42+n:]; len(p) > 0 {
 		e.Payload = append([]byte(nil), p...)
 	}
 	return e, nil
 }
 
-// recoverTopics reads the last topic entry's position from disk, checks
-// that entry and raises the topic durable mark to the one it carries.
+// recoverTopics reads the first and last topic entries' positions from
+// disk and checks the last entry.
 func (l *Log) recoverTopics() error {
 	it, err := l.db.NewIter(&pebble.IterOptions{
 		LowerBound: []byte{prefixTopic},
@@ -110,7 +103,14 @@ func (l *Log) recoverTopics() error {
 		return fmt.Errorf("persistence: recovery: %w", err)
 	}
 	defer it.Close()
-	var last uint64
+	first, last := uint64(1), uint64(0)
+	if it.First() {
+		pos, ok := parseKey(prefixTopic, it.Key())
+		if !ok {
+			return fmt.Errorf("%w: malformed topic entry key %x", ErrCorrupt, it.Key())
+		}
+		first = pos
+	}
 	if it.Last() {
 		v, err := it.ValueAndErr()
 		if err != nil {
@@ -121,14 +121,14 @@ func (l *Log) recoverTopics() error {
 			return fmt.Errorf("%w: last topic entry: %v", ErrCorrupt, err)
 		}
 		last = e.Pos
-		if m := min(e.Mark, e.Pos-1); m > l.topicDurable.Load() {
-			l.topicDurable.Store(m)
-		}
 	}
 	if err := it.Error(); err != nil {
 		return fmt.Errorf("persistence: recovery: %w", readErr(err))
 	}
-	l.mu.lastTopic = last
+	if first > last+1 {
+		return fmt.Errorf("%w: topic entries from %d to %d", ErrCorrupt, first, last)
+	}
+	l.mu.firstTopic, l.mu.lastTopic = first, last
 	l.topicSynced.Store(last)
 	return nil
 }
@@ -189,12 +189,14 @@ func (l *Log) LastTopic() uint64 {
 	return l.mu.lastTopic
 }
 
-// ScanTopics calls fn for every synced topic entry from position from
+// ScanTopics calls fn for every synced topic entry kept from position from
 // on, in order, verifying each checksum. It stops at fn's first error
 // and returns it. fn must not call Close. Errors: ErrCorrupt (a corrupt
 // record or a gap), ctx's, ErrClosed.
 func (l *Log) ScanTopics(ctx context.Context, from uint64, fn func(TopicEntry) error) error {
-	from = max(from, 1)
+	l.mu.Lock()
+	from = max(from, l.mu.firstTopic)
+	l.mu.Unlock()
 	to := l.topicSynced.Load()
 	if from > to {
 		return nil
@@ -245,91 +247,36 @@ func (l *Log) ScanTopics(ctx context.Context, from uint64, fn func(TopicEntry) e
 	return nil
 }
 
-// TruncateTopics deletes the topic entries beyond position after and
-// returns once that is durable: the next topic entry is after+1, and
-// TopicSynced and the topic durable mark are at most after. Errors:
-// ErrClosed, ctx's, or an error wrapping ErrFailed.
-func (l *Log) TruncateTopics(ctx context.Context, after uint64) error {
-	l.mu.Lock()
-	if err := l.acceptingLocked(); err != nil {
-		l.mu.Unlock()
-		return err
-	}
-	if after >= l.mu.lastTopic {
-		l.mu.Unlock()
-		return nil
-	}
-	l.mu.lastTopic = after
-	l.mu.Unlock()
-	if after < l.topicDurable.Load() {
-		l.topicDurable.Store(after)
-	}
-	err := l.submit(ctx, op{key: makeKey(prefixTopic, after+1), end: []byte{prefixTopic + 1}})
-	if err != nil {
-		return fmt.Errorf("persistence: truncate the topic entries after %d: %w", after, err)
-	}
-	l.mu.Lock()
-	if l.topicSynced.Load() > after {
-		l.topicSynced.Store(after)
-	}
-	l.mu.Unlock()
-	return nil
-}
-
-// SetTopicDurable records that the topic entries up to position pos are
-// durable beyond this log (each on the disk of every subscriber of its
-// topic). Like the durable mark (SetDurable), with which it is written,
-// it only grows, and after a crash TopicDurable may return an earlier
-// mark, never a later one.
-func (l *Log) SetTopicDurable(pos uint64) {
-	for {
-		cur := l.topicDurable.Load()
-		if pos <= cur || l.topicDurable.CompareAndSwap(cur, pos) {
-			return
-		}
-	}
-}
-
-// WriteMarks queues a write of the durable mark and the topic durable
-// mark as they stand when the writer takes it, with the next batch,
-// unless one is queued already; it returns at once. Without it the marks
-// are written only with the synchronous writes and at Close (and the
-// topic mark with each topic entry): a member that hands out topic
-// messages while its log is otherwise idle calls it, so that a crash
-// loses little of the topic mark.
-func (l *Log) WriteMarks() {
+// FirstTopic returns the position of the first topic entry kept (see
+// TrimTopics): 1 until a trim, LastTopic+1 if none is kept.
+func (l *Log) FirstTopic() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.mu.marksQueued || l.acceptingLocked() != nil {
-		return
-	}
-	l.mu.marksQueued = true
-	l.enqueueLocked(op{marks: true})
+	return l.mu.firstTopic
 }
 
-// TopicDurable returns the topic durable mark (SetTopicDurable), as
-// recovered at Open and raised since.
-func (l *Log) TopicDurable() uint64 { return l.topicDurable.Load() }
-
-// markData encodes the topic durable mark as the durable mark record's
-// data.
-func markData(topicPos uint64) []byte {
-	if topicPos == 0 {
+// TrimTopics deletes the topic entries up to position through, at most
+// the last one synced, with the next batch, and returns at once: a
+// trim lost in a crash leaves the entries, as if it had not been asked
+// for. ScanTopics no longer reads them. Errors: ErrClosed, or an error
+// wrapping ErrFailed.
+func (l *Log) TrimTopics(through uint64) error {
+	through = min(through, l.topicSynced.Load())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.acceptingLocked(); err != nil {
+		return err
+	}
+	if through < l.mu.firstTopic {
 		return nil
 	}
-	return binary.BigEndian.AppendUint64(nil, topicPos)
-}
-
-// errMarkData: the durable mark record's data is not a topic mark.
-var errMarkData = errors.New("persistence: malformed topic durable mark")
-
-// parseMarkData decodes markData's output.
-func parseMarkData(b []byte) (uint64, error) {
-	switch len(b) {
-	case 0:
-		return 0, nil
-	case 8:
-		return binary.BigEndian.Uint64(b), nil
+	// The last entry stays on disk: it numbers the next one after a
+	// restart.
+	through = min(through, l.mu.lastTopic-1)
+	if through < l.mu.firstTopic {
+		return nil
 	}
-	return 0, fmt.Errorf("%w: %d bytes", errMarkData, len(b))
+	l.enqueueLocked(op{key: makeKey(prefixTopic, 0), end: makeKey(prefixTopic, through+1)})
+	l.mu.firstTopic = through + 1
+	return nil
 }

@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +14,6 @@ func topicEntryFor(pos uint64) TopicEntry {
 	return TopicEntry{
 		Pos: pos, After: pos / 2, Topic: fmt.Sprintf("t%d", pos%3), Index: pos/3 + 1,
 		Epoch: 1 + pos/10, Sender: pos % 4, Seq: pos * 7, Payload: []byte(fmt.Sprintf("topic payload %d", pos)),
-		Mark: pos - 1,
 	}
 }
 
@@ -32,10 +32,9 @@ func scanTopics(t *testing.T, l *Log, from uint64) []TopicEntry {
 
 // TestTopicEntries: topic entries round-trip beside the entries, in their
 // own numbering: they are synced and read back, survive a reopen with
-// their positions and their durable mark (written with the durable mark,
-// or carried by the last entry), TruncateTopics deletes the ones beyond a
-// position for good, InstallSnapshot keeps them, and out-of-order
-// positions are refused.
+// their positions, TrimTopics deletes a prefix for good (never the last
+// entry, which numbers the next after a reopen), InstallSnapshot keeps
+// them, and out-of-order positions are refused.
 func TestTopicEntries(t *testing.T) {
 	ctx := context.Background()
 	fs := vfs.NewMem()
@@ -57,8 +56,8 @@ func TestTopicEntries(t *testing.T) {
 	if err := l.WaitSynced(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
-	if l.TopicSynced() != 20 || l.LastTopic() != 20 {
-		t.Fatalf("TopicSynced %d, LastTopic %d; want 20", l.TopicSynced(), l.LastTopic())
+	if l.TopicSynced() != 20 || l.LastTopic() != 20 || l.FirstTopic() != 1 {
+		t.Fatalf("TopicSynced %d, LastTopic %d, FirstTopic %d; want 20, 20, 1", l.TopicSynced(), l.LastTopic(), l.FirstTopic())
 	}
 	got := scanTopics(t, l, 5)
 	if len(got) != 16 {
@@ -71,25 +70,29 @@ func TestTopicEntries(t *testing.T) {
 		}
 	}
 	scanAll(t, l, 1, 3)
-	l.SetDurable(2)
-	l.SetTopicDurable(12)
+	if err := l.TrimTopics(4); err != nil {
+		t.Fatal(err)
+	}
+	if got := scanTopics(t, l, 1); l.FirstTopic() != 5 || len(got) != 16 || got[0].Pos != 5 {
+		t.Fatalf("trimmed through 4: FirstTopic %d, ScanTopics(1) from %d, %d entries; want 5, 5, 16", l.FirstTopic(), got[0].Pos, len(got))
+	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
 
 	l = openLog(t, fs, "db")
-	if l.LastTopic() != 20 || l.TopicSynced() != 20 || l.TopicDurable() != 19 || l.Durable() != 2 {
-		t.Fatalf("reopened: LastTopic %d, TopicSynced %d, TopicDurable %d, Durable %d; want 20, 20, 19 (the last entry's mark), 2",
-			l.LastTopic(), l.TopicSynced(), l.TopicDurable(), l.Durable())
+	if l.LastTopic() != 20 || l.TopicSynced() != 20 || l.FirstTopic() != 5 {
+		t.Fatalf("reopened: LastTopic %d, TopicSynced %d, FirstTopic %d; want 20, 20, 5", l.LastTopic(), l.TopicSynced(), l.FirstTopic())
 	}
-	if err := l.TruncateTopics(ctx, 15); err != nil {
+	// A trim through the end keeps the last entry.
+	if err := l.TrimTopics(100); err != nil {
 		t.Fatal(err)
 	}
-	if l.LastTopic() != 15 || l.TopicSynced() != 15 || l.TopicDurable() != 15 {
-		t.Fatalf("truncated: LastTopic %d, TopicSynced %d, TopicDurable %d; want 15", l.LastTopic(), l.TopicSynced(), l.TopicDurable())
+	if l.FirstTopic() != 20 {
+		t.Fatalf("trimmed through the end: FirstTopic %d, want 20", l.FirstTopic())
 	}
-	e := topicEntryFor(16)
-	e.Payload, e.Mark = []byte("again"), 3
+	e := topicEntryFor(21)
+	e.Payload = []byte("again")
 	if err := l.AppendTopic(e); err != nil {
 		t.Fatal(err)
 	}
@@ -103,39 +106,35 @@ func TestTopicEntries(t *testing.T) {
 	l = openLog(t, fs, "db")
 	defer l.Close()
 	got = scanTopics(t, l, 1)
-	if len(got) != 16 || string(got[15].Payload) != "again" || l.TopicDurable() != 15 {
-		t.Fatalf("after truncating, appending and installing a snapshot: %d topic entries, the last %q, mark %d; want 16, \"again\", 15",
-			len(got), got[len(got)-1].Payload, l.TopicDurable())
+	if len(got) != 2 || got[0].Pos != 20 || string(got[1].Payload) != "again" || l.FirstTopic() != 20 || l.LastTopic() != 21 {
+		t.Fatalf("after trimming, appending and installing a snapshot: %d topic entries from %d, the last %q, FirstTopic %d, LastTopic %d; want 2 from 20, \"again\", 20, 21",
+			len(got), got[0].Pos, got[len(got)-1].Payload, l.FirstTopic(), l.LastTopic())
 	}
 	if l.First() != 101 {
 		t.Fatalf("First %d after the snapshot, want 101", l.First())
 	}
 }
 
-// TestWriteMarks: WriteMarks writes both marks with the next batch, as
-// they stand when it is written, without a synchronous write or Close.
-func TestWriteMarks(t *testing.T) {
-	ctx := context.Background()
-	l := openLog(t, vfs.NewMem(), "db")
-	defer l.Close()
-	if err := l.AppendTopic(topicEntryFor(1), topicEntryFor(2)); err != nil {
-		t.Fatal(err)
+// FuzzDecodeTopicEntry feeds arbitrary keys and values to the topic entry
+// decoder: it must never panic, and whatever it accepts must re-encode to
+// exactly the same record.
+func FuzzDecodeTopicEntry(f *testing.F) {
+	for _, e := range []TopicEntry{
+		{Pos: 1, Topic: "t"},
+		topicEntryFor(42),
+	} {
+		k, v := encodeTopicEntry(&e)
+		f.Add(k, v)
 	}
-	l.SetDurable(3)
-	l.SetTopicDurable(2)
-	l.WriteMarks()
-	l.WriteMarks() // one queued is enough
-	if err := l.Append(entryFor(1)); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.WaitSynced(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	d, data, err := l.getMetaAt(prefixMark, metaDurable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if td, err := parseMarkData(data); err != nil || d != 3 || td != 2 {
-		t.Fatalf("marks on disk: %d and %d (%v), want 3 and 2", d, td, err)
-	}
+	f.Add([]byte{prefixTopic}, []byte{})
+	f.Fuzz(func(t *testing.T, key, value []byte) {
+		e, err := decodeTopicEntry(key, value)
+		if err != nil {
+			return
+		}
+		k, v := encodeTopicEntry(&e)
+		if !bytes.Equal(k, key) || !bytes.Equal(v, value) {
+			t.Fatalf("accepted %x=%x, which re-encodes as %x=%x", key, value, k, v)
+		}
+	})
 }

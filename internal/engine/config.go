@@ -89,6 +89,7 @@ type DurableConfig struct {
 	FS          vfs.FS
 	MaxLag      uint64
 	RestartWait time.Duration
+	TopicRetain int
 }
 
 // DefaultRestartWait is DurableConfig.RestartWait's default.
@@ -100,6 +101,9 @@ const DefaultTraceMessages = 1024
 
 // DefaultMaxLag is DurableConfig.MaxLag's default.
 const DefaultMaxLag = 1 << 18
+
+// DefaultTopicRetain is DurableConfig.TopicRetain's default.
+const DefaultTopicRetain = 1 << 16
 
 // Config is convoy.Config as the engine takes it: the same fields (see
 // their documentation there), which withDefaults checks and completes,
@@ -283,6 +287,7 @@ func (c Config) withDefaults() (Config, error) {
 		d := *c.Durable
 		def(&d.MaxLag, DefaultMaxLag)
 		def(&d.RestartWait, DefaultRestartWait)
+		def(&d.TopicRetain, DefaultTopicRetain)
 		c.Durable = &d
 	}
 	if c.Logger == nil {
@@ -346,6 +351,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Durable != nil {
 		nonNegative("Durable.RestartWait", c.Durable.RestartWait)
+		positive("Durable.TopicRetain", c.Durable.TopicRetain)
 	}
 	return c, errors.Join(errs...)
 }

@@ -73,6 +73,8 @@ func TestConfigDefaults(t *testing.T) {
 			func(c *Config) { c.Durable.MaxLag = 64 }},
 		{"Durable.RestartWait", views, func(c Config) any { return c.Durable.RestartWait }, 3 * time.Second,
 			func(c *Config) { c.Durable.RestartWait = time.Second }},
+		{"Durable.TopicRetain", views, func(c Config) any { return c.Durable.TopicRetain }, 1 << 16,
+			func(c *Config) { c.Durable.TopicRetain = 10 }},
 		{"MeterProvider", fixed, func(c Config) any { return reflect.TypeOf(c.MeterProvider) }, reflect.TypeOf(noop.NewMeterProvider()),
 			func(c *Config) { c.MeterProvider = meterProvider{} }},
 		{"TracerProvider", fixed, func(c Config) any { return reflect.TypeOf(c.TracerProvider) }, reflect.TypeOf(tracenoop.NewTracerProvider()),
@@ -218,6 +220,7 @@ func TestConfigValidate(t *testing.T) {
 			c.Etcd.Client, c.Etcd.TLS, c.Etcd.DialTimeout, c.Etcd.Username, c.Etcd.Password = new(clientv3.Client), &tls.Config{}, -1, "convoy", "secret"
 		}), []string{"Etcd.Endpoints", "Etcd.TLS", "Etcd.DialTimeout", "Etcd.Username", "Etcd.Password"}},
 		{"negative restart wait", views(func(c *Config) { c.Durable = &DurableConfig{Dir: "log", RestartWait: -1} }), []string{"Durable.RestartWait"}},
+		{"negative topic retention", views(func(c *Config) { c.Durable = &DurableConfig{Dir: "log", TopicRetain: -1} }), []string{"Durable.TopicRetain"}},
 		{"two mistakes", views(func(c *Config) { c.Self, c.Mode = 0, Unordered }), []string{"Mode", "Self"}},
 		{"view fields in a fixed group", fixed(func(c *Config) {
 			c.InitialMembers, c.HeartbeatInterval, c.SuspectTimeout, c.StallTimeout, c.MaxDonors, c.TransferStall = 3, time.Second, 2*time.Second, time.Second, 2, time.Second

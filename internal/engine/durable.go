@@ -195,7 +195,7 @@ func (r *runner) flushDurable() {
 		// previous view's messages, then snapshot, then go on.
 		limit = min(limit, r.v.rec.Start)
 	}
-	n, topics := 0, false
+	n := 0
 	for ; n < len(r.durq); n++ {
 		it := r.durq[n]
 		if it.v != nil {
@@ -206,9 +206,6 @@ func (r *runner) flushDurable() {
 			if !r.topicDurable(it) {
 				break
 			}
-			r.tlog.released = it.pos
-			r.g.disk.SetTopicDurable(it.pos)
-			topics = true
 		} else if it.d.Index > limit {
 			break
 		}
@@ -217,11 +214,6 @@ func (r *runner) flushDurable() {
 	if n > 0 {
 		clear(r.durq[:n])
 		r.durq = r.durq[n:]
-	}
-	if topics {
-		// A restart replays the topic messages up to the mark on disk:
-		// written at once, it misses few of those handed out.
-		r.g.disk.WriteMarks()
 	}
 	if v := r.pendingDonate; v != nil && !r.durableBefore(v.rec.Start) {
 		r.pendingDonate = nil
@@ -376,19 +368,15 @@ type durableLog interface {
 	SetDurable(index uint64)
 	Durable() uint64
 	// AppendTopic queues topic entries, numbered apart from the entries;
-	// TopicSynced and LastTopic are their Synced and Last; ScanTopics
-	// reads the synced ones; TruncateTopics deletes those beyond a
-	// position; SetTopicDurable raises the topic durable mark, written
-	// with the durable mark, and TopicDurable reads it.
+	// TopicSynced, FirstTopic and LastTopic are their Synced, First and
+	// Last; ScanTopics reads the synced ones; TrimTopics deletes a
+	// prefix of them with the next sync.
 	AppendTopic(es ...persistence.TopicEntry) error
 	TopicSynced() uint64
+	FirstTopic() uint64
 	LastTopic() uint64
 	ScanTopics(ctx context.Context, from uint64, fn func(persistence.TopicEntry) error) error
-	TruncateTopics(ctx context.Context, after uint64) error
-	SetTopicDurable(pos uint64)
-	TopicDurable() uint64
-	// WriteMarks queues a write of both marks with the next sync.
-	WriteMarks()
+	TrimTopics(through uint64) error
 	// Close writes what was queued and closes the log.
 	Close() error
 }

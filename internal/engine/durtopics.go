@@ -20,9 +20,17 @@ import (
 // Deliveries wait in the one durable queue (runner.durq) in delivery
 // order: a member hands out its messages in the group's order, so a
 // message waits for the ones it delivered before it, of every topic and
-// of the group. The log's topic durable mark is the position of the last
-// topic entry handed out; a restart replays the topic entries up to it
-// (replay.go), and the ones beyond it, never handed out, are deleted.
+// of the group.
+//
+// A restart replays every topic entry the log keeps (replay.go), those
+// handed out and those not yet: a topic entry is written when the
+// ordering delivers the message, which an atomic topic (every durable
+// group's) does once every subscriber of the view holds it, so the
+// message is within the cut of any later view change, and every
+// subscriber that stays delivers it at the same index. A message handed
+// out is on every subscriber's disk, so a restart of any of them replays
+// it, even if all of them crashed. The log keeps a member's last
+// DurableConfig.TopicRetain topic entries.
 
 // topicSignal is the kind, in a control signal's top three bits, of a
 // member's persisted index on a topic: then topicSignalTopicBits bits of
@@ -80,13 +88,13 @@ type topicPending struct {
 type topicLog struct {
 	// init says the fields below were read from the log.
 	init bool
-	// pos is the position of the last topic entry appended, released the
-	// position of the last one handed out (the topic durable mark).
-	pos, released uint64
+	// pos is the position of the last topic entry appended, first the
+	// first one the log keeps.
+	pos, first uint64
 	// pending are the entries not yet known synced, in position order;
-	// first[topic] the lowest index among a topic's.
-	pending []topicPending
-	first   map[string][]uint64
+	// firstIdx[topic] the indexes among a topic's, lowest first.
+	pending  []topicPending
+	firstIdx map[string][]uint64
 }
 
 // topics returns the runner's topic log state, read from the durable log
@@ -95,9 +103,8 @@ func (r *runner) topics() *topicLog {
 	t := &r.tlog
 	if !t.init {
 		t.init = true
-		t.pos = r.g.disk.LastTopic()
-		t.released = t.pos
-		t.first = make(map[string][]uint64)
+		t.pos, t.first = r.g.disk.LastTopic(), r.g.disk.FirstTopic()
+		t.firstIdx = make(map[string][]uint64)
 	}
 	return t
 }
@@ -109,7 +116,6 @@ func (r *runner) appendTopic(d Delivery, after uint64) uint64 {
 	e := persistence.TopicEntry{
 		Pos: t.pos + 1, After: after, Topic: d.Topic, Index: d.Index,
 		Epoch: d.Epoch, Sender: uint64(d.Sender), Seq: d.Seq, Payload: d.Payload,
-		Mark: t.released,
 	}
 	if err := r.g.disk.AppendTopic(e); err != nil {
 		if r.diskErr == nil {
@@ -120,8 +126,27 @@ func (r *runner) appendTopic(d Delivery, after uint64) uint64 {
 	}
 	t.pos = e.Pos
 	t.pending = append(t.pending, topicPending{pos: e.Pos, topic: d.Topic, index: d.Index})
-	t.first[d.Topic] = append(t.first[d.Topic], d.Index)
+	t.firstIdx[d.Topic] = append(t.firstIdx[d.Topic], d.Index)
+	r.trimTopics()
 	return e.Pos
+}
+
+// trimTopics deletes the oldest topic entries once the log keeps an
+// eighth more than DurableConfig.TopicRetain, down to TopicRetain (of
+// those synced: the log trims no further).
+func (r *runner) trimTopics() {
+	t, retain := &r.tlog, uint64(r.g.cfg.Durable.TopicRetain)
+	if t.pos-t.first+1 <= retain+retain/8 {
+		return
+	}
+	if err := r.g.disk.TrimTopics(t.pos - retain); err != nil {
+		if r.diskErr == nil {
+			r.g.log.Error("durable log: trimming topic entries", "err", err)
+			r.diskErr = err
+		}
+		return
+	}
+	t.first = r.g.disk.FirstTopic()
 }
 
 // announceTopics takes in the topic entries synced since last time and
@@ -137,10 +162,10 @@ func (r *runner) announceTopics() {
 	n := 0
 	for ; n < len(t.pending) && t.pending[n].pos <= synced; n++ {
 		p := t.pending[n]
-		if q := t.first[p.topic]; len(q) > 1 {
-			t.first[p.topic] = q[1:]
+		if q := t.firstIdx[p.topic]; len(q) > 1 {
+			t.firstIdx[p.topic] = q[1:]
 		} else {
-			delete(t.first, p.topic)
+			delete(t.firstIdx, p.topic)
 		}
 		if id := v.topicIDs[p.topic]; id > 0 && v.tdur[id-1] != nil {
 			v.tdur[id-1].synced = max(v.tdur[id-1].synced, p.index)
@@ -178,7 +203,7 @@ func (r *runner) announceTopics() {
 func (r *runner) topicPersisted(i int, td *topicDur) uint64 {
 	v := r.v
 	name := v.topics[i].name
-	if q := r.tlog.first[name]; len(q) > 0 {
+	if q := r.tlog.firstIdx[name]; len(q) > 0 {
 		return q[0] - 1
 	}
 	return max(td.synced, v.rec.Topics[i].Start)
@@ -230,21 +255,13 @@ func (r *runner) topicDurable(it durItem) bool {
 	return it.pos <= r.g.disk.TopicSynced()
 }
 
-// dropTopics deletes from the log the topic entries this incarnation
-// appended but never handed out, as its queues are dropped: a restart
-// must not replay them, nor may a later mark cover them.
+// dropTopics forgets the topic entries not yet known synced, as the
+// queues are dropped (the member left its views): they stay in the log,
+// which a restart replays, and the entries of a later view follow them.
 func (r *runner) dropTopics() {
-	if r.g.disk == nil || !r.tlog.init {
+	if !r.tlog.init {
 		return
 	}
-	t := &r.tlog
-	if t.pos > t.released {
-		if err := r.g.disk.TruncateTopics(r.g.ctx, t.released); err != nil && r.diskErr == nil {
-			r.g.log.Error("durable log: dropping topic entries", "err", err)
-			r.diskErr = err
-		}
-		t.pos = t.released
-	}
-	t.pending = nil
-	clear(t.first)
+	r.tlog.pending = nil
+	clear(r.tlog.firstIdx)
 }

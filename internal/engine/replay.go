@@ -131,14 +131,6 @@ func snapshotState(s persistence.SnapshotReader) ([]io.Reader, error) {
 // the last message replayed (0 if none).
 func (g *Group) replayLog(ctx context.Context) (uint64, error) {
 	l := g.disk
-	// The topic entries beyond the topic durable mark were never handed
-	// out: they go, as the group's entries beyond the durable mark stand
-	// only if the group says so.
-	if mark := l.TopicDurable(); l.LastTopic() > mark {
-		if err := l.TruncateTopics(ctx, mark); err != nil {
-			return 0, fmt.Errorf("convoy: durable log: %w", err)
-		}
-	}
 	from := l.First()
 	var applied uint64
 	var idx uint64
@@ -225,7 +217,7 @@ func (g *Group) replayEntries(ctx context.Context, from, to uint64) (uint64, err
 }
 
 // replayMerged hands the log's entries from..to and its topic entries
-// up to the topic durable mark to the handler, marked Replayed, in the
+// (all it keeps: see topicLog) to the handler, marked Replayed, in the
 // order this member delivered them: a topic entry after the group entry
 // it follows (first if that one is below from: a snapshot holds the
 // group's state, not the topics'). It returns the last group index
@@ -233,11 +225,7 @@ func (g *Group) replayEntries(ctx context.Context, from, to uint64) (uint64, err
 func (g *Group) replayMerged(ctx context.Context, from, to uint64) (uint64, error) {
 	var last uint64
 	next := from
-	mark := g.disk.TopicDurable()
 	err := g.disk.ScanTopics(ctx, 1, func(e persistence.TopicEntry) error {
-		if e.Pos > mark {
-			return errStopScan
-		}
 		if e.After >= next && next <= to {
 			upTo := min(e.After, to)
 			l, err := g.replayEntries(ctx, next, upTo)
@@ -259,7 +247,7 @@ func (g *Group) replayMerged(ctx context.Context, from, to uint64) (uint64, erro
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, errStopScan) {
+	if err != nil {
 		return last, fmt.Errorf("convoy: replay the durable log's topic entries: %w", err)
 	}
 	l, err := g.replayEntries(ctx, next, to)

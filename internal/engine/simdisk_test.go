@@ -104,11 +104,6 @@ func (l *syncingLog) AppendTopic(es ...persistence.TopicEntry) error {
 	return err
 }
 
-func (l *syncingLog) WriteMarks() {
-	l.Log.WriteMarks()
-	l.syncSoon()
-}
-
 // syncSoon schedules a sync in fsync's time, unless one is scheduled.
 func (l *syncingLog) syncSoon() {
 	l.mu.Lock()

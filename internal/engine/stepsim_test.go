@@ -999,6 +999,9 @@ func (s *stepSim) open(id NodeID, initial int) {
 		if applied, err = g.replayLog(context.Background()); err != nil {
 			s.fail("member %d: %v", id, err)
 		}
+		if s.topics != nil {
+			s.topics.restarted(id)
+		}
 	}
 	mem := &member{etcd: stepEtcd{}, ready: make(chan struct{}), left: make(chan struct{}), failed: make(chan struct{})}
 	mem.mu.addrs = make(map[NodeID]string)
@@ -1116,6 +1119,9 @@ func (s *stepSim) crash(id NodeID, kind int) {
 		switch kind {
 		case crashWipe:
 			disk.wipe()
+			if s.topics != nil {
+				s.topics.wiped(id)
+			}
 		case crashKeepAll:
 			disk.crash(func(unsynced int) int { return unsynced })
 		default:

@@ -34,8 +34,9 @@ var topicStepSeeds = flag.Int("step.topics.seeds", cond(invariants.RaceEnabled, 
 // faults are over and the subscriptions in place, a message published on
 // a topic by each member reaches every subscriber. In the seeds whose
 // plan makes the group durable, a member that restarts on its log
-// replays only topic messages it delivered before, each at the (epoch,
-// index) it had then.
+// replays every topic message it handed out before (since its disk was
+// last wiped), and whatever it replays agrees with what every member
+// delivered at the same topic, view and index.
 //
 // A failing seed replays, the same, with
 //
@@ -72,6 +73,24 @@ type topicHist struct {
 	// replays are the topic messages members replayed from their durable
 	// logs as they restarted.
 	replays []topicReplay
+	// kept are the topic messages (by eventKey) each member's
+	// application was handed since its disk was last wiped, in a durable
+	// group: its log must replay them all. replaying are those the
+	// current restart replayed.
+	kept, replaying map[NodeID]map[string]bool
+}
+
+// eventKey identifies a topic message as delivered.
+func eventKey(ev topicEvent) string {
+	return fmt.Sprintf("%s/%d/%d/%s", ev.topic, ev.epoch, ev.index, ev.payload)
+}
+
+// add adds key to set[id].
+func addKey(set map[NodeID]map[string]bool, id NodeID, key string) {
+	if set[id] == nil {
+		set[id] = make(map[string]bool)
+	}
+	set[id][key] = true
 }
 
 // topicReplay is a topic message a member replayed.
@@ -104,6 +123,7 @@ func newTopicHist(s *stepSim, seed uint64) *topicHist {
 	h := &topicHist{
 		s: s, rng: rand.New(rand.NewPCG(seed, seed^0x70b1c5)),
 		subs: make(map[NodeID][]string), cur: make(map[*stepMember]*topicHistory), k: make(map[string]int),
+		kept: make(map[NodeID]map[string]bool), replaying: make(map[NodeID]map[string]bool),
 	}
 	for i := range s.plan.n {
 		for _, name := range stepTopicNames {
@@ -159,13 +179,35 @@ func (h *topicHist) view(m *stepMember, v View) {
 // deliver records a delivery of m's application.
 func (h *topicHist) deliver(m *stepMember, d Delivery) {
 	hs := h.history(m)
-	hs.events = append(hs.events, topicEvent{epoch: d.Epoch, topic: d.Topic, index: d.Index, sender: d.Sender, seq: d.Seq, payload: string(d.Payload)})
+	ev := topicEvent{epoch: d.Epoch, topic: d.Topic, index: d.Index, sender: d.Sender, seq: d.Seq, payload: string(d.Payload)}
+	hs.events = append(hs.events, ev)
+	if h.s.plan.durable && d.Topic != "" {
+		addKey(h.kept, m.id, eventKey(ev))
+	}
 }
 
 // replay records a topic message m replayed from its durable log.
 func (h *topicHist) replay(m *stepMember, d Delivery) {
-	h.replays = append(h.replays, topicReplay{m.id, topicEvent{epoch: d.Epoch, topic: d.Topic, index: d.Index, sender: d.Sender, seq: d.Seq, payload: string(d.Payload)}})
+	ev := topicEvent{epoch: d.Epoch, topic: d.Topic, index: d.Index, sender: d.Sender, seq: d.Seq, payload: string(d.Payload)}
+	h.replays = append(h.replays, topicReplay{m.id, ev})
+	addKey(h.replaying, m.id, eventKey(ev))
+	addKey(h.kept, m.id, eventKey(ev)) // the log keeps it for the next restart too
 }
+
+// restarted checks, once member id replayed its log as it restarted,
+// that the replay held every topic message its application was handed
+// before: a message is handed out once every subscriber has it on disk.
+func (h *topicHist) restarted(id NodeID) {
+	for key := range h.kept[id] {
+		if !h.replaying[id][key] {
+			h.s.fail("member %d restarted on its log without replaying topic message %s, which it handed out before", id, key)
+		}
+	}
+	delete(h.replaying, id)
+}
+
+// wiped forgets what member id's log held: its disk was replaced.
+func (h *topicHist) wiped(id NodeID) { delete(h.kept, id) }
 
 // load publishes from m on a random topic, one time in two.
 func (h *topicHist) load(m *stepMember) {
@@ -282,20 +324,15 @@ func (h *topicHist) check() {
 			inView[ev.topic][ev.epoch][hs] = append(inView[ev.topic][ev.epoch][hs], ev.payload)
 		}
 	}
-	// A replayed topic message is one the member delivered before, at the
-	// same place.
-	delivered := make(map[NodeID]map[string]bool) // member → topic/epoch/index/payload
-	for _, hs := range h.hists {
-		if delivered[hs.id] == nil {
-			delivered[hs.id] = make(map[string]bool)
-		}
-		for _, ev := range hs.events {
-			delivered[hs.id][fmt.Sprintf("%s/%d/%d/%s", ev.topic, ev.epoch, ev.index, ev.payload)] = true
-		}
-	}
+	// A replayed topic message agrees with every delivery at its topic,
+	// view and index, and was published.
 	for _, r := range h.replays {
-		if !delivered[r.id][fmt.Sprintf("%s/%d/%d/%s", r.ev.topic, r.ev.epoch, r.ev.index, r.ev.payload)] {
-			s.fail("member %d replayed %q of topic %s at view %d index %d, which it never delivered there", r.id, r.ev.payload, r.ev.topic, r.ev.epoch, r.ev.index)
+		key := fmt.Sprintf("%s/%d/%d", r.ev.topic, r.ev.epoch, r.ev.index)
+		if p, ok := atIndex[key]; ok && p != r.ev.payload {
+			s.fail("member %d replayed %q of topic %s at view %d index %d, where a member delivered %q", r.id, r.ev.payload, r.ev.topic, r.ev.epoch, r.ev.index, p)
+		}
+		if parts := strings.Split(r.ev.payload, ":"); len(parts) != 4 || parts[1] != r.ev.topic {
+			s.fail("member %d replayed %q of topic %s, which was not published on it", r.id, r.ev.payload, r.ev.topic)
 		}
 	}
 	// Virtual synchrony per topic: the histories that had a topic in view

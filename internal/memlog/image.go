@@ -28,11 +28,10 @@ type image struct {
 	// views holds the view records, JSON-encoded as persistence.Log
 	// encodes them, by epoch.
 	views map[uint64][]byte
-	// mark is the durable mark last written, topicMark the topic
-	// durable mark written with it.
-	mark, topicMark uint64
-	// topics are the topic entries, by position from 1: topics[i].Pos ==
-	// i+1. Like entries, they are never modified once appended.
+	// mark is the durable mark last written.
+	mark uint64
+	// topics are the topic entries kept, in position order, without
+	// gaps. Like entries, they are never modified once appended.
 	topics []persistence.TopicEntry
 }
 
@@ -60,14 +59,14 @@ func (img *image) clone() image {
 type kind uint8
 
 const (
-	writeEntry      kind = iota + 1 // appends entry
-	writeView                       // records view (JSON) for epoch
-	writeTrim                       // deletes the entries below index, the trim point
-	writeSnapshot                   // records the snapshot (index, meta, parts)
-	writeInstall                    // replaces everything with the snapshot (index, meta)
-	writeMark                       // records nothing but the durable mark
-	writeTopic                      // appends topic
-	writeTopicTrunc                 // deletes the topic entries beyond index
+	writeEntry     kind = iota + 1 // appends entry
+	writeView                      // records view (JSON) for epoch
+	writeTrim                      // deletes the entries below index, the trim point
+	writeSnapshot                  // records the snapshot (index, meta, parts)
+	writeInstall                   // replaces everything with the snapshot (index, meta)
+	writeMark                      // records nothing but the durable mark
+	writeTopic                     // appends topic
+	writeTopicTrim                 // deletes the topic entries up to index
 )
 
 // write is one unit of what a crash keeps or loses: an entry, or one
@@ -83,11 +82,8 @@ type write struct {
 	// setMark makes the write record the durable mark too, as
 	// persistence.Log does in the batch of a synchronous write (always
 	// for writeMark and writeInstall).
-	setMark         bool
-	mark, topicMark uint64
-	// current makes a writeMark take the marks as they stand at the sync
-	// (WriteMarks).
-	current bool
+	setMark bool
+	mark    uint64
 }
 
 // apply carries out w on img. Every write was validated against the
@@ -110,14 +106,18 @@ func (img *image) apply(w *write) {
 		img.hasSnap, img.snapAt, img.snapMeta, img.snapParts = true, w.index, w.data, w.parts
 	case writeTopic:
 		img.topics = append(img.topics, w.topic)
-	case writeTopicTrunc:
-		img.topics = img.topics[:min(w.index, uint64(len(img.topics))):min(w.index, uint64(len(img.topics)))]
+	case writeTopicTrim:
+		n := 0
+		for n < len(img.topics) && img.topics[n].Pos <= w.index {
+			n++
+		}
+		img.topics = img.topics[n:]
 	case writeInstall:
 		img.entries = nil
 		img.hasSnap, img.snapAt, img.snapMeta, img.snapParts = true, w.index, w.data, nil
 		img.trim = w.index + 1
 	}
 	if w.setMark {
-		img.mark, img.topicMark = w.mark, w.topicMark
+		img.mark = w.mark
 	}
 }

@@ -41,12 +41,10 @@ type Log struct {
 		// durable is the durable mark (SetDurable); img.mark is the one
 		// last written.
 		durable uint64
-		// lastTopic and topicSynced are the positions of the last topic
-		// entry appended and of the last synced; topicDurable is the topic
-		// durable mark (SetTopicDurable).
-		lastTopic, topicSynced, topicDurable uint64
-		// marksQueued says a WriteMarks write is pending.
-		marksQueued bool
+		// firstTopic, lastTopic and topicSynced are the positions of the
+		// first topic entry kept, of the last appended and of the last
+		// synced.
+		firstTopic, lastTopic, topicSynced uint64
 		// img is the durable state; pending are the writes not yet
 		// synced, oldest first.
 		img     image
@@ -75,11 +73,11 @@ func open(img image) *Log {
 	l.mu.first, l.mu.last = img.bounds()
 	l.mu.synced = l.mu.last
 	l.mu.durable = img.mark
-	l.mu.lastTopic = uint64(len(img.topics))
-	l.mu.topicSynced, l.mu.topicDurable = l.mu.lastTopic, img.topicMark
+	l.mu.firstTopic = 1
 	if n := len(img.topics); n > 0 {
-		l.mu.topicDurable = max(l.mu.topicDurable, min(img.topics[n-1].Mark, img.topics[n-1].Pos-1))
+		l.mu.firstTopic, l.mu.lastTopic = img.topics[0].Pos, img.topics[n-1].Pos
 	}
+	l.mu.topicSynced = l.mu.lastTopic
 	return l
 }
 
@@ -168,13 +166,8 @@ func (l *Log) syncLocked() (wrote bool, err error) {
 		return false, l.mu.err
 	}
 	for i := range l.mu.pending {
-		if w := &l.mu.pending[i]; w.kind == writeMark && w.current {
-			// WriteMarks: the marks as they stand at the sync.
-			w.mark, w.topicMark = l.mu.durable, l.mu.topicDurable
-		}
 		l.mu.img.apply(&l.mu.pending[i])
 	}
-	l.mu.marksQueued = false
 	clear(l.mu.pending)
 	l.mu.pending = l.mu.pending[:0]
 	l.mu.synced = l.mu.last
@@ -187,8 +180,8 @@ func (l *Log) syncLocked() (wrote bool, err error) {
 // Like persistence.Log, it writes the durable mark with it if the mark
 // moved since last written. REQUIRES: l.mu, and the log accepting writes.
 func (l *Log) commitLocked(w write) (wrote bool, err error) {
-	if !w.setMark && (l.mu.durable != l.mu.img.mark || l.mu.topicDurable != l.mu.img.topicMark) {
-		w.setMark, w.mark, w.topicMark = true, l.mu.durable, l.mu.topicDurable
+	if !w.setMark && l.mu.durable != l.mu.img.mark {
+		w.setMark, w.mark = true, l.mu.durable
 	}
 	l.mu.pending = append(l.mu.pending, w)
 	return l.syncLocked()
@@ -544,7 +537,7 @@ func (l *Log) InstallSnapshot(ctx context.Context, index uint64, meta []byte) er
 	}
 	l.mu.first, l.mu.last = index+1, index
 	l.mu.installs++
-	wrote, err := l.commitLocked(write{kind: writeInstall, index: index, data: clone(meta), setMark: true, mark: index, topicMark: l.mu.topicDurable})
+	wrote, err := l.commitLocked(write{kind: writeInstall, index: index, data: clone(meta), setMark: true, mark: index})
 	if err == nil {
 		l.mu.synced, l.mu.durable = index, index
 	}
@@ -589,8 +582,8 @@ func (l *Log) Close() error {
 	var wrote bool
 	var err error
 	if l.mu.err == nil {
-		if l.mu.durable != l.mu.img.mark || l.mu.topicDurable != l.mu.img.topicMark {
-			l.mu.pending = append(l.mu.pending, write{kind: writeMark, setMark: true, mark: l.mu.durable, topicMark: l.mu.topicDurable})
+		if l.mu.durable != l.mu.img.mark {
+			l.mu.pending = append(l.mu.pending, write{kind: writeMark, setMark: true, mark: l.mu.durable})
 		}
 		wrote, err = l.syncLocked()
 	}
@@ -691,9 +684,17 @@ func (l *Log) LastTopic() uint64 {
 	return l.mu.lastTopic
 }
 
-// ScanTopics calls fn for every synced topic entry from position from
-// on, in order. It stops at fn's first error and returns it. Errors:
-// ctx's, persistence.ErrClosed.
+// FirstTopic returns the position of the first topic entry kept, as
+// persistence.Log.FirstTopic does.
+func (l *Log) FirstTopic() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.firstTopic
+}
+
+// ScanTopics calls fn for every synced topic entry kept from position
+// from on, in order. It stops at fn's first error and returns it.
+// Errors: ctx's, persistence.ErrClosed.
 func (l *Log) ScanTopics(ctx context.Context, from uint64, fn func(persistence.TopicEntry) error) error {
 	l.mu.Lock()
 	if l.mu.closed {
@@ -702,11 +703,13 @@ func (l *Log) ScanTopics(ctx context.Context, from uint64, fn func(persistence.T
 	}
 	topics := l.mu.img.topics
 	l.mu.Unlock()
-	for i := max(from, 1) - 1; i < uint64(len(topics)); i++ {
+	for _, e := range topics {
+		if e.Pos < from {
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		e := topics[i]
 		e.Payload = clone(e.Payload)
 		if err := fn(e); err != nil {
 			return err
@@ -715,59 +718,21 @@ func (l *Log) ScanTopics(ctx context.Context, from uint64, fn func(persistence.T
 	return nil
 }
 
-// TruncateTopics deletes the topic entries beyond position after, in one
-// write, and syncs the log before it returns (see Sync). Errors:
-// persistence.ErrClosed, or an error wrapping persistence.ErrFailed.
-func (l *Log) TruncateTopics(ctx context.Context, after uint64) error {
+// TrimTopics deletes the topic entries up to position through, at most
+// the last synced and never the last one, with the next sync, as
+// persistence.Log.TrimTopics does. Errors: persistence.ErrClosed, or an
+// error wrapping persistence.ErrFailed.
+func (l *Log) TrimTopics(through uint64) error {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if err := l.acceptingLocked(); err != nil {
-		l.mu.Unlock()
 		return err
 	}
-	if after >= l.mu.lastTopic {
-		l.mu.Unlock()
+	through = min(through, l.mu.topicSynced, l.mu.lastTopic-1)
+	if l.mu.lastTopic == 0 || through < l.mu.firstTopic {
 		return nil
 	}
-	l.mu.lastTopic = after
-	l.mu.topicDurable = min(l.mu.topicDurable, after)
-	wrote, err := l.commitLocked(write{kind: writeTopicTrunc, index: after})
-	if err == nil {
-		l.mu.topicSynced = min(l.mu.topicSynced, after)
-	}
-	l.mu.Unlock()
-	l.notify(wrote)
-	if err != nil {
-		return fmt.Errorf("memlog: truncate the topic entries after %d: %w", after, err)
-	}
+	l.mu.pending = append(l.mu.pending, write{kind: writeTopicTrim, index: through})
+	l.mu.firstTopic = through + 1
 	return nil
-}
-
-// SetTopicDurable records that the topic entries up to position pos are
-// durable beyond this log; the mark only grows and is written with the
-// durable mark (see SetDurable).
-func (l *Log) SetTopicDurable(pos uint64) {
-	l.mu.Lock()
-	l.mu.topicDurable = max(l.mu.topicDurable, pos)
-	l.mu.Unlock()
-}
-
-// TopicDurable returns the topic durable mark, as written before a crash
-// and raised since.
-func (l *Log) TopicDurable() uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.mu.topicDurable
-}
-
-// WriteMarks queues a write of the durable mark and the topic durable
-// mark, as they stand at the next sync, unless one is queued already;
-// like an entry, it waits for a sync.
-func (l *Log) WriteMarks() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.mu.marksQueued || l.acceptingLocked() != nil {
-		return
-	}
-	l.mu.marksQueued = true
-	l.mu.pending = append(l.mu.pending, write{kind: writeMark, setMark: true, current: true})
 }

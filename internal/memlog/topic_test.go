@@ -23,13 +23,12 @@ func topicPositions(t *testing.T, l *memlog.Log) []uint64 {
 
 // TestTopicEntries: topic entries sync with the log's other writes, a
 // crash keeps the synced ones and the oldest of the others as it keeps
-// entries, the topic durable mark is written with the durable mark or
-// recovered from the last entry, and TruncateTopics deletes the ones
-// beyond a position.
+// entries, and TrimTopics deletes a prefix of the synced ones, never the
+// last, with the next sync.
 func TestTopicEntries(t *testing.T) {
 	l := memlog.New()
 	for pos := uint64(1); pos <= 4; pos++ {
-		if err := l.AppendTopic(persistence.TopicEntry{Pos: pos, Topic: "t", Index: pos, Mark: pos - 1}); err != nil {
+		if err := l.AppendTopic(persistence.TopicEntry{Pos: pos, Topic: "t", Index: pos}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -39,6 +38,9 @@ func TestTopicEntries(t *testing.T) {
 	if l.TopicSynced() != 0 || l.LastTopic() != 4 || len(topicPositions(t, l)) != 0 {
 		t.Fatalf("before a sync: TopicSynced %d, LastTopic %d", l.TopicSynced(), l.LastTopic())
 	}
+	if err := l.TrimTopics(3); err != nil || l.FirstTopic() != 1 {
+		t.Fatalf("trim before a sync: %v, FirstTopic %d; want nothing trimmed", err, l.FirstTopic())
+	}
 	if err := l.Sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -46,40 +48,30 @@ func TestTopicEntries(t *testing.T) {
 		t.Fatalf("after a sync: TopicSynced %d, %d entries read", l.TopicSynced(), len(topicPositions(t, l)))
 	}
 	for pos := uint64(5); pos <= 7; pos++ {
-		if err := l.AppendTopic(persistence.TopicEntry{Pos: pos, Topic: "t", Index: pos, Mark: 3}); err != nil {
+		if err := l.AppendTopic(persistence.TopicEntry{Pos: pos, Topic: "t", Index: pos}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	l.SetTopicDurable(2)
 	l = l.Crash(func(int) int { return 1 })
-	if l.LastTopic() != 5 || l.TopicSynced() != 5 || l.TopicDurable() != 3 {
-		t.Fatalf("after a crash keeping one write: LastTopic %d, TopicSynced %d, TopicDurable %d; want 5, 5, 3 (entry 5's mark)",
-			l.LastTopic(), l.TopicSynced(), l.TopicDurable())
+	if l.LastTopic() != 5 || l.TopicSynced() != 5 || l.FirstTopic() != 1 {
+		t.Fatalf("after a crash keeping one write: LastTopic %d, TopicSynced %d, FirstTopic %d; want 5, 5, 1",
+			l.LastTopic(), l.TopicSynced(), l.FirstTopic())
 	}
-	if err := l.TruncateTopics(ctx, 2); err != nil {
+	if err := l.TrimTopics(2); err != nil {
 		t.Fatal(err)
 	}
-	if got := topicPositions(t, l); len(got) != 2 || l.LastTopic() != 2 || l.TopicDurable() != 2 {
-		t.Fatalf("truncated after 2: positions %v, LastTopic %d, TopicDurable %d", got, l.LastTopic(), l.TopicDurable())
+	l = l.Crash(nil) // the trim is lost with its sync
+	if got := topicPositions(t, l); len(got) != 5 || l.FirstTopic() != 1 {
+		t.Fatalf("trim lost in a crash: positions %v, FirstTopic %d", got, l.FirstTopic())
 	}
-	l = l.Crash(nil)
-	if got := topicPositions(t, l); len(got) != 2 || l.TopicDurable() != 2 {
-		t.Fatalf("after a crash: positions %v, TopicDurable %d", got, l.TopicDurable())
+	if err := l.TrimTopics(9); err != nil {
+		t.Fatal(err)
 	}
-}
-
-// TestWriteMarks: WriteMarks writes both marks, as they stand at the
-// next sync, and a crash keeps them once synced.
-func TestWriteMarks(t *testing.T) {
-	l := memlog.New()
-	l.WriteMarks()
-	l.SetDurable(4)
-	l.SetTopicDurable(2)
 	if err := l.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	l = l.Crash(nil)
-	if l.Durable() != 4 || l.TopicDurable() != 2 {
-		t.Fatalf("after a crash: marks %d and %d, want 4 and 2", l.Durable(), l.TopicDurable())
+	if got := topicPositions(t, l); len(got) != 1 || got[0] != 5 || l.FirstTopic() != 5 || l.LastTopic() != 5 {
+		t.Fatalf("trimmed through the end: positions %v, FirstTopic %d, LastTopic %d; want [5], 5, 5", got, l.FirstTopic(), l.LastTopic())
 	}
 }
