@@ -86,9 +86,10 @@ listen for them on a private address.
 
 The node refuses what it cannot carry rather than queue it: it keeps at
 most -max-conns connections to its API open (closing new ones at once
-beyond), and the key-value store serves at most -max-requests requests
-holding at most -max-request-bytes, and -max-streams streams, refusing
-the others at once with 503 and Retry-After; the group's window
+beyond), and the service serves at most -max-requests requests holding
+at most -max-request-bytes (the key-value store's requests, the shared
+log's appends), and the key-value store at most -max-streams streams,
+refusing the others at once with 503 and Retry-After; the group's window
 (-window-messages, -window-bytes) bounds the messages sent and not yet
 delivered. The key-value store's package documentation (examples/paxos,
 "Overload and memory") gives the bound on a member's memory they make.
@@ -394,13 +395,23 @@ func openService(ctx context.Context, s nodeSettings, cfg convoy.Config, log *sl
 		}
 		return n, nil
 	case appLog:
-		n, err := sharedlog.Open(ctx, cfg, sharedlog.Options{Logger: log})
+		n, err := sharedlog.Open(ctx, cfg, s.logOptions(log))
 		if err != nil {
 			return nil, err
 		}
 		return n, nil
 	}
 	return nil, fmt.Errorf("unknown app %q", s.App)
+}
+
+// logOptions returns the shared log's options of s.
+func (s nodeSettings) logOptions(log *slog.Logger) sharedlog.Options {
+	return sharedlog.Options{
+		MaxValueBytes:   s.MaxValueBytes,
+		MaxRequests:     s.MaxRequests,
+		MaxRequestBytes: s.MaxRequestBytes,
+		Logger:          log,
+	}
 }
 
 // switchHandler serves with the handler it holds, or answers 503 while

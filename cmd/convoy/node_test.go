@@ -323,7 +323,7 @@ func TestNodeSettingsErrors(t *testing.T) {
 		{args: slices.Concat(ok, []string{"-http-token", "abc"}), want: "flag provided but not defined: -http-token"},
 		{args: slices.Concat(ok, []string{"-max-conns", "-1"}), want: "must not be negative"},
 		{args: slices.Concat(ok, []string{"-window-bytes", "-1"}), want: "must not be negative"},
-		{args: []string{"-id", "1", "-app", "log", "-etcd", "http://e:2379", "-data", "/d", "-max-requests", "10"}, want: "are the key-value store's"},
+		{args: []string{"-id", "1", "-app", "log", "-etcd", "http://e:2379", "-data", "/d", "-max-streams", "10"}, want: "-max-streams is the key-value store's"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			args, want := tc.args, tc.want
@@ -341,6 +341,25 @@ func TestNodeSettingsErrors(t *testing.T) {
 				t.Errorf("%q %v: error %v, want a usage error with %q", args, tc.env, err, want)
 			}
 		})
+	}
+}
+
+// TestNodeLogLimits: the shared log takes the admission limits its
+// options have (-max-value-bytes, -max-requests, -max-request-bytes),
+// and they reach its options.
+func TestNodeLogLimits(t *testing.T) {
+	args := []string{"-id", "1", "-app", "log", "-etcd", "http://e:2379", "-data", "/d",
+		"-max-value-bytes", "1000", "-max-requests", "10", "-max-request-bytes", "4096"}
+	s, err := loadTestSettings(t, args, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.check(); err != nil {
+		t.Fatal(err)
+	}
+	o := s.logOptions(nil)
+	if o.MaxValueBytes != 1000 || o.MaxRequests != 10 || o.MaxRequestBytes != 4096 {
+		t.Errorf("the log's options %+v, want MaxValueBytes 1000, MaxRequests 10, MaxRequestBytes 4096", o)
 	}
 }
 
