@@ -147,6 +147,7 @@ func TestOverload(t *testing.T) {
 	})
 	stop.Store(true)
 	pwg.Wait()
+	lasted := time.Since(start)
 	if len(failed) > 0 {
 		t.Fatalf("%d publishes failed, the first: %v", len(failed), failed[0])
 	}
@@ -228,5 +229,5 @@ func TestOverload(t *testing.T) {
 		return after <= before+goroutines
 	})
 	t.Logf("%v of load: %d publishes acknowledged; refused %d publishes and %d streams (503s the clients met: %d, %d); %d of %d readers got a stream; goroutines %d before, %d after",
-		time.Since(start).Round(time.Millisecond), len(acked), refused[reasonCapacity], refused[reasonStreams], log.publishes.Load(), log.streams.Load(), len(connected), readers, before, after)
+		lasted.Round(time.Millisecond), len(acked), refused[reasonCapacity], refused[reasonStreams], log.publishes.Load(), log.streams.Load(), len(connected), readers, before, after)
 }
