@@ -89,9 +89,11 @@ listen for them on a private address.
 
 The node refuses what it cannot carry rather than queue it: it keeps at
 most -max-conns connections to its API open (closing new ones at once
-beyond), and the key-value store serves at most -max-requests requests
-holding at most -max-request-bytes, and -max-streams streams, refusing
-the others at once with 503 and Retry-After; the group's window
+beyond), and the service serves at most -max-requests requests holding
+at most -max-request-bytes (the key-value store's requests, the shared
+log's appends, the pub/sub service's publishes), and the key-value store
+and the pub/sub service at most -max-streams streams (event streams for
+pub/sub), refusing the others at once with 503 and Retry-After; the group's window
 (-window-messages, -window-bytes) bounds the messages sent and not yet
 delivered. The key-value store's package documentation (examples/paxos,
 "Overload and memory") gives the bound on a member's memory they make.
@@ -397,19 +399,40 @@ func openService(ctx context.Context, s nodeSettings, cfg convoy.Config, log *sl
 		}
 		return n, nil
 	case appLog:
-		n, err := sharedlog.Open(ctx, cfg, sharedlog.Options{Logger: log})
+		n, err := sharedlog.Open(ctx, cfg, s.logOptions(log))
 		if err != nil {
 			return nil, err
 		}
 		return n, nil
 	case appPubSub:
-		n, err := pubsub.Open(ctx, cfg, pubsub.Options{Logger: log})
+		n, err := pubsub.Open(ctx, cfg, s.pubsubOptions(log))
 		if err != nil {
 			return nil, err
 		}
 		return n, nil
 	}
 	return nil, fmt.Errorf("unknown app %q", s.App)
+}
+
+// logOptions returns the shared log's options of s.
+func (s nodeSettings) logOptions(log *slog.Logger) sharedlog.Options {
+	return sharedlog.Options{
+		MaxValueBytes:   s.MaxValueBytes,
+		MaxRequests:     s.MaxRequests,
+		MaxRequestBytes: s.MaxRequestBytes,
+		Logger:          log,
+	}
+}
+
+// pubsubOptions returns the pub/sub service's options of s.
+func (s nodeSettings) pubsubOptions(log *slog.Logger) pubsub.Options {
+	return pubsub.Options{
+		MaxMessageBytes: s.MaxValueBytes,
+		MaxRequests:     s.MaxRequests,
+		MaxRequestBytes: s.MaxRequestBytes,
+		MaxStreams:      s.MaxStreams,
+		Logger:          log,
+	}
 }
 
 // switchHandler serves with the handler it holds, or answers 503 while

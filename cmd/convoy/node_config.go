@@ -83,9 +83,11 @@ type nodeSettings struct {
 	// and not yet delivered (convoy.Config; 0: the library's defaults).
 	WindowMessages int `json:"window_messages"`
 	WindowBytes    int `json:"window_bytes"`
-	// MaxValueBytes, MaxRequests, MaxRequestBytes and MaxStreams bound
-	// the key-value store's values and the requests and streams it serves
-	// at once (paxos.Options; 0: its defaults). Only with App kv.
+	// MaxValueBytes, MaxRequests and MaxRequestBytes bound the service's
+	// values (pub/sub: messages) and the requests it serves at once,
+	// MaxStreams the key-value store's streams or the pub/sub service's
+	// event streams (paxos.Options, sharedlog.Options, pubsub.Options; 0:
+	// their defaults). MaxStreams not with App log.
 	MaxValueBytes   int `json:"max_value_bytes"`
 	MaxRequests     int `json:"max_requests"`
 	MaxRequestBytes int `json:"max_request_bytes"`
@@ -157,10 +159,10 @@ func defineNodeFlags(fs *flag.FlagSet) {
 	fs.Int("max-conns", 0, "most HTTP API `connections` open at once, streams included: beyond it, new ones are closed at once (0: 1024)")
 	fs.Int("window-messages", 0, "most of this member's messages sent and not yet delivered (0: the library's default, 65536)")
 	fs.Int("window-bytes", 0, "most `bytes` of this member's messages sent and not yet delivered (0: the library's default, 64MiB)")
-	fs.Int("max-value-bytes", 0, "kv: the largest value, in `bytes` (0: the store's default, 1MiB)")
-	fs.Int("max-requests", 0, "kv: most requests served at once; beyond it, 503 with Retry-After (0: the store's default, 256, or -window-messages if fewer)")
-	fs.Int("max-request-bytes", 0, "kv: most `bytes` the requests served at once hold; beyond it, 503 with Retry-After (0: the store's default, -window-bytes, or what the largest request counts if more)")
-	fs.Int("max-streams", 0, "kv: most streams served at once; beyond it, 503 with Retry-After (0: the store's default, 128)")
+	fs.Int("max-value-bytes", 0, "the largest value (kv), entry (log) or message (pubsub), in `bytes` (0: the service's default, 1MiB)")
+	fs.Int("max-requests", 0, "most requests served at once; beyond it, 503 with Retry-After (0: the service's default, 256, or -window-messages if fewer)")
+	fs.Int("max-request-bytes", 0, "most `bytes` the requests (kv), appends (log) or publishes (pubsub) served at once hold; beyond it, 503 with Retry-After (0: the service's default, -window-bytes, or what the largest request counts if more)")
+	fs.Int("max-streams", 0, "kv, pubsub: most streams (pubsub: event streams) served at once; beyond it, 503 with Retry-After (0: the service's default, 128)")
 	fs.Duration("heartbeat", 0, "failure detector heartbeat `interval` (0: the library's default, 50ms)")
 	fs.Duration("suspect-timeout", 0, "`silence` after which a neighbour is suspected (0: the library's default, 250ms)")
 	fs.Duration("stall-timeout", 0, "how `long` a neighbour's frontier may stay behind (0: the library's default, 2s)")
@@ -378,8 +380,8 @@ func (s nodeSettings) check() error {
 		return usagef("node: durations must not be negative")
 	case s.MaxConns < 0 || s.WindowMessages < 0 || s.WindowBytes < 0 || s.MaxValueBytes < 0 || s.MaxRequests < 0 || s.MaxRequestBytes < 0 || s.MaxStreams < 0:
 		return usagef("node: -max-conns, -window-messages, -window-bytes, -max-value-bytes, -max-requests, -max-request-bytes and -max-streams must not be negative")
-	case s.App != appKV && (s.MaxValueBytes != 0 || s.MaxRequests != 0 || s.MaxRequestBytes != 0 || s.MaxStreams != 0):
-		return usagef("node: -max-value-bytes, -max-requests, -max-request-bytes and -max-streams are the key-value store's (-app kv)")
+	case s.App == appLog && s.MaxStreams != 0:
+		return usagef("node: -max-streams is the key-value store's and the pub/sub service's: the shared log serves no streams")
 	case s.ClockOffset.Abs() > skewclock.MaxOffset:
 		return usagef("node: -clock-offset %v is beyond ±%v", s.ClockOffset, skewclock.MaxOffset)
 	case s.ClockDriftPPM < -skewclock.MaxDriftPPM || s.ClockDriftPPM > skewclock.MaxDriftPPM:

@@ -323,7 +323,7 @@ func TestNodeSettingsErrors(t *testing.T) {
 		{args: slices.Concat(ok, []string{"-http-token", "abc"}), want: "flag provided but not defined: -http-token"},
 		{args: slices.Concat(ok, []string{"-max-conns", "-1"}), want: "must not be negative"},
 		{args: slices.Concat(ok, []string{"-window-bytes", "-1"}), want: "must not be negative"},
-		{args: []string{"-id", "1", "-app", "log", "-etcd", "http://e:2379", "-data", "/d", "-max-requests", "10"}, want: "are the key-value store's"},
+		{args: []string{"-id", "1", "-app", "log", "-etcd", "http://e:2379", "-data", "/d", "-max-streams", "10"}, want: "-max-streams is the key-value store's and the pub/sub service's"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			args, want := tc.args, tc.want
@@ -341,6 +341,39 @@ func TestNodeSettingsErrors(t *testing.T) {
 				t.Errorf("%q %v: error %v, want a usage error with %q", args, tc.env, err, want)
 			}
 		})
+	}
+}
+
+// TestNodeServiceLimits: the shared log and the pub/sub service take the
+// admission limits their options have (-max-value-bytes, -max-requests,
+// -max-request-bytes, and for pub/sub -max-streams), and they reach
+// their options.
+func TestNodeServiceLimits(t *testing.T) {
+	args := []string{"-id", "1", "-app", "log", "-etcd", "http://e:2379", "-data", "/d",
+		"-max-value-bytes", "1000", "-max-requests", "10", "-max-request-bytes", "4096"}
+	s, err := loadTestSettings(t, args, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.check(); err != nil {
+		t.Fatal(err)
+	}
+	o := s.logOptions(nil)
+	if o.MaxValueBytes != 1000 || o.MaxRequests != 10 || o.MaxRequestBytes != 4096 {
+		t.Errorf("the log's options %+v, want MaxValueBytes 1000, MaxRequests 10, MaxRequestBytes 4096", o)
+	}
+
+	args = []string{"-id", "1", "-app", "pubsub", "-etcd", "http://e:2379", "-data", "/d",
+		"-max-value-bytes", "1000", "-max-requests", "10", "-max-request-bytes", "4096", "-max-streams", "3"}
+	if s, err = loadTestSettings(t, args, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.check(); err != nil {
+		t.Fatal(err)
+	}
+	po := s.pubsubOptions(nil)
+	if po.MaxMessageBytes != 1000 || po.MaxRequests != 10 || po.MaxRequestBytes != 4096 || po.MaxStreams != 3 {
+		t.Errorf("the pub/sub service's options %+v, want MaxMessageBytes 1000, MaxRequests 10, MaxRequestBytes 4096, MaxStreams 3", po)
 	}
 }
 

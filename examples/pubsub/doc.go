@@ -33,7 +33,7 @@
 //	POST /topics/{name}/subscribe[?mode=atomic|total] → 200 {"topic", "subscribed": true}
 //	POST /topics/{name}/unsubscribe         → 200 {"topic", "subscribed": false}
 //	GET  /topics                            → 200 [{"name", "mode", "subscribers", "subscribed", "first", "last"}]
-//	GET  /status                            → 200 {"id", "epoch", "members"}
+//	GET  /status                            → 200 {"id", "epoch", "members"}, never refused
 //
 // A publish returns once every subscriber of the topic holds the message
 // (an atomic topic's subscribers then all deliver it, unless they fail);
@@ -78,9 +78,10 @@
 // it: resume at another subscriber, or from a later index), 413 for a
 // message above Options.MaxMessageBytes, and 503 when this member cannot
 // serve: it takes part in no view (joining, rejoining after an
-// exclusion, on the minority side of a partition), it is closing, or the
-// request ended first. A 503 on a publish leaves open whether it took
-// effect.
+// exclusion, on the minority side of a partition), it is closing, the
+// request ended first, or the member is at capacity (see Overload). A
+// 503 on a publish leaves open whether it took effect, except at
+// capacity: then the publish was refused before its body was read.
 //
 // A topic's indexes go on across view changes as long as one of its
 // subscribers stays; if every subscriber of a topic fails in one view
@@ -88,6 +89,36 @@
 // go on from what its publishers hold, so an index may repeat (with a
 // later epoch): a member that sees a topic's index go back starts its
 // kept prefix afresh.
+//
+// # Overload
+//
+// A member refuses at once the work it cannot carry instead of queueing
+// it. It serves at most Options.MaxRequests requests at once
+// (publishes, subscriptions, unsubscriptions and GET /topics, from their
+// arrival to their answer), the publishes among them holding at most
+// Options.MaxRequestBytes (each counts its body, or MaxMessageBytes if it
+// declares no length, and takes its place before the body is read), and
+// at most Options.MaxStreams event streams: a stream lasts as long as
+// its reader stays, so streams have a bound of their own and take no
+// request's place. GET /status is always served. Beyond them a request
+// or a stream gets 503 with Retry-After (Options.RetryAfter, in whole
+// seconds) and {"error": "... member at capacity"}, at once; a publish
+// that declares a length above MaxMessageBytes still gets 413. The
+// defaults follow the group's window (Config.WindowMessages and
+// WindowBytes), which a publish waits in until it is stable: admitting
+// more would only queue it there. The refusals and the admitted load
+// are counted in the metrics convoy.pubsub.refused.requests (by reason:
+// capacity or streams), convoy.pubsub.admitted.requests,
+// convoy.pubsub.admitted.bytes and convoy.pubsub.streams, through
+// Options.MeterProvider.
+//
+// The Go client, refused, goes round the other members at once (a
+// subscription, which names its member, stays there), then waits the
+// shortest Retry-After they asked and up to half as long again at
+// random, so that the clients refused together do not all come back
+// together; without one, it backs off exponentially with jitter. It
+// does so for publishes, subscriptions and the opening of event streams
+// alike.
 //
 // The handler does no authentication: serve it behind TLS and a token,
 // as the other examples do.

@@ -28,11 +28,11 @@ const (
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /topics/{name}", n.servePublish)
-	mux.HandleFunc("GET /topics/{name}/events", n.serveEvents)
-	mux.HandleFunc("POST /topics/{name}/subscribe", n.serveSubscribe)
-	mux.HandleFunc("POST /topics/{name}/unsubscribe", n.serveUnsubscribe)
-	mux.HandleFunc("GET /topics", n.serveTopics)
-	mux.HandleFunc("GET /status", n.serveStatus)
+	mux.HandleFunc("GET /topics/{name}/events", n.admittedStream(n.serveEvents))
+	mux.HandleFunc("POST /topics/{name}/subscribe", n.admitted(n.serveSubscribe))
+	mux.HandleFunc("POST /topics/{name}/unsubscribe", n.admitted(n.serveUnsubscribe))
+	mux.HandleFunc("GET /topics", n.admitted(n.serveTopics))
+	mux.HandleFunc("GET /status", n.serveStatus) // never refused
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-n.done:
@@ -47,14 +47,15 @@ func (n *Node) Handler() http.Handler {
 }
 
 // servePublish: POST /topics/{name}, body = the message → {"topic",
-// "seq"}.
+// "seq"}. It takes its place (admitBody) before it reads the body.
 func (n *Node) servePublish(w http.ResponseWriter, r *http.Request) {
 	topic := r.PathValue("name")
-	limit := int64(n.opts.MaxMessageBytes)
-	if r.ContentLength > limit {
-		n.writeError(w, fmt.Errorf("%w: %d bytes, limit %d", errTooLarge, r.ContentLength, limit))
+	release, ok := n.admitBody(w, r, n.opts.MaxMessageBytes)
+	if !ok {
 		return
 	}
+	defer release()
+	limit := int64(n.opts.MaxMessageBytes)
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {

@@ -29,8 +29,14 @@ type fakeTopic struct {
 }
 
 func newFakeNode(opts Options) (*Node, *fakeGroup) {
-	opts, _ = opts.withDefaults()
-	n := newNode(1, opts)
+	opts, err := opts.withDefaults(convoy.Config{})
+	if err != nil {
+		panic(err)
+	}
+	n, err := newNode(1, opts)
+	if err != nil {
+		panic(err)
+	}
 	g := &fakeGroup{n: n, topics: make(map[string]*fakeTopic)}
 	n.g = g
 	return n, g

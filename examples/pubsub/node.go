@@ -8,11 +8,16 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/convoy-gcs/convoy"
 )
 
-// Options tune the service (validated defaults for zero values).
+// Options tune the service (validated defaults for zero values). The
+// package documentation's "Overload" section says how MaxRequests,
+// MaxRequestBytes and MaxStreams bound what a member takes on.
 type Options struct {
 	// MaxMessageBytes bounds a published message (default
 	// DefaultMaxMessageBytes): a larger one gets 413. It must fit in the
@@ -22,28 +27,108 @@ type Options struct {
 	// member keeps for event streams to start or resume in (default
 	// DefaultRetain).
 	Retain int
+	// MaxRequests bounds the requests this member serves at once, from
+	// their arrival to their answer: publishes, subscriptions,
+	// unsubscriptions and GET /topics; not event streams (MaxStreams)
+	// nor GET /status, which is always served (default
+	// DefaultMaxRequests, or the group's Config.WindowMessages if that
+	// is smaller: a publish waits in the window until it is stable). A
+	// request beyond it is refused at once with 503 and a Retry-After
+	// header, and the client tries again later; a publish takes its
+	// place before its body is read.
+	MaxRequests int
+	// MaxRequestBytes bounds the bytes the publishes being served hold,
+	// as admission counts them: a publish's body, or MaxMessageBytes if
+	// the request does not declare its length. Beyond it a publish is
+	// refused like a request beyond MaxRequests. Default: the group's
+	// Config.WindowBytes (admitted messages wait in its window: admitting
+	// more would only queue them), or MaxMessageBytes if that is more;
+	// it may not be less.
+	MaxRequestBytes int
+	// MaxStreams bounds the event streams (GET /topics/{name}/events)
+	// this member serves at once (default DefaultMaxStreams). A stream
+	// lasts as long as its client stays, so it has a bound of its own,
+	// apart from MaxRequests; a stream beyond it is refused with 503 and
+	// a Retry-After header before anything else is done for it.
+	MaxStreams int
+	// RetryAfter is how long a client refused for capacity is asked to
+	// wait before it tries again (default DefaultRetryAfter), in HTTP's
+	// Retry-After header: whole seconds, rounded up.
+	RetryAfter time.Duration
 	// Logger receives the service's logs; nil discards them.
 	Logger *slog.Logger
+	// MeterProvider receives the service's metrics (the README's Metrics
+	// section lists them); nil: the group's Config.MeterProvider, and
+	// none if that is nil too.
+	MeterProvider metric.MeterProvider
 }
 
-// Defaults for Options.
+// Defaults of Options.
 const (
+	// DefaultMaxMessageBytes is Options.MaxMessageBytes' default, the
+	// library's largest message.
 	DefaultMaxMessageBytes = 1 << 20
-	DefaultRetain          = 10_000
+	// DefaultRetain is Options.Retain's default.
+	DefaultRetain = 10_000
+	// DefaultMaxRequests is Options.MaxRequests' default (unless the
+	// group's window holds fewer messages): as the shared log's and the
+	// key-value store's, enough to keep a group busy, and few enough
+	// that the requests a member wakes at once do not hold its group's
+	// own goroutines off the CPU for long.
+	DefaultMaxRequests = 256
+	// DefaultMaxStreams is Options.MaxStreams' default, as the key-value
+	// store's: each stream holds a goroutine, a connection and a batch of
+	// events being written.
+	DefaultMaxStreams = 128
+	// DefaultRetryAfter is Options.RetryAfter's default: HTTP's
+	// Retry-After counts whole seconds.
+	DefaultRetryAfter = time.Second
 )
 
-func (o Options) withDefaults() (Options, error) {
+// ErrInvalidOptions is returned by Open for Options it cannot serve
+// with: a negative bound, or a MaxRequestBytes below MaxMessageBytes.
+var ErrInvalidOptions = errors.New("pubsub: invalid options")
+
+// withDefaults checks o and fills in the defaults, for a node of a group
+// configured by cfg (its window and meter provider; the library's
+// defaults for fields left zero).
+func (o Options) withDefaults(cfg convoy.Config) (Options, error) {
+	if o.MaxMessageBytes < 0 || o.Retain < 0 || o.MaxRequests < 0 || o.MaxRequestBytes < 0 || o.MaxStreams < 0 || o.RetryAfter < 0 {
+		return o, fmt.Errorf("%w: MaxMessageBytes, Retain, MaxRequests, MaxRequestBytes, MaxStreams and RetryAfter must not be negative", ErrInvalidOptions)
+	}
 	if o.MaxMessageBytes == 0 {
 		o.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if o.Retain == 0 {
 		o.Retain = DefaultRetain
 	}
-	if o.MaxMessageBytes < 0 || o.Retain < 0 {
-		return o, fmt.Errorf("pubsub: negative MaxMessageBytes %d or Retain %d", o.MaxMessageBytes, o.Retain)
+	windowMessages, windowBytes := cfg.WindowMessages, cfg.WindowBytes
+	if windowMessages == 0 {
+		windowMessages = convoy.DefaultWindowMessages
+	}
+	if windowBytes == 0 {
+		windowBytes = convoy.DefaultWindowBytes
+	}
+	if o.MaxRequests == 0 {
+		o.MaxRequests = min(DefaultMaxRequests, windowMessages)
+	}
+	if o.MaxRequestBytes == 0 {
+		o.MaxRequestBytes = max(windowBytes, o.MaxMessageBytes)
+	}
+	if o.MaxRequestBytes < o.MaxMessageBytes {
+		return o, fmt.Errorf("%w: MaxRequestBytes %d is below MaxMessageBytes %d, what the largest publish counts", ErrInvalidOptions, o.MaxRequestBytes, o.MaxMessageBytes)
+	}
+	if o.MaxStreams == 0 {
+		o.MaxStreams = DefaultMaxStreams
+	}
+	if o.RetryAfter == 0 {
+		o.RetryAfter = DefaultRetryAfter
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MeterProvider == nil {
+		o.MeterProvider = cfg.MeterProvider
 	}
 	return o, nil
 }
@@ -83,8 +168,10 @@ type Node struct {
 	self convoy.NodeID
 	opts Options
 	log  *slog.Logger
-	g    group
-	cg   *convoy.Group // g, outside tests
+	// admit bounds the requests and event streams served at once.
+	admit *admission
+	g     group
+	cg    *convoy.Group // g, outside tests
 
 	mu struct {
 		sync.Mutex
@@ -107,7 +194,7 @@ type Node struct {
 // keeps the messages its log replays, and subscribes again to their
 // topics before Open returns.
 func Open(ctx context.Context, cfg convoy.Config, opts Options) (*Node, error) {
-	opts, err := opts.withDefaults()
+	opts, err := opts.withDefaults(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +208,10 @@ func Open(ctx context.Context, cfg convoy.Config, opts Options) (*Node, error) {
 	if opts.MaxMessageBytes > limit {
 		return nil, fmt.Errorf("pubsub: MaxMessageBytes %d exceeds the group's %d", opts.MaxMessageBytes, limit)
 	}
-	n := newNode(cfg.Self, opts)
+	n, err := newNode(cfg.Self, opts)
+	if err != nil {
+		return nil, err
+	}
 	g, err := convoy.Open(ctx, cfg, n.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("pubsub: open the group: %w", err)
@@ -154,11 +244,16 @@ func (n *Node) resubscribe(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func newNode(self convoy.NodeID, opts Options) *Node {
-	n := &Node{self: self, opts: opts, log: opts.Logger.With("member", self), done: make(chan struct{})}
+// newNode returns a node without its group; opts has its defaults.
+func newNode(self convoy.NodeID, opts Options) (*Node, error) {
+	m, err := newMetrics(opts.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{self: self, opts: opts, log: opts.Logger.With("member", self), admit: newAdmission(opts, m), done: make(chan struct{})}
 	n.mu.topics = make(map[string]*topicLog)
 	n.mu.replayed = make(map[string]bool)
-	return n
+	return n, nil
 }
 
 // Group returns the member's group.

@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -36,7 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
+	"github.com/convoy-gcs/convoy/internal/retry"
 )
 
 // Errors returned by the Client's methods.
@@ -220,71 +219,49 @@ func (c *Client) Status(ctx context.Context, u string) (Status, error) {
 	return out, err
 }
 
-// maxBackoff bounds the pause between rounds of members.
-const maxBackoff = time.Second
-
 // do sends a request to the members in turn until one answers it or ctx
 // ends, in rounds: each member once, from the one that answered last;
 // after a round in which none did, it pauses as a member asked
 // (Retry-After: the shortest asked in the round) or else by exponential
-// backoff, with jitter either way. out receives the JSON body (or, if a
-// *[]byte, the raw body).
+// backoff, with jitter either way (retry.Pacer). out receives the JSON
+// body (or, if a *[]byte, the raw body).
 func (c *Client) do(ctx context.Context, method, path string, body []byte, key string, out any) error {
 	if len(c.urls) == 0 {
 		return fmt.Errorf("%w: no member URLs", ErrUnavailable)
 	}
-	b := &backoff.ExponentialBackOff{
-		InitialInterval:     c.backoff,
-		RandomizationFactor: 0.5,
-		Multiplier:          2,
-		MaxInterval:         maxBackoff,
-	}
+	p := retry.NewPacer(c.backoff)
 	// last is the last member's failure, for the error once ctx ends: a
-	// try that the context's end cut short says nothing new. final says
-	// the answer is one no retry changes.
+	// try that the context's end cut short says nothing new.
 	var last error
-	final := false
-	_, err := backoff.Retry(ctx, func() (struct{}, error) {
+	for {
 		start := c.next.Load()
-		var wait time.Duration // the shortest Retry-After of the round
-		var err error
 		for k := range uint64(len(c.urls)) {
 			i := (start + k) % uint64(len(c.urls))
-			var retry bool
-			var after time.Duration
-			retry, after, err = c.once(ctx, c.urls[i], method, path, body, key, out)
-			if !retry {
+			again, after, err := c.once(ctx, c.urls[i], method, path, body, key, out)
+			if !again {
 				if err == nil {
 					c.next.Store(i)
 				}
-				final = true
-				return struct{}{}, backoff.Permanent(err)
+				return err
 			}
 			if ctx.Err() == nil || last == nil {
 				last = err
 			}
-			if after > 0 && (wait == 0 || after < wait) {
-				wait = after
-			}
 			if ctx.Err() != nil {
-				break
+				return fmt.Errorf("%w: %w (last: %w)", ErrUnavailable, ctx.Err(), last)
 			}
+			p.Asked(after)
 		}
-		if wait > 0 {
-			return struct{}{}, &backoff.RetryAfterError{Duration: wait + rand.N(wait/2+1)}
+		if err := p.Wait(ctx); err != nil {
+			return fmt.Errorf("%w: %w (last: %w)", ErrUnavailable, err, last)
 		}
-		return struct{}{}, err
-	}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0))
-	if err == nil || final {
-		return err
 	}
-	return fmt.Errorf("%w: %w (last: %w)", ErrUnavailable, ctx.Err(), last)
 }
 
 // once sends one request to the member at base. It reports whether
 // another member should be tried (503 or 429, or no answer), and how
 // long the member asked to wait first (Retry-After; 0 if it did not).
-func (c *Client) once(ctx context.Context, base, method, path string, body []byte, key string, out any) (retry bool, after time.Duration, err error) {
+func (c *Client) once(ctx context.Context, base, method, path string, body []byte, key string, out any) (again bool, after time.Duration, err error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -317,7 +294,7 @@ func (c *Client) once(ctx context.Context, base, method, path string, body []byt
 	if resp.StatusCode != http.StatusOK {
 		switch resp.StatusCode {
 		case http.StatusServiceUnavailable, http.StatusTooManyRequests:
-			return true, retryAfter(resp.Header), statusError(resp.StatusCode, data)
+			return true, retry.After(resp.Header), statusError(resp.StatusCode, data)
 		}
 		return false, 0, statusError(resp.StatusCode, data)
 	}
@@ -331,22 +308,6 @@ func (c *Client) once(ctx context.Context, base, method, path string, body []byt
 		}
 	}
 	return false, 0, nil
-}
-
-// retryAfter returns the pause a Retry-After header asks for: a number
-// of seconds or a date (0: none, or one that cannot be read).
-func retryAfter(h http.Header) time.Duration {
-	v := h.Get("Retry-After")
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.ParseUint(v, 10, 32); err == nil {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(time.Until(t), 0)
-	}
-	return 0
 }
 
 // statusError turns an error response into an error.

@@ -3,7 +3,15 @@
 //
 // A Client knows every member's base URL. A publish goes to one member
 // and, when that member cannot serve (503) or cannot be reached, to the
-// next, with a short backoff, until the request's context ends. An event
+// next at once; after a round of members that all failed it pauses, by
+// exponential backoff with jitter, and goes round again, until the
+// request's context ends. A member at capacity refuses a request at once
+// with 503 (or a proxy with 429) and says how long to wait
+// (Retry-After): after a round in which a member said so, the Client
+// waits the shortest such time and up to half as long again at random,
+// so that the clients refused together do not all come back together.
+// A subscription, which names its member, is retried there the same way;
+// so is the opening of an event stream, round the members. An event
 // stream (Events) reads a topic's messages from one subscribing member
 // and, when the connection breaks or the member goes away, resumes at the
 // next subscribing member from the message after the last it returned:
@@ -34,6 +42,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/convoy-gcs/convoy/internal/retry"
 )
 
 // Errors returned by the Client's methods.
@@ -109,7 +119,9 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
 
 // WithBackoff sets the pause after a round of members that all failed
-// (default 20ms; it doubles on each round, up to a second).
+// (default 20ms; it doubles on each round, up to a second, each pause
+// up to half shorter or longer at random). A member's Retry-After
+// overrides it.
 func WithBackoff(d time.Duration) Option { return func(c *Client) { c.backoff = d } }
 
 // WithMaxEventBytes bounds one event of a stream (default 4 MiB).
@@ -164,37 +176,45 @@ func (c *Client) Topics(ctx context.Context) ([]TopicInfo, error) {
 	return out, err
 }
 
-// atMember posts to u, one member, again after a 503 until ctx ends.
+// atMember posts to u, one member, again after a 503 until ctx ends,
+// pausing as the member asks (Retry-After) or else by backoff.
 func (c *Client) atMember(ctx context.Context, u string) error {
-	backoff := c.backoff
+	p := retry.NewPacer(c.backoff)
 	for {
 		resp, err := c.send(ctx, http.MethodPost, u, nil)
+		var after time.Duration
 		if err == nil {
+			after = retryAfter(resp)
 			err = decode(resp, nil)
 		}
 		if err == nil || !retryable(err) {
 			return err
 		}
-		if err := pause(ctx, &backoff, err); err != nil {
+		p.Asked(after)
+		if err := wait(ctx, p, err); err != nil {
 			return err
 		}
 	}
 }
 
 // anyMember runs try on the members in turn, from the last that served,
-// until one serves or ctx ends, and decodes the answer into out.
+// until one serves or ctx ends, and decodes the answer into out. After a
+// round in which none served, it pauses as a member asked (Retry-After:
+// the shortest asked in the round) or else by exponential backoff, with
+// jitter either way.
 func (c *Client) anyMember(ctx context.Context, try func(base string) (*http.Response, error), out any) error {
 	if len(c.urls) == 0 {
 		return fmt.Errorf("%w: no members", ErrUnavailable)
 	}
-	backoff := c.backoff
+	p := retry.NewPacer(c.backoff)
 	start := c.next.Load()
-	for round := uint64(0); ; round++ {
+	for {
 		var last error
 		for i := range uint64(len(c.urls)) {
 			k := (start + i) % uint64(len(c.urls))
 			resp, err := try(c.urls[k])
 			if err == nil {
+				p.Asked(retryAfter(resp))
 				err = decode(resp, out)
 			}
 			if err == nil {
@@ -206,24 +226,29 @@ func (c *Client) anyMember(ctx context.Context, try func(base string) (*http.Res
 			}
 			last = err
 		}
-		if err := pause(ctx, &backoff, last); err != nil {
+		if err := wait(ctx, p, last); err != nil {
 			return err
 		}
 	}
 }
 
-// pause waits backoff (and doubles it, up to a second) or returns
+// wait ends a round of tries (retry.Pacer.Wait), or returns
 // ErrUnavailable once ctx ends.
-func pause(ctx context.Context, backoff *time.Duration, last error) error {
-	t := time.NewTimer(*backoff)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		*backoff = min(2**backoff, time.Second)
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("%w: %w (last: %w)", ErrUnavailable, ctx.Err(), last)
+func wait(ctx context.Context, p *retry.Pacer, last error) error {
+	if err := p.Wait(ctx); err != nil {
+		return fmt.Errorf("%w: %w (last: %w)", ErrUnavailable, err, last)
 	}
+	return nil
+}
+
+// retryAfter returns the pause a member refusing a request for capacity
+// (503 or 429) asked for (Retry-After), 0 for any other answer.
+func retryAfter(resp *http.Response) time.Duration {
+	switch resp.StatusCode {
+	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+		return retry.After(resp.Header)
+	}
+	return 0
 }
 
 // retryable reports whether another try, here or elsewhere, may succeed.
@@ -286,7 +311,7 @@ func statusErr(resp *http.Response) error {
 		kind = ErrTrimmed
 	case http.StatusRequestEntityTooLarge:
 		kind = ErrTooLarge
-	case http.StatusServiceUnavailable:
+	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
 		kind = ErrUnavailable
 	default:
 		return fmt.Errorf("client: HTTP %d: %s", resp.StatusCode, e.Error)
@@ -320,10 +345,10 @@ func (c *Client) Events(ctx context.Context, topic string, from uint64) *Stream 
 // ErrUnavailable once the stream's context ends, or the errors of a
 // refused request.
 func (s *Stream) Next() (Event, error) {
-	backoff := s.c.backoff
+	p := retry.NewPacer(s.c.backoff)
 	for !s.closed {
 		if s.body == nil {
-			if err := s.connect(&backoff); err != nil {
+			if err := s.connect(p); err != nil {
 				return Event{}, err
 			}
 		}
@@ -361,8 +386,9 @@ func (s *Stream) drop() {
 }
 
 // connect opens the stream at a subscribing member, trying each in turn
-// from s.member, with the backoff after a round of failures.
-func (s *Stream) connect(backoff *time.Duration) error {
+// from s.member; after a round in which a member was unavailable, it
+// pauses as p says (a member's Retry-After, or backoff).
+func (s *Stream) connect(p *retry.Pacer) error {
 	c := s.c
 	if len(c.urls) == 0 {
 		return fmt.Errorf("%w: no members", ErrUnavailable)
@@ -384,6 +410,7 @@ func (s *Stream) connect(backoff *time.Duration) error {
 				return nil
 			}
 			if err == nil {
+				p.Asked(retryAfter(resp))
 				err = statusErr(resp)
 				resp.Body.Close()
 			}
@@ -405,7 +432,7 @@ func (s *Stream) connect(backoff *time.Duration) error {
 		default:
 			return last // no member subscribes to the topic
 		}
-		if err := pause(s.ctx, backoff, last); err != nil {
+		if err := wait(s.ctx, p, last); err != nil {
 			return err
 		}
 	}
