@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -292,46 +293,64 @@ func TestToken(t *testing.T) {
 // TestRetryAfter: a member at capacity answers 503 with Retry-After; the
 // client waits that long (and up to half as long again) before it tries
 // again, with the same request id, and the append then lands. A 503
-// without Retry-After is retried after the short backoff only.
+// without Retry-After is retried after the short backoff only. The member
+// answers in the process (handlerTransport), so that the test runs on
+// synctest's clock and the pauses are exact.
 func TestRetryAfter(t *testing.T) {
-	var mu sync.Mutex
-	var at []time.Time
-	var keys []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		at = append(at, time.Now())
-		keys = append(keys, r.Header.Get("Idempotency-Key"))
-		n := len(at)
-		mu.Unlock()
-		switch n {
-		case 1:
-			w.Header().Set("Retry-After", "1")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, `{"error":"sharedlog: unavailable: sharedlog: member at capacity"}`)
-		case 3:
-			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, `{"error":"sharedlog: unavailable: closing"}`)
-		default:
-			io.WriteString(w, `{"position":3}`)
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var at []time.Time
+		var keys []string
+		member := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			at = append(at, time.Now())
+			keys = append(keys, r.Header.Get("Idempotency-Key"))
+			n := len(at)
+			mu.Unlock()
+			switch n {
+			case 1:
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				io.WriteString(w, `{"error":"sharedlog: unavailable: sharedlog: member at capacity"}`)
+			case 3:
+				w.WriteHeader(http.StatusServiceUnavailable)
+				io.WriteString(w, `{"error":"sharedlog: unavailable: closing"}`)
+			default:
+				io.WriteString(w, `{"position":3}`)
+			}
+		})
+		c := New([]string{"http://member.test"}, WithHTTPClient(&http.Client{Transport: handlerTransport{member}}), WithBackoff(time.Millisecond))
+		if pos, err := c.Append(context.Background(), []byte("x")); err != nil || pos != 3 {
+			t.Fatalf("Append: %d, %v", pos, err)
 		}
-	}))
-	t.Cleanup(srv.Close)
-	c := newClient(t, srv.URL)
-	if pos, err := c.Append(context.Background(), []byte("x")); err != nil || pos != 3 {
-		t.Fatalf("Append: %d, %v", pos, err)
+		if pos, err := c.Append(context.Background(), []byte("y")); err != nil || pos != 3 {
+			t.Fatalf("second Append: %d, %v", pos, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(at) != 4 || keys[0] != keys[1] || keys[2] != keys[3] || keys[0] == keys[2] {
+			t.Fatalf("%d requests with ids %q, want two tries of each append", len(at), keys)
+		}
+		if d := at[1].Sub(at[0]); d < time.Second || d > 1500*time.Millisecond {
+			t.Errorf("retried %v after a Retry-After of 1s, want 1s to 1.5s", d)
+		}
+		if d := at[3].Sub(at[2]); d < 500*time.Microsecond || d > 1500*time.Microsecond {
+			t.Errorf("retried %v after a 503 without Retry-After, want the first backoff, 0.5ms to 1.5ms", d)
+		}
+	})
+}
+
+// handlerTransport is an http.RoundTripper that answers every request
+// with its handler, in the process.
+type handlerTransport struct{ h http.Handler }
+
+func (ht handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	w := httptest.NewRecorder()
+	ht.h.ServeHTTP(w, r)
+	if r.Body != nil {
+		r.Body.Close()
 	}
-	if pos, err := c.Append(context.Background(), []byte("y")); err != nil || pos != 3 {
-		t.Fatalf("second Append: %d, %v", pos, err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(at) != 4 || keys[0] != keys[1] || keys[2] != keys[3] || keys[0] == keys[2] {
-		t.Fatalf("%d requests with ids %q, want two tries of each append", len(at), keys)
-	}
-	if d := at[1].Sub(at[0]); d < time.Second || d > 2*time.Second {
-		t.Errorf("retried %v after a Retry-After of 1s, want 1s to 1.5s (and the time a retry takes)", d)
-	}
-	if d := at[3].Sub(at[2]); d > 500*time.Millisecond {
-		t.Errorf("retried %v after a 503 without Retry-After, want the short backoff", d)
-	}
+	resp := w.Result()
+	resp.Request = r
+	return resp, nil
 }
