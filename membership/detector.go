@@ -14,6 +14,10 @@ const (
 	DefaultTimeout = 50 * time.Millisecond
 	// DefaultProbes is how many other neighbours of a suspect are asked.
 	DefaultProbes = 2
+	// MaxPauseCredit bounds, in timeouts, how much of a neighbour's
+	// silence the detector puts down to its own member's pauses (see
+	// Detector) before it suspects the neighbour anyway.
+	MaxPauseCredit = 4
 )
 
 // DetectorConfig configures a member's failure detector.
@@ -126,6 +130,10 @@ type watch struct {
 	connLost      bool  // the connection broke, nothing heard since
 	frontier      uint64
 	frontierSince int64 // when frontier last advanced
+	// credit is how much of the silence since lastHeard, stallCredit how
+	// much of the stall since frontierSince, was put down to this
+	// member's own pauses: each at most MaxPauseCredit timeouts.
+	credit, stallCredit int64
 	// probing: a suspicion waiting for probe replies until deadline.
 	probing  bool
 	reason   string
@@ -137,6 +145,18 @@ type watch struct {
 // Detector is one member's failure detector (CubicRing §4): heartbeats to
 // and from its neighbours, suspicion after a timeout, confirmation through
 // other neighbours of the suspect. It is not safe for concurrent use.
+//
+// Silence is measured on this member's own time, as Lifeguard's local
+// health does: a member that did not run for a while (its process
+// starved of CPU, its loop busy) could not take in the heartbeats that
+// came meanwhile, which wait in its queues. The detector sees such a
+// pause in its own heartbeats: one due at t and sent at t+L shows a
+// pause of L. It then moves the time each neighbour was last heard from,
+// each probe's deadline and each stall's start L later, so that a pause
+// makes no suspect by itself, and queued heartbeats are taken in before
+// anyone is suspected. At most MaxPauseCredit timeouts of a neighbour's
+// silence are put down to pauses, so a member that is always late still
+// suspects a neighbour that died.
 type Detector struct {
 	cfg       DetectorConfig
 	now       int64
@@ -181,6 +201,9 @@ func (d *Detector) SetFrontier(f uint64) { d.frontier = max(d.frontier, f) }
 func (d *Detector) Tick(now int64) {
 	d.now = max(d.now, now)
 	if d.now-d.lastBeat >= int64(d.cfg.HeartbeatInterval) {
+		if late := d.now - d.lastBeat - int64(d.cfg.HeartbeatInterval); late > 0 {
+			d.paused(late)
+		}
 		d.lastBeat = d.now
 		if d.wedged {
 			for r := range d.cfg.Members {
@@ -210,9 +233,34 @@ func (d *Detector) Tick(now int64) {
 			// suspicion the others refute at once would be raised again at
 			// once, and probes would go back and forth without pause.
 		case d.now-w.lastHeard >= int64(d.cfg.Timeout):
-			d.suspect(n, w, fmt.Sprintf("no heartbeat for %v", time.Duration(d.now-w.lastHeard)))
+			reason := fmt.Sprintf("no heartbeat for %v", time.Duration(d.now-w.lastHeard+w.credit))
+			if w.credit > 0 {
+				reason += fmt.Sprintf(" (%v of it this member's own pauses)", time.Duration(w.credit))
+			}
+			d.suspect(n, w, reason)
 		case d.stalled(w):
 			d.suspect(n, w, fmt.Sprintf("frontier stuck at %d for %v", w.frontier, time.Duration(d.now-w.frontierSince)))
+		}
+	}
+}
+
+// paused credits every neighbour's silence, probe and stall with a pause
+// of this member's of length l (see Detector).
+func (d *Detector) paused(l int64) {
+	limit := MaxPauseCredit * int64(d.cfg.Timeout)
+	for _, w := range d.watches {
+		// Never past now: silence that began within the pause is not
+		// credited beyond its start.
+		if c := min(l, limit-w.credit, d.now-w.lastHeard); c > 0 {
+			w.credit += c
+			w.lastHeard += c
+			if w.probing {
+				w.deadline += c
+			}
+		}
+		if c := min(l, limit-w.stallCredit, d.now-w.frontierSince); c > 0 {
+			w.stallCredit += c
+			w.frontierSince += c
 		}
 	}
 }
@@ -279,7 +327,7 @@ func (d *Detector) suspect(s int, w *watch, reason string) {
 		return
 	}
 	*w = watch{lastHeard: w.lastHeard, frontier: w.frontier, frontierSince: w.frontierSince, connLost: w.connLost, refutedAt: w.refutedAt,
-		probing: true, reason: reason, asked: len(probers), deadline: d.now + int64(d.cfg.Timeout)}
+		credit: w.credit, stallCredit: w.stallCredit, probing: true, reason: reason, asked: len(probers), deadline: d.now + int64(d.cfg.Timeout)}
 	for _, p := range probers {
 		d.send(Message{Kind: MsgProbe, To: p, Suspect: s})
 	}
@@ -326,9 +374,9 @@ func (d *Detector) Step(now int64, m Message) error {
 		if w == nil {
 			return nil // a wedged member beating to all
 		}
-		w.lastHeard, w.connLost = d.now, false
+		w.lastHeard, w.connLost, w.credit = d.now, false, 0
 		if m.Frontier > w.frontier {
-			w.frontier, w.frontierSince = m.Frontier, d.now
+			w.frontier, w.frontierSince, w.stallCredit = m.Frontier, d.now, 0
 		}
 		if w.probing && !d.stalled(w) {
 			// Direct evidence beats the probes.
