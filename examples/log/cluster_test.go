@@ -200,11 +200,34 @@ func entryData(worker, k int) string {
 // load runs appenders against the members at us until stop closes: each
 // worker appends through a client that prefers another member, and
 // every 8th append is sent twice at once with the same Idempotency-Key,
-// through two different members. It returns the acknowledged appends.
-func (c *cluster) load(stop <-chan struct{}, us []string, workers int) func() []ack {
+// through two different members. wait returns the acknowledged appends
+// once the workers stopped; acked waits until k more appends than
+// before its call are acknowledged, and fails the test if the workers
+// stop first or a minute passes.
+func (c *cluster) load(stop <-chan struct{}, us []string, workers int) (wait func() []ack, acked func(k int)) {
 	var mu sync.Mutex
 	var acks []ack
 	var wg sync.WaitGroup
+	done := make(chan struct{})
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acks)
+	}
+	acked = func(k int) {
+		c.t.Helper()
+		want := count() + k
+		deadline := time.After(time.Minute)
+		for count() < want {
+			select {
+			case <-done:
+				c.t.Fatalf("the appenders stopped at %d appends acknowledged, want %d", count(), want)
+			case <-deadline:
+				c.t.Fatalf("%d appends acknowledged in a minute, want %d", count(), want)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
 	for w := range workers {
 		wg.Go(func() {
 			rotated := append(slices.Clone(us[w%len(us):]), us[:w%len(us)]...)
@@ -244,10 +267,14 @@ func (c *cluster) load(stop <-chan struct{}, us []string, workers int) func() []
 			}
 		})
 	}
-	return func() []ack {
+	go func() {
 		wg.Wait()
+		close(done)
+	}()
+	return func() []ack {
+		<-done
 		return acks
-	}
+	}, acked
 }
 
 // readBack reads an acknowledged append through cl, which prefers
@@ -446,8 +473,8 @@ func (c *cluster) check(us []string, trim uint64, acks []ack) {
 	c.t.Logf("checked %d entries up to tail %d, %d acknowledged appends, on %d members", tail-trim, tail, len(acks), len(us))
 }
 
-// TestClusterConcurrentAppends: appenders on all three members for a
-// couple of seconds, some appends naming streams and some sent twice
+// TestClusterConcurrentAppends: appenders on all three members until 300
+// appends are acknowledged, some naming streams and some sent twice
 // with one Idempotency-Key. Positions are dense and unique, every
 // acknowledged append is at its position on every member, a retried
 // request lands once, streams are the log filtered, and the tails agree.
@@ -455,14 +482,10 @@ func TestClusterConcurrentAppends(t *testing.T) {
 	c := newCluster(t)
 	ms := c.openAll(3)
 	stop := make(chan struct{})
-	wait := c.load(stop, urls(ms), 6)
-	time.Sleep(2 * time.Second)
+	wait, acked := c.load(stop, urls(ms), 6)
+	acked(300)
 	close(stop)
-	acks := wait()
-	if len(acks) < 50 {
-		t.Fatalf("only %d appends acknowledged", len(acks))
-	}
-	c.check(urls(ms), 0, acks)
+	c.check(urls(ms), 0, wait())
 }
 
 // TestClusterCrash: as above, and a member crashes mid-run while the
@@ -471,15 +494,15 @@ func TestClusterCrash(t *testing.T) {
 	c := newCluster(t)
 	ms := c.openAll(3)
 	stop := make(chan struct{})
-	wait := c.load(stop, urls(ms), 6)
-	time.Sleep(time.Second)
+	wait, acked := c.load(stop, urls(ms), 6)
+	acked(100)
 	before := c.failed.n.Load()
 	c.crash(3)
 	survivors := ms[:2]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c.waitMembers(ctx, urls(survivors), 2)
-	time.Sleep(time.Second)
+	acked(100)
 	close(stop)
 	acks := wait()
 	// The workers that preferred member 3 failed over.
@@ -578,20 +601,20 @@ func TestClusterRestart(t *testing.T) {
 	c := newCluster(t)
 	ms := c.openAll(3)
 	stop := make(chan struct{})
-	wait := c.load(stop, urls(ms), 4)
-	time.Sleep(500 * time.Millisecond)
+	wait, acked := c.load(stop, urls(ms), 4)
+	acked(50)
 	c.crash(3)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c.waitMembers(ctx, urls(ms[:2]), 2)
-	time.Sleep(300 * time.Millisecond)
+	acked(30) // appends member 3 misses
 	again, err := c.open(3, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	all := []*member{ms[0], ms[1], again}
 	c.waitMembers(ctx, urls(all), 3)
-	time.Sleep(300 * time.Millisecond)
+	acked(30)
 	close(stop)
 	acks := wait()
 	c.check(urls(all), 0, acks)

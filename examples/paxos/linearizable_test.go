@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,7 +39,14 @@ type recorder struct {
 	// failed counts operations with an unknown outcome; dropped failed
 	// reads (which change nothing, so the history leaves them out).
 	failed, dropped int
+	// completed counts the operations with a known outcome.
+	completed atomic.Int64
 }
+
+// minCompleted is how many operations with a known outcome a history
+// needs to mean something: a workload runs on past its duration until it
+// has them.
+const minCompleted = 100
 
 func (r *recorder) now() int64 { return int64(time.Since(r.start)) }
 
@@ -46,10 +54,15 @@ func (r *recorder) add(op porcupine.Operation) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ops = append(r.ops, op)
+	if !op.Output.(kvOutput).unknown {
+		r.completed.Add(1)
+	}
 }
 
-// run runs w against the cluster's members ids until it is over; midway,
-// if not nil, is called a third of the way through.
+// run runs w against the cluster's members ids for its duration, and on
+// until the history holds minCompleted completed operations (for two
+// minutes more at most); midway, if not nil, is called a third of the
+// way through the duration.
 func (w workload) run(t *testing.T, c *cluster, ids []convoy.NodeID, midway func()) *recorder {
 	t.Helper()
 	rec := &recorder{start: time.Now()}
@@ -85,7 +98,7 @@ func (w workload) client(t *testing.T, id int, cl *client.Client, rec *recorder,
 	r := rand.New(rand.NewPCG(w.seed, uint64(id)))
 	// last is what this client last saw of each key, for cas to expect.
 	last := make(map[string]*string)
-	for n := 0; time.Now().Before(end); n++ {
+	for n := 0; time.Now().Before(end) || rec.completed.Load() < minCompleted && time.Now().Before(end.Add(2*time.Minute)); n++ {
 		key := fmt.Sprintf("k%d", r.IntN(w.keys))
 		value := fmt.Sprintf("c%d-%d", id, n)
 		var in kvInput
@@ -185,7 +198,7 @@ func (r *recorder) check(t *testing.T) {
 		}
 	}
 	t.Logf("history: %d operations, %d completed, %d with unknown outcome, %d failed reads left out", len(r.ops), completed, r.failed, r.dropped)
-	if completed < 100 {
+	if completed < minCompleted {
 		t.Fatalf("only %d operations completed", completed)
 	}
 	res, info := porcupine.CheckOperationsVerbose(kvModel, r.ops, time.Minute)
