@@ -137,8 +137,8 @@ type Node struct {
 	self convoy.NodeID
 	opts Options
 	log  *slog.Logger
-	// admit bounds the requests served at once.
-	admit   *admission
+	// admit bounds the requests served at once (see newAdmission).
+	admit   *admit.Metered
 	g       group
 	cg      *convoy.Group // g, outside tests
 	st      *state
@@ -192,15 +192,14 @@ func Open(ctx context.Context, cfg convoy.Config, opts Options) (*Node, error) {
 
 // newNode returns a node without its group; opts has its defaults.
 func newNode(self convoy.NodeID, opts Options) (*Node, error) {
-	m, err := newMetrics(opts.MeterProvider)
+	a, err := newAdmission(opts)
 	if err != nil {
 		return nil, err
 	}
 	log := opts.Logger.With("member", self)
 	return &Node{
-		self: self, opts: opts, log: log,
-		admit: &admission{Limiter: admit.New(opts.MaxRequests, opts.MaxRequestBytes), m: m},
-		st:    newState(log), done: make(chan struct{}),
+		self: self, opts: opts, log: log, admit: a,
+		st: newState(log), done: make(chan struct{}),
 	}, nil
 }
 

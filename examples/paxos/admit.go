@@ -2,7 +2,10 @@ package paxos
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/convoy-gcs/convoy/internal/admit"
 )
@@ -13,39 +16,43 @@ import (
 // Retry-After.
 var errAtCapacity = errors.New("paxos: member at capacity")
 
-// admission bounds the requests a member serves at once, by count and by
-// the bytes they hold (admit.Limiter), so that a load beyond what the
+// The values of the refusals' attributes.
+const (
+	apiHTTP   = "http"
+	apiStream = "stream"
+	// reasonCapacity: MaxRequests or MaxRequestBytes reached;
+	// reasonStreams: a stream upgrade beyond MaxStreams.
+	reasonCapacity = "capacity"
+	reasonStreams  = "streams"
+)
+
+// The Reasons admission counts its refusals by, by api and reason.
+var (
+	httpCapacity   = admit.NewReason(reasonCapacity, attribute.String("api", apiHTTP))
+	streamCapacity = admit.NewReason(reasonCapacity, attribute.String("api", apiStream))
+	streamsFull    = admit.NewReason(reasonStreams, attribute.String("api", apiStream))
+)
+
+// newAdmission returns what bounds the requests a member serves at once,
+// by count and by the bytes they hold, so that a load beyond what the
 // group can carry is refused at once instead of queueing: every KV
 // request (reads included) takes a place for as long as it is served,
 // and a stream's request takes its place before its frame is read. It
-// counts what it admits and refuses in the service's metrics. Its
-// methods are safe for concurrent use.
-type admission struct {
-	*admit.Limiter
-	m *metrics
-}
-
-func newAdmission(maxRequests, maxBytes int, m *metrics) *admission {
-	return &admission{Limiter: admit.New(maxRequests, maxBytes), m: m}
-}
-
-// admit takes a place for a request that holds bytes (see Options.
-// MaxRequestBytes), or counts a refusal and returns false if there is
-// none (api labels the refusal's metric). A request admitted must be
-// released with the same bytes.
-func (a *admission) admit(api string, bytes int) bool {
-	if !a.Admit(bytes) {
-		a.m.refuse(api, reasonCapacity)
-		return false
+// counts what it admits and refuses, and the streams served, in the
+// service's metrics, made from Options.MeterProvider (the README's
+// Metrics section lists them with the library's).
+func newAdmission(opts Options) (*admit.Metered, error) {
+	a, err := admit.NewMetered(opts.MaxRequests, opts.MaxRequestBytes, opts.MeterProvider, admit.Metrics{
+		Scope:   "github.com/convoy-gcs/convoy/examples/paxos",
+		Prefix:  "convoy.kv",
+		Refused: "Requests refused at once with 503 and Retry-After, by api (http, stream) and reason: capacity (MaxRequests or MaxRequestBytes reached), streams (a stream upgrade beyond MaxStreams).",
+		Bytes:   "Bytes the requests being served hold, as admission counts them: at most MaxRequestBytes.",
+		Streams: "Streams being served: at most MaxStreams.",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("paxos: metrics: %w", err)
 	}
-	a.m.admitted(1, bytes)
-	return true
-}
-
-// release gives back the place of a request admitted with bytes.
-func (a *admission) release(bytes int) {
-	a.Release(bytes)
-	a.m.admitted(-1, -bytes)
+	return a, nil
 }
 
 // refuse answers a request refused for capacity: 503 with Retry-After.

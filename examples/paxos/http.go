@@ -13,6 +13,7 @@ import (
 
 	"github.com/convoy-gcs/convoy"
 	"github.com/convoy-gcs/convoy/examples/paxos/wire"
+	"github.com/convoy-gcs/convoy/internal/admit"
 )
 
 // IndexHeader carries, on KV responses, the delivery index the answer
@@ -281,11 +282,7 @@ func (n *Node) writeArgs(w http.ResponseWriter, r *http.Request) (key, id string
 // MaxRequestBytes), or answers 503 with Retry-After. The caller calls
 // release once it has answered.
 func (n *Node) admitHTTP(w http.ResponseWriter, bytes int) (release func(), ok bool) {
-	if !n.admit.admit(apiHTTP, bytes) {
-		n.refuse(w)
-		return nil, false
-	}
-	return func() { n.admit.release(bytes) }, true
+	return n.admit.AdmitHTTP(w, bytes, httpCapacity, n.refuse)
 }
 
 // admitBody admits a request with a body of at most limit bytes that
@@ -293,13 +290,10 @@ func (n *Node) admitHTTP(w http.ResponseWriter, bytes int) (release func(), ok b
 // declares none. It answers 413 for a declared length above limit, and
 // 503 with Retry-After when the member is at capacity.
 func (n *Node) admitBody(w http.ResponseWriter, r *http.Request, limit, factor int) (release func(), ok bool) {
-	if r.ContentLength > int64(limit) {
+	size, ok := admit.BodySize(r, limit)
+	if !ok {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body of %d bytes, limit %d", r.ContentLength, limit))
 		return nil, false
-	}
-	size := limit
-	if r.ContentLength >= 0 {
-		size = int(r.ContentLength)
 	}
 	return n.admitHTTP(w, factor*size)
 }

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/convoy-gcs/convoy"
+	"github.com/convoy-gcs/convoy/internal/admit"
 )
 
 // Defaults of Options.
@@ -194,9 +195,9 @@ type Node struct {
 	self convoy.NodeID
 	opts Options
 	log  *slog.Logger
-	m    *metrics
-	// admit bounds the requests served at once.
-	admit *admission
+	// admit bounds the requests served at once, and counts the streams
+	// (see newAdmission).
+	admit *admit.Metered
 	state *state
 	wait  *pending
 	// maybeSentWait is the constant of that name, shorter in tests.
@@ -283,14 +284,13 @@ func maxCommandBytes(maxValue int) int { return 2*maxValue + MaxKeyBytes + comma
 
 // newNode returns a node without its group; opts has its defaults.
 func newNode(self convoy.NodeID, opts Options) (*Node, error) {
-	m, err := newMetrics(opts.MeterProvider)
+	a, err := newAdmission(opts)
 	if err != nil {
 		return nil, err
 	}
 	log := opts.Logger.With("member", self)
 	n := &Node{
-		self: self, opts: opts, log: log, m: m,
-		admit: newAdmission(opts.MaxRequests, opts.MaxRequestBytes, m),
+		self: self, opts: opts, log: log, admit: a,
 		state: newState(log), wait: newPending(), maybeSentWait: maybeSentWait, now: time.Now,
 		streamSlots: make(chan struct{}, opts.MaxStreams),
 	}

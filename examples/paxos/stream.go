@@ -47,7 +47,7 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request) {
 	select {
 	case n.streamSlots <- struct{}{}:
 	default:
-		n.m.refuse(apiStream, reasonStreams)
+		n.admit.Refuse(streamsFull)
 		n.refuse(w)
 		return
 	}
@@ -100,7 +100,7 @@ func (n *Node) addStream(s *stream) bool {
 	}
 	n.streams.m[s] = struct{}{}
 	n.wg.Add(1)
-	n.m.streams.Add(context.Background(), 1)
+	n.admit.AddStreams(1)
 	return true
 }
 
@@ -108,7 +108,7 @@ func (n *Node) removeStream(s *stream) {
 	n.streams.Lock()
 	delete(n.streams.m, s)
 	n.streams.Unlock()
-	n.m.streams.Add(context.Background(), -1)
+	n.admit.AddStreams(-1)
 	n.wg.Done()
 }
 
@@ -193,13 +193,13 @@ func (s *stream) next(ctx context.Context, br *bufio.Reader, limit int, wg *sync
 		if op := wire.Op(head[4+8]); op != wire.OpGet && op != wire.OpGetStale {
 			charge = 2 * size
 		}
-		if !s.n.admit.admit(apiStream, charge) {
+		if !s.n.admit.Admit(charge, streamCapacity) {
 			return s.skip(br, size, wire.Response{Status: http.StatusServiceUnavailable, Body: []byte(errAtCapacity.Error()), RetryAfter: s.n.opts.RetryAfter})
 		}
 	}
 	release := func() {
 		if charge > 0 {
-			s.n.admit.release(charge)
+			s.n.admit.Release(charge)
 		}
 	}
 	frame, _, err := wire.ReadFrame(br, limit, nil)

@@ -246,11 +246,11 @@ func (n *Node) resubscribe(ctx context.Context) error {
 
 // newNode returns a node without its group; opts has its defaults.
 func newNode(self convoy.NodeID, opts Options) (*Node, error) {
-	m, err := newMetrics(opts.MeterProvider)
+	a, err := newAdmission(opts)
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{self: self, opts: opts, log: opts.Logger.With("member", self), admit: newAdmission(opts, m), done: make(chan struct{})}
+	n := &Node{self: self, opts: opts, log: opts.Logger.With("member", self), admit: a, done: make(chan struct{})}
 	n.mu.topics = make(map[string]*topicLog)
 	n.mu.replayed = make(map[string]bool)
 	return n, nil

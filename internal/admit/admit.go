@@ -1,7 +1,9 @@
 // Package admit bounds the requests a service serves at once, by count
 // and by the bytes they hold, so that a load beyond what it can carry is
 // refused at once (with 503 and Retry-After, over HTTP) instead of
-// queueing. The example services use it.
+// queueing. The example services use it: a Metered is a Limiter that
+// counts what it admits and refuses in a service's metrics, and serves
+// its HTTP handlers.
 package admit
 
 import (

@@ -4,7 +4,7 @@
 // (HTTP's Retry-After, the shortest asked in the round) or else by
 // exponential backoff, with jitter either way, and goes round again.
 //
-//	p := retry.NewPacer(20 * time.Millisecond)
+//	p := retry.NewPacer(20*time.Millisecond, retry.MaxBackoff)
 //	for {
 //		for _, m := range members {
 //			resp, err := try(m)
@@ -25,8 +25,8 @@ import (
 	"github.com/cenkalti/backoff/v5"
 )
 
-// MaxBackoff bounds the pause between rounds by backoff (a member's
-// Retry-After may ask for more).
+// MaxBackoff is the bound of the log and pub/sub clients' backoff (a
+// member's Retry-After may ask for more).
 const MaxBackoff = time.Second
 
 // Pacer paces the rounds of one request. After a round in which a
@@ -34,7 +34,7 @@ const MaxBackoff = time.Second
 // half as long again at random, so that the clients refused together do
 // not all come back together, and the backoff starts afresh; after a
 // round in which none asked, it pauses by exponential backoff: from the
-// initial pause, doubling each round up to MaxBackoff, each pause up to
+// initial pause, doubling each round up to its bound, each pause up to
 // half shorter or longer at random. A Pacer is not safe for concurrent
 // use.
 type Pacer struct {
@@ -44,13 +44,14 @@ type Pacer struct {
 	asked time.Duration
 }
 
-// NewPacer returns a Pacer whose first backoff is initial.
-func NewPacer(initial time.Duration) *Pacer {
+// NewPacer returns a Pacer whose backoff starts at initial and doubles
+// up to bound (before jitter).
+func NewPacer(initial, bound time.Duration) *Pacer {
 	p := &Pacer{b: backoff.ExponentialBackOff{
 		InitialInterval:     initial,
 		RandomizationFactor: 0.5,
 		Multiplier:          2,
-		MaxInterval:         MaxBackoff,
+		MaxInterval:         bound,
 	}}
 	p.b.Reset()
 	return p

@@ -16,7 +16,7 @@ import (
 // longer.
 func TestPacer(t *testing.T) {
 	for range 100 {
-		p := NewPacer(10 * time.Millisecond)
+		p := NewPacer(10*time.Millisecond, MaxBackoff)
 		for round, want := range []time.Duration{10, 20, 40} {
 			want *= time.Millisecond
 			if d := p.Next(); d < want/2 || d > want*3/2+1 {
@@ -46,7 +46,7 @@ func TestPacer(t *testing.T) {
 // once it ends first.
 func TestWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := NewPacer(time.Millisecond)
+		p := NewPacer(time.Millisecond, MaxBackoff)
 		p.Asked(2 * time.Second)
 		start := time.Now()
 		if err := p.Wait(context.Background()); err != nil {
@@ -87,4 +87,18 @@ func TestAfter(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestPacerBound: the backoff doubles up to the Pacer's bound, not
+// beyond it but for its jitter.
+func TestPacerBound(t *testing.T) {
+	for range 100 {
+		p := NewPacer(time.Millisecond, 5*time.Millisecond)
+		for range 10 {
+			p.Next()
+		}
+		if d := p.Next(); d < 2500*time.Microsecond || d > 7500*time.Microsecond+1 {
+			t.Fatalf("backoff %v, want the bound 5ms ± half", d)
+		}
+	}
 }

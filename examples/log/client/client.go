@@ -229,7 +229,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, key s
 	if len(c.urls) == 0 {
 		return fmt.Errorf("%w: no member URLs", ErrUnavailable)
 	}
-	p := retry.NewPacer(c.backoff)
+	p := retry.NewPacer(c.backoff, retry.MaxBackoff)
 	// last is the last member's failure, for the error once ctx ends: a
 	// try that the context's end cut short says nothing new.
 	var last error

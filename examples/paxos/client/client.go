@@ -36,7 +36,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -45,9 +44,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/cenkalti/backoff/v5"
-
 	"github.com/convoy-gcs/convoy/examples/paxos/wire"
+	"github.com/convoy-gcs/convoy/internal/retry"
 )
 
 // Errors returned by the Client's methods.
@@ -281,8 +279,8 @@ func (c *Client) Status(ctx context.Context, url string) (Status, error) {
 	}
 	var s Status
 	_, err := c.httpOnce(ctx, strings.TrimRight(url, "/"), httpRequest{method: http.MethodGet, path: "/status"}, &s)
-	if retry := (*retryable)(nil); errors.As(err, &retry) {
-		err = retry.err
+	if failed := (*retryable)(nil); errors.As(err, &failed) {
+		err = failed.err
 	}
 	return s, err
 }
@@ -356,21 +354,16 @@ func (c *Client) do(ctx context.Context, req request) (response, error) {
 	if len(c.members) == 0 {
 		return response{}, fmt.Errorf("%w: no member URLs", ErrUnavailable)
 	}
-	b := &backoff.ExponentialBackOff{
-		InitialInterval:     c.minBackoff,
-		RandomizationFactor: 0.5,
-		Multiplier:          2,
-		MaxInterval:         c.maxBackoff,
-	}
+	// Each try is a round of the Pacer's: the pause after it is the one
+	// its member asked for, if any.
+	p := retry.NewPacer(c.minBackoff, c.maxBackoff)
 	// last is the last member's answer, for the error once ctx ends: a try
-	// that the context's end cut short says nothing new. final says the
-	// answer is one no retry changes.
+	// that the context's end cut short says nothing new.
 	var last error
-	final := false
 	// issuedAt is the time of the first try that may have reached the
 	// group (zero: none yet); req.issued is the same, once set.
 	var issuedAt time.Time
-	r, err := backoff.Retry(ctx, func() (response, error) {
+	for {
 		i := c.cur.Load()
 		try, at := req, issuedAt
 		if try.id != "" && at.IsZero() {
@@ -378,48 +371,26 @@ func (c *Client) do(ctx context.Context, req request) (response, error) {
 			try.issued = at.UnixNano()
 		}
 		r, err := c.once(ctx, c.members[i%uint64(len(c.members))], try)
-		var retry *retryable
-		if !errors.As(err, &retry) {
-			final = true
-			return r, backoff.Permanent(err)
+		var failed *retryable
+		if !errors.As(err, &failed) {
+			return r, err
 		}
-		if !retry.refused {
+		if !failed.refused {
 			req, issuedAt = try, at
 		}
 		if ctx.Err() == nil || last == nil {
-			last = retry.err
+			last = failed.err
 		}
 		if !issuedAt.IsZero() && time.Since(issuedAt) > RequestLifetime {
-			final = true
-			return r, backoff.Permanent(fmt.Errorf("%w: first sent %v ago (last: %v)", ErrExpired, time.Since(issuedAt).Round(time.Millisecond), last))
+			return r, fmt.Errorf("%w: first sent %v ago (last: %v)", ErrExpired, time.Since(issuedAt).Round(time.Millisecond), last)
 		}
 		// Move on from this member (unless another call did already).
 		c.cur.CompareAndSwap(i, i+1)
-		if d := retry.after; d > 0 {
-			return r, &backoff.RetryAfterError{Duration: d + rand.N(d/2+1)}
+		p.Asked(failed.after)
+		if ctx.Err() != nil || p.Wait(ctx) != nil {
+			return r, fmt.Errorf("%w: %w (last: %v)", ErrUnavailable, ctx.Err(), last)
 		}
-		return r, err
-	}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0))
-	if err == nil || final {
-		return r, err
 	}
-	return r, fmt.Errorf("%w: %w (last: %v)", ErrUnavailable, ctx.Err(), last)
-}
-
-// retryAfter returns the pause a Retry-After header asks for: a number
-// of seconds or a date (0: none, or one that cannot be read).
-func retryAfter(h http.Header) time.Duration {
-	v := h.Get("Retry-After")
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.ParseUint(v, 10, 32); err == nil {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(time.Until(t), 0)
-	}
-	return 0
 }
 
 // once sends req to member m, over its stream with WithStreams. Failures
@@ -574,7 +545,7 @@ func (c *Client) httpOnce(ctx context.Context, base string, req httpRequest, out
 		// A key's absence (other 404s, for unknown paths, carry no index).
 		return r, ErrNotFound
 	case code == http.StatusServiceUnavailable, code == http.StatusTooManyRequests, code == http.StatusBadGateway, code == http.StatusGatewayTimeout:
-		return r, refusal(code, message(b), retryAfter(resp.Header))
+		return r, refusal(code, message(b), retry.After(resp.Header))
 	default:
 		return r, &Error{StatusCode: code, Message: message(b)}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/convoy-gcs/convoy/examples/paxos/wire"
+	"github.com/convoy-gcs/convoy/internal/retry"
 )
 
 // streamMaxAnswerBytes bounds an answer frame: a value of the largest
@@ -167,7 +168,7 @@ func (c *Client) upgrade(ctx context.Context, conn net.Conn, base string) (*bufi
 	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusUpgradeRequired, http.StatusNotImplemented:
 		return nil, errNoStream
 	case http.StatusServiceUnavailable, http.StatusTooManyRequests, http.StatusBadGateway, http.StatusGatewayTimeout:
-		return nil, refusal(resp.StatusCode, message(body[:n]), retryAfter(resp.Header))
+		return nil, refusal(resp.StatusCode, message(body[:n]), retry.After(resp.Header))
 	}
 	return nil, &Error{StatusCode: resp.StatusCode, Message: message(body[:n])}
 }

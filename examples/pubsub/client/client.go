@@ -179,7 +179,7 @@ func (c *Client) Topics(ctx context.Context) ([]TopicInfo, error) {
 // atMember posts to u, one member, again after a 503 until ctx ends,
 // pausing as the member asks (Retry-After) or else by backoff.
 func (c *Client) atMember(ctx context.Context, u string) error {
-	p := retry.NewPacer(c.backoff)
+	p := retry.NewPacer(c.backoff, retry.MaxBackoff)
 	for {
 		resp, err := c.send(ctx, http.MethodPost, u, nil)
 		var after time.Duration
@@ -206,7 +206,7 @@ func (c *Client) anyMember(ctx context.Context, try func(base string) (*http.Res
 	if len(c.urls) == 0 {
 		return fmt.Errorf("%w: no members", ErrUnavailable)
 	}
-	p := retry.NewPacer(c.backoff)
+	p := retry.NewPacer(c.backoff, retry.MaxBackoff)
 	start := c.next.Load()
 	for {
 		var last error
@@ -345,7 +345,7 @@ func (c *Client) Events(ctx context.Context, topic string, from uint64) *Stream 
 // ErrUnavailable once the stream's context ends, or the errors of a
 // refused request.
 func (s *Stream) Next() (Event, error) {
-	p := retry.NewPacer(s.c.backoff)
+	p := retry.NewPacer(s.c.backoff, retry.MaxBackoff)
 	for !s.closed {
 		if s.body == nil {
 			if err := s.connect(p); err != nil {

@@ -1,0 +1,159 @@
+package admit
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// sums returns the sums of the int64 sums reader collects, by metric
+// name and attribute set ("name" alone without attributes, else
+// "name{k=v,...}").
+func sums(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := make(map[string]int64)
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if !ok {
+				t.Fatalf("%s: %T, want a sum", m.Name, m.Data)
+			}
+			for _, dp := range sum.DataPoints {
+				key := m.Name
+				if dp.Attributes.Len() > 0 {
+					key += "{" + dp.Attributes.Encoded(attribute.DefaultEncoder()) + "}"
+				}
+				got[key] += dp.Value
+			}
+		}
+	}
+	return got
+}
+
+func newTestMetered(t *testing.T, maxRequests, maxBytes int, streams string) (*Metered, *sdkmetric.ManualReader) {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	a, err := NewMetered(maxRequests, maxBytes, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Metrics{
+		Scope: "test", Prefix: "svc", Refused: "refused", Bytes: "bytes", Streams: streams,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, reader
+}
+
+func TestMetered(t *testing.T) {
+	a, reader := newTestMetered(t, 2, 100, "streams")
+	capacity := NewReason("capacity")
+	other := NewReason("capacity", attribute.String("api", "stream"))
+	if !a.Admit(60, capacity) || !a.Admit(10, capacity) {
+		t.Fatal("refused within the bounds")
+	}
+	if a.Admit(0, capacity) || a.Admit(0, other) {
+		t.Fatal("admitted beyond MaxRequests")
+	}
+	a.Release(10)
+	if a.Admit(50, capacity) {
+		t.Fatal("admitted beyond MaxBytes")
+	}
+	a.Refuse(NewReason("streams"))
+	a.AddStreams(2)
+	a.AddStreams(-1)
+	if reqs, bytes := a.Load(); reqs != 1 || bytes != 60 {
+		t.Errorf("Load = %d, %d, want 1, 60", reqs, bytes)
+	}
+	if got := a.Total(); got != 2 {
+		t.Errorf("Total = %d, want 2", got)
+	}
+	want := map[string]int64{
+		"svc.admitted.requests":                            1,
+		"svc.admitted.bytes":                               60,
+		"svc.streams":                                      1,
+		"svc.refused.requests{reason=capacity}":            2,
+		"svc.refused.requests{api=stream,reason=capacity}": 1,
+		"svc.refused.requests{reason=streams}":             1,
+	}
+	got := sums(t, reader)
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %d, want %d", k, got[k], v)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("metrics %v, want %v", got, want)
+	}
+}
+
+func TestMeteredWithoutStreams(t *testing.T) {
+	_, reader := newTestMetered(t, 1, 1, "")
+	if _, ok := sums(t, reader)["svc.streams"]; ok {
+		t.Error("svc.streams made without Metrics.Streams")
+	}
+	if _, err := NewMetered(1, 1, nil, Metrics{Prefix: "svc"}); err != nil {
+		t.Errorf("NewMetered without a MeterProvider: %v", err)
+	}
+}
+
+func TestBodySize(t *testing.T) {
+	for _, tc := range []struct {
+		length int64 // -1: undeclared
+		size   int
+		ok     bool
+	}{
+		{-1, 100, true},
+		{0, 0, true},
+		{40, 40, true},
+		{100, 100, true},
+		{101, 0, false},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(""))
+		r.ContentLength = tc.length
+		if size, ok := BodySize(r, 100); size != tc.size || ok != tc.ok {
+			t.Errorf("Content-Length %d: BodySize = %d, %v, want %d, %v", tc.length, size, ok, tc.size, tc.ok)
+		}
+	}
+}
+
+func TestHTTP(t *testing.T) {
+	a, _ := newTestMetered(t, 1, 10, "")
+	capacity := NewReason("capacity")
+	refuse := func(w http.ResponseWriter) {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "at capacity", http.StatusServiceUnavailable)
+	}
+	release, ok := a.AdmitHTTP(httptest.NewRecorder(), 10, capacity, refuse)
+	if !ok {
+		t.Fatal("AdmitHTTP refused within the bounds")
+	}
+	served := false
+	h := a.Handler(func(w http.ResponseWriter, r *http.Request) { served = true }, capacity, refuse)
+	w := httptest.NewRecorder()
+	h(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	if served || w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" {
+		t.Errorf("at capacity: served %v, %d with Retry-After %q, want a refusal", served, w.Code, w.Header().Get("Retry-After"))
+	}
+	if _, ok := a.AdmitHTTP(httptest.NewRecorder(), 0, capacity, refuse); ok {
+		t.Error("AdmitHTTP admitted beyond MaxRequests")
+	}
+	release()
+	h = a.Handler(func(w http.ResponseWriter, r *http.Request) {
+		served = true
+		if reqs, _ := a.Load(); reqs != 1 {
+			t.Errorf("served with %d requests admitted, want 1", reqs)
+		}
+	}, capacity, refuse)
+	h(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
+	if reqs, bytes := a.Load(); !served || reqs != 0 || bytes != 0 {
+		t.Errorf("served %v, then Load = %d, %d, want true, 0, 0", served, reqs, bytes)
+	}
+}
