@@ -560,31 +560,20 @@ func (l *Log) Get(index uint64) (Entry, error) {
 	return e, nil
 }
 
-// Scan calls fn for every synced entry in [from, to], in index order,
-// verifying each checksum; a to beyond Synced is clamped to it (so
-// Scan(ctx, l.First(), math.MaxUint64, fn) reads everything durable). It
-// stops at fn's first error and returns it. fn must not call Close.
-// Errors: ErrTrimmed (from < First), ErrCorrupt (a corrupt record or a
-// gap, naming the index), ctx's, ErrClosed.
-func (l *Log) Scan(ctx context.Context, from, to uint64, fn func(Entry) error) error {
-	if first := l.First(); from < first {
-		return fmt.Errorf("%w: entry %d (first is %d)", ErrTrimmed, from, first)
-	}
-	to = min(to, l.synced.Load())
-	if from > to {
-		return nil
-	}
+// scanRecords calls fn for every record under prefix from key from to
+// key to (upper is the key after to), in order, decoding each with
+// decode, which verifies its checksum. A key missing in the range is a
+// gap: missing says what error it makes. what names the records in
+// errors.
+func scanRecords[T any](ctx context.Context, l *Log, prefix byte, what string, from, to uint64, upper []byte,
+	decode func(key, value []byte) (T, error), fn func(T) error, missing func(next uint64) error) error {
 	l.dbMu.RLock()
 	defer l.dbMu.RUnlock()
 	if l.dbClosed {
 		return ErrClosed
 	}
-	upper := []byte{prefixEntry + 1}
-	if to < 1<<64-1 {
-		upper = makeKey(prefixEntry, to+1)
-	}
 	it, err := l.db.NewIterWithContext(ctx, &pebble.IterOptions{
-		LowerBound: makeKey(prefixEntry, from),
+		LowerBound: makeKey(prefix, from),
 		UpperBound: upper,
 	})
 	if err != nil {
@@ -599,16 +588,16 @@ func (l *Log) Scan(ctx context.Context, from, to uint64, fn func(Entry) error) e
 			}
 		}
 		k := it.Key()
-		if index, ok := parseKey(prefixEntry, k); !ok || index != next {
-			return l.missing(next)
+		if at, ok := parseKey(prefix, k); !ok || at != next {
+			return missing(next)
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return fmt.Errorf("persistence: reading entry %d: %w", next, readErr(err))
+			return fmt.Errorf("persistence: reading %s %d: %w", what, next, readErr(err))
 		}
-		e, err := decodeEntry(k, v)
+		e, err := decode(k, v)
 		if err != nil {
-			return fmt.Errorf("%w: entry %d: %v", ErrCorrupt, next, err)
+			return fmt.Errorf("%w: %s %d: %v", ErrCorrupt, what, next, err)
 		}
 		if err := fn(e); err != nil {
 			return err
@@ -616,12 +605,33 @@ func (l *Log) Scan(ctx context.Context, from, to uint64, fn func(Entry) error) e
 		next++
 	}
 	if err := it.Error(); err != nil {
-		return fmt.Errorf("persistence: scan at entry %d: %w", next, readErr(err))
+		return fmt.Errorf("persistence: scan at %s %d: %w", what, next, readErr(err))
 	}
 	if next <= to {
-		return l.missing(next)
+		return missing(next)
 	}
 	return nil
+}
+
+// Scan calls fn for every synced entry in [from, to], in index order,
+// verifying each checksum; a to beyond Synced is clamped to it (so
+// Scan(ctx, l.First(), math.MaxUint64, fn) reads everything durable). It
+// stops at fn's first error and returns it. fn must not call Close.
+// Errors: ErrTrimmed (from < First), ErrCorrupt (a corrupt record or a
+// gap, naming the index), ctx's, ErrClosed.
+func (l *Log) Scan(ctx context.Context, from, to uint64, fn func(Entry) error) error {
+	if first := l.First(); from < first {
+		return fmt.Errorf("%w: entry %d (first is %d)", ErrTrimmed, from, first)
+	}
+	to = min(to, l.synced.Load())
+	if from > to {
+		return nil
+	}
+	upper := []byte{prefixEntry + 1}
+	if to < 1<<64-1 {
+		upper = makeKey(prefixEntry, to+1)
+	}
+	return scanRecords(ctx, l, prefixEntry, "entry", from, to, upper, decodeEntry, fn, l.missing)
 }
 
 // missing reports entry index absent from a scan: trimmed meanwhile, or a

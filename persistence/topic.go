@@ -201,50 +201,8 @@ func (l *Log) ScanTopics(ctx context.Context, from uint64, fn func(TopicEntry) e
 	if from > to {
 		return nil
 	}
-	l.dbMu.RLock()
-	defer l.dbMu.RUnlock()
-	if l.dbClosed {
-		return ErrClosed
-	}
-	it, err := l.db.NewIterWithContext(ctx, &pebble.IterOptions{
-		LowerBound: makeKey(prefixTopic, from),
-		UpperBound: makeKey(prefixTopic, to+1),
-	})
-	if err != nil {
-		return fmt.Errorf("persistence: scan topics: %w", err)
-	}
-	defer it.Close()
-	next := from
-	for ok := it.First(); ok; ok = it.Next() {
-		if (next-from)%1024 == 1023 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		k := it.Key()
-		if pos, ok := parseKey(prefixTopic, k); !ok || pos != next {
-			return fmt.Errorf("%w: topic entry %d is missing (gap)", ErrCorrupt, next)
-		}
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return fmt.Errorf("persistence: reading topic entry %d: %w", next, readErr(err))
-		}
-		e, err := decodeTopicEntry(k, v)
-		if err != nil {
-			return fmt.Errorf("%w: topic entry %d: %v", ErrCorrupt, next, err)
-		}
-		if err := fn(e); err != nil {
-			return err
-		}
-		next++
-	}
-	if err := it.Error(); err != nil {
-		return fmt.Errorf("persistence: scan at topic entry %d: %w", next, readErr(err))
-	}
-	if next <= to {
-		return fmt.Errorf("%w: topic entry %d is missing (gap)", ErrCorrupt, next)
-	}
-	return nil
+	return scanRecords(ctx, l, prefixTopic, "topic entry", from, to, makeKey(prefixTopic, to+1), decodeTopicEntry, fn,
+		func(next uint64) error { return fmt.Errorf("%w: topic entry %d is missing (gap)", ErrCorrupt, next) })
 }
 
 // FirstTopic returns the position of the first topic entry kept (see
