@@ -62,7 +62,9 @@
 // Durable; convoy node always runs so) a topic's message is delivered
 // once every subscriber of the topic has it on disk, and a member
 // restarted on its data directory replays its topics' messages from its
-// log, at their indexes, and subscribes again to their topics before it
+// log (the last convoy.DurableConfig.TopicRetain it delivered, across its
+// topics; every one it handed out among them, even after a kill -9), at
+// their indexes, and subscribes again to their topics before it
 // serves: a client resumes there, across the restart, from any index it
 // kept (messages published while the member was down come to it from
 // its new subscription's view on; if it missed some, it keeps the topic
