@@ -157,6 +157,14 @@ func (s *state) restore(parts []io.Reader) error {
 		}
 	}
 	slices.SortFunc(order, func(a, b entry) int { return cmp.Compare(a.index, b.index) })
+	// Each write has an index of its own: two kept results at one index
+	// make no state, and the order they would be evicted in is not
+	// defined.
+	for i := 1; i < len(order); i++ {
+		if order[i].index == order[i-1].index {
+			return fmt.Errorf("%w: kept results %q and %q both at index %d", errBadSnapshot, order[i-1].id, order[i].id, order[i].index)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.mu.data, s.mu.results, s.mu.applied = data, results, first.applied
