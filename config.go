@@ -51,6 +51,9 @@ const (
 	DefaultWindowMessages = engine.DefaultWindowMessages
 	// DefaultWindowBytes bounds their bytes.
 	DefaultWindowBytes = engine.DefaultWindowBytes
+	// DefaultBeaconInterval: an idle member beacons this often (traffic
+	// and Syncs make members beacon at once).
+	DefaultBeaconInterval = engine.DefaultBeaconInterval
 	// DefaultBeaconGap: reactions a little apart, so that a burst of
 	// records is answered once.
 	DefaultBeaconGap = engine.DefaultBeaconGap
@@ -271,7 +274,10 @@ type Config struct {
 	// refused by the TLS handshake instead.
 	TLS *tls.Config
 	// BeaconInterval is the longest a member stays silent (see package
-	// ordering); FanOut enables frontier aggregation for large groups.
+	// ordering; default DefaultBeaconInterval, 20ms): an idle member
+	// beacons this often, while traffic and Syncs make members beacon
+	// within BeaconGap. FanOut enables frontier aggregation for large
+	// groups.
 	BeaconInterval time.Duration
 	FanOut         int
 	// BeaconGap is the shortest time between a member's records when it
@@ -361,6 +367,7 @@ func DefaultConfig() Config {
 		TransferStall:     d.TransferStall,
 		Mode:              d.Mode,
 		Epoch:             d.Epoch,
+		BeaconInterval:    d.BeaconInterval,
 		BeaconGap:         d.BeaconGap,
 		WindowMessages:    d.WindowMessages,
 		WindowBytes:       d.WindowBytes,

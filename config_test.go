@@ -172,7 +172,7 @@ func TestDefaultConfig(t *testing.T) {
 	want := Config{
 		InitialMembers: 1, HeartbeatInterval: DefaultHeartbeatInterval, SuspectTimeout: DefaultSuspectTimeout,
 		StallTimeout: DefaultStallTimeout, MaxDonors: DefaultMaxDonors, TransferStall: DefaultTransferStall,
-		Mode: Atomic, Epoch: 1, BeaconGap: DefaultBeaconGap, WindowMessages: DefaultWindowMessages,
+		Mode: Atomic, Epoch: 1, BeaconInterval: DefaultBeaconInterval, BeaconGap: DefaultBeaconGap, WindowMessages: DefaultWindowMessages,
 		WindowBytes: DefaultWindowBytes, MaxMessageBytes: DefaultMaxMessageBytes,
 	}
 	if !reflect.DeepEqual(d, want) {

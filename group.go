@@ -306,7 +306,8 @@ func publicStatus(s engine.Status) Status {
 // view as handed: its state came by transfer (Config.State), or it starts
 // from none. It sends no message: it waits until this member's delivery
 // barrier passes its receive frontier as of the call and what is below it
-// has been handed (an idle group takes about a beacon interval; durable
+// has been handed (it asks the other members for prompt beacons, so an
+// idle group takes about two message delays, not a beacon interval; durable
 // delivery waits for every member's disk too, and a view change for the
 // next view) and, in a view-managed group, it reads the current view from
 // etcd to confirm that the group has not gone on to another view (if it

@@ -214,6 +214,52 @@ func TestSync(t *testing.T) {
 	}
 }
 
+// Sync does not wait for idle beacons: it asks the others for prompt
+// ones. With a beacon interval of an hour, every Sync here would wait
+// for the next idle beacons otherwise.
+func TestSyncIdleGroup(t *testing.T) {
+	const n, rounds = 3, 20
+	fab := rdma.NewMemFabric(rdma.MemOptions{Seed: 4})
+	defer fab.Close()
+	members := make([]Member, n)
+	for i := range members {
+		members[i] = Member{ID: NodeID(i + 1), Addr: fmt.Sprintf("m%d", i+1)}
+	}
+	cfgs := make([]Config, n)
+	for i := range cfgs {
+		ep, err := fab.Endpoint(members[i].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ep.Close()
+		cfgs[i] = Config{Self: members[i].ID, Members: members, Endpoint: ep, BeaconInterval: time.Hour}
+	}
+	groups, closeAll := openAll(t, cfgs, func(int) Handler { return nil })
+	defer closeAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for k := range rounds {
+		from := k % n
+		r, err := groups[from].Send(ctx, []byte(fmt.Sprintf("w%d", k)), WaitDelivered())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for at, g := range groups {
+			// Twice: the second Sync's frontier is past what the first
+			// one's reactions announced.
+			for range 2 {
+				idx, err := g.Sync(ctx)
+				if err != nil {
+					t.Fatalf("round %d: Sync at member %d: %v", k, at+1, err)
+				}
+				if idx < r.Index {
+					t.Fatalf("round %d: Sync at member %d returned %d, before message %d", k, at+1, idx, r.Index)
+				}
+			}
+		}
+	}
+}
+
 // Sync needs atomic delivery.
 func TestSyncNeedsAtomic(t *testing.T) {
 	fab := rdma.NewMemFabric(rdma.MemOptions{Seed: 3})

@@ -117,6 +117,12 @@ type Core struct {
 	// maxData is the highest stamp of a peer's message held; maxStamp the
 	// highest of any message held, own included.
 	maxData, maxStamp Timestamp
+	// want is the highest stamp some member (this one included) waits
+	// for the barriers to pass (Want, KindWant): this member beacons and
+	// announces its frontier for it as for a message of that stamp.
+	// wantOwn is the highest this member was asked for by Want, and
+	// wantSent the highest it multicast.
+	want, wantOwn, wantSent Timestamp
 	// frontierKey[j] places the record that last raised member j's
 	// announced frontier in j's send order (see frontierOrder).
 	frontierKey []uint64
@@ -267,9 +273,26 @@ func (c *Core) multicast(r Record) {
 	case r.Kind == KindData && len(c.topics) == 0:
 		// A message is its sender's promise, for its one channel.
 		c.announcedT = max(c.announcedT, r.TS+1)
-	case r.Kind != KindData:
+	case r.Kind == KindBeacon || r.Kind == KindTopicBeacon:
 		c.announcedT = max(c.announcedT, r.TS)
 	}
+}
+
+// Want asks for this member's barriers to pass ts soon (a linearizable
+// read waits for its delivery barrier to pass its receive frontier): the
+// core multicasts a want record within BeaconGap, and every member
+// beacons and announces its frontier for ts as it would for a message
+// stamped ts, so that the barriers pass it in about two message delays
+// rather than at the idle pace of one beacon per BeaconInterval. It
+// sends nothing in Unordered mode or once the core is wedged, nor for a
+// stamp no higher than one it asked for already.
+func (c *Core) Want(now int64, ts Timestamp) {
+	if c.wedged || c.cfg.Mode == Unordered || ts <= c.wantOwn {
+		return
+	}
+	c.advance(now)
+	c.wantOwn = ts
+	c.want = max(c.want, ts)
 }
 
 // Step applies a record received from member from at time now. A record
@@ -313,7 +336,7 @@ func (c *Core) Step(now int64, from int, r Record) error {
 // hybrid clock makes this member's own stamps follow the record's once
 // it applies it.
 func (c *Core) waits(from int, r Record) bool {
-	if r.Kind != KindData && r.Kind != KindBeacon || from < 0 || from >= c.cfg.Members || from == c.cfg.Self {
+	if r.Kind != KindData && r.Kind != KindBeacon && r.Kind != KindWant || from < 0 || from >= c.cfg.Members || from == c.cfg.Self {
 		return false
 	}
 	return len(c.ahead[from]) > 0 || r.TS > c.limit()
@@ -333,7 +356,7 @@ func (c *Core) step(from int, r Record) error {
 	switch r.Kind {
 	case KindPublish:
 		return c.stepPublish(from, r)
-	case KindData, KindBeacon, KindTopicBeacon:
+	case KindData, KindBeacon, KindTopicBeacon, KindWant:
 		direct := c.commit != nil && c.cfg.Mode != Unordered
 		key := frontierOrder(r)
 		// A record overtaken by later ones (a large message) carries an
@@ -354,6 +377,10 @@ func (c *Core) step(from int, r Record) error {
 		} else if r.Kind == KindTopicBeacon {
 			if err := c.stepTopicBeacon(from, r); err != nil {
 				return err
+			}
+		} else if r.Kind == KindWant {
+			if c.cfg.Mode != Unordered {
+				c.want = max(c.want, r.TS)
 			}
 		} else if err := c.prom.Beacon(from, r.Seq, r.TS); err != nil {
 			return err
@@ -383,7 +410,7 @@ func (c *Core) step(from int, r Record) error {
 // group: data #n, then the beacons sent after it (which carry n), then
 // data #n+1.
 func frontierOrder(r Record) uint64 {
-	if r.Kind == KindBeacon || r.Kind == KindTopicBeacon {
+	if r.Kind == KindBeacon || r.Kind == KindTopicBeacon || r.Kind == KindWant {
 		return 2*r.Seq + 1
 	}
 	return 2 * r.Seq
@@ -391,7 +418,7 @@ func frontierOrder(r Record) uint64 {
 
 // Tick tells the core that time now has come: it beacons if this member
 // has been silent for a beacon interval, or for a beacon gap while others
-// wait on its promise or frontier.
+// wait on its promise or frontier, and multicasts what Want asked for.
 func (c *Core) Tick(now int64) {
 	if c.wedged {
 		c.now = max(c.now, now) // Deadline stays ahead of the caller's clock
@@ -406,26 +433,27 @@ func (c *Core) Tick(now int64) {
 // member has not announced: a peer's message is stamped at or above the
 // last promise (their frontiers wait for a higher one), or the frontier
 // moved while some message this member knows of is not yet below the
-// announced one (the commit barrier waits for it). Otherwise beacons keep
-// the idle pace of one per interval. In a group with topics a message
-// promises only for its own channel, so an own message stamped at or
-// above the last promise wants one too: the other channels of this
-// member that reach its receivers wait for it.
+// announced one (the commit barrier waits for it); a stamp some member
+// waits for the barriers to pass (Want) counts as such a message.
+// Otherwise beacons keep the idle pace of one per interval. In a group
+// with topics a message promises only for its own channel, so an own
+// message stamped at or above the last promise wants one too: the other
+// channels of this member that reach its receivers wait for it.
 func (c *Core) wantsBeacon() bool {
 	if c.cfg.Mode == Unordered {
 		return false
 	}
-	if c.maxData >= c.announcedT || len(c.topics) > 0 && c.maxStamp >= c.announcedT {
+	if c.maxData >= c.announcedT || c.want >= c.announcedT || len(c.topics) > 0 && c.maxStamp >= c.announcedT {
 		return true
 	}
-	return c.commit != nil && c.announcedR <= c.maxStamp && c.prom.Frontier() > c.announcedR
+	return c.commit != nil && c.announcedR <= max(c.maxStamp, c.want) && c.prom.Frontier() > c.announcedR
 }
 
 // treeGap is how long aggregation records wait after the last ones: a gap
 // while some known message is not yet below what this member told its
 // tree neighbours, an interval otherwise.
 func (c *Core) treeGap() int64 {
-	if c.tree.Sent() <= c.maxStamp {
+	if c.tree.Sent() <= max(c.maxStamp, c.want) {
 		return int64(c.cfg.BeaconGap)
 	}
 	return int64(c.cfg.BeaconInterval)
@@ -436,6 +464,7 @@ func (c *Core) react() {
 		return
 	}
 	silent := c.now - c.lastSent
+	wantDue := c.wantOwn > c.wantSent && silent >= int64(c.cfg.BeaconGap)
 	if silent >= int64(c.cfg.BeaconInterval) || (silent >= int64(c.cfg.BeaconGap) && c.wantsBeacon()) {
 		c.stats.Beacons++
 		if len(c.topics) > 0 {
@@ -443,6 +472,10 @@ func (c *Core) react() {
 		} else {
 			c.multicast(Record{Kind: KindBeacon, Seq: c.seq, TS: c.clock.peek(c.now)})
 		}
+	}
+	if wantDue {
+		c.wantSent = c.wantOwn
+		c.multicast(Record{Kind: KindWant, Seq: c.seq, TS: c.wantOwn})
 	}
 	if c.tree != nil {
 		c.tree.SetOwn(c.prom.Frontier())
@@ -469,7 +502,7 @@ func (c *Core) Deadline() int64 {
 		return c.now + int64(c.cfg.BeaconInterval)
 	}
 	d := c.lastSent + int64(c.cfg.BeaconInterval)
-	if c.wantsBeacon() {
+	if c.wantsBeacon() || c.wantOwn > c.wantSent {
 		d = c.lastSent + int64(c.cfg.BeaconGap)
 	}
 	if c.tree != nil {

@@ -19,6 +19,8 @@ import (
 //	send m=0 at=5 [data=x]          member 0 sends at common time 5
 //	publish m=0 t=1 at=5 [data=x]   member 0 publishes on topic 1
 //	tick [m=1] at=100               one member (or all) ticks
+//	want m=0 at=5 [ts=3]            member 0 asks for the barriers to pass ts
+//	                                (default: its frontier), as Sync does
 //	deliver from=0 to=1 at=7 [n=1] [topic=1]
 //	                                step records queued on a link (the
 //	                                group's, or a topic's)
@@ -98,10 +100,20 @@ func TestCoreScenarios(t *testing.T) {
 						c.tick(i, at)
 					}
 				}
+			case "want":
+				c.out = &out
+				m := intArg(t, d, "m", 0)
+				core := c.cores[m]
+				ts := core.Frontier()
+				if d.HasArg("ts") {
+					ts = Timestamp(intArg(t, d, "ts", 0))
+				}
+				core.Want(c.clock(m, at), ts)
+				c.collect(m)
 			case "deliver":
 				c.deliverOn([3]int{intArg(t, d, "from", 0), intArg(t, d, "to", 0), intArg(t, d, "topic", 0)}, intArg(t, d, "n", -1), at)
 			case "inject":
-				kind := map[string]Kind{"data": KindData, "beacon": KindBeacon, "up": KindUp, "down": KindDown}[strArg(d, "kind", "data")]
+				kind := map[string]Kind{"data": KindData, "beacon": KindBeacon, "want": KindWant, "up": KindUp, "down": KindDown}[strArg(d, "kind", "data")]
 				r := Record{Kind: kind, Seq: uint64(intArg(t, d, "seq", 1)), TS: Timestamp(intArg(t, d, "ts", 0)), Frontier: Timestamp(intArg(t, d, "frontier", 0))}
 				if kind == KindData {
 					r.Payload = []byte(strArg(d, "data", "bad"))

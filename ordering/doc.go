@@ -22,6 +22,14 @@
 //   - Atomic: delivered below the commit barrier, so nothing is delivered
 //     until every member holds it.
 //
+// Members beacon (promise that nothing of theirs will be stamped below a
+// time) at once when others wait on them — a peer's message, or a moved
+// frontier that the commit barrier waits for — and otherwise once per
+// [Config.BeaconInterval]. A member that waits for its barriers to pass a
+// point without a message of its own to carry it (a linearizable read)
+// asks for prompt beacons with [Core.Want], which multicasts a want record
+// ([KindWant]).
+//
 // Clock skew between members costs latency, never order nor messages: the
 // hybrid clock makes a member's stamps follow every stamp it has seen, and
 // a peer's record stamped more than [Config.MaxAhead] beyond local time

@@ -219,6 +219,8 @@ func describeRecord(r Record) string {
 		return fmt.Sprintf("data #%d ts=%d R=%d %q", r.Seq, r.TS, r.Frontier, r.Payload)
 	case KindBeacon:
 		return fmt.Sprintf("beacon #%d T=%d R=%d", r.Seq, r.TS, r.Frontier)
+	case KindWant:
+		return fmt.Sprintf("want #%d W=%d R=%d", r.Seq, r.TS, r.Frontier)
 	case KindUp:
 		return fmt.Sprintf("up %d", r.TS)
 	case KindDown:

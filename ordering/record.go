@@ -33,6 +33,13 @@ const (
 	// below TS. Bounds lists only the topics whose count changed since
 	// the sender's previous topic beacon.
 	KindTopicBeacon Kind = 6
+	// KindWant asks the group to move its barriers past TS soon: its
+	// sender waits for them (a linearizable read, see Core.Want). Every
+	// member that receives it beacons and announces its frontier as it
+	// would for a message stamped TS, instead of at the idle pace. It
+	// promises nothing; like a beacon, it follows the sender's message
+	// Seq and carries its frontier in the direct commit scheme.
+	KindWant Kind = 7
 )
 
 func (k Kind) String() string {
@@ -49,6 +56,8 @@ func (k Kind) String() string {
 		return "publish"
 	case KindTopicBeacon:
 		return "topic-beacon"
+	case KindWant:
+		return "want"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -63,11 +72,13 @@ type Record struct {
 	// beacon: the last message sent before the promise; publish: this
 	// message among the sender's on its topic). It starts at 1.
 	Seq uint64
-	// TS is the message stamp (data), the promise (beacon), or the
-	// frontier or barrier (up, down).
+	// TS is the message stamp (data), the promise (beacon), the
+	// frontier or barrier (up, down), or the stamp the sender waits for
+	// the barriers to pass (want).
 	TS Timestamp
 	// Frontier is the sender's receive frontier when it sent the record,
-	// on data and beacons in the direct commit scheme; zero otherwise.
+	// on data, beacons and wants in the direct commit scheme; zero
+	// otherwise.
 	Frontier Timestamp
 	// Topic is the topic of a publish record (from 1); zero otherwise.
 	Topic uint32
@@ -199,7 +210,7 @@ func DecodeRecord(frame []byte, maxPayload int) (Record, error) {
 				return Record{}, fmt.Errorf("%w: topic beacon bound 0 on topic %d", ErrBadRecord, r.Bounds[i].Topic)
 			}
 		}
-	case KindBeacon, KindUp, KindDown:
+	case KindBeacon, KindUp, KindDown, KindWant:
 		if len(payload) != 0 {
 			return Record{}, fmt.Errorf("%w: %v record with %d payload bytes", ErrBadRecord, r.Kind, len(payload))
 		}

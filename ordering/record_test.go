@@ -26,6 +26,8 @@ func TestRecordRoundTrip(t *testing.T) {
 		{"publish without payload", Record{Kind: KindPublish, Seq: 1, TS: 51, Topic: math.MaxUint32}},
 		{"topic beacon", Record{Kind: KindTopicBeacon, Seq: 6, TS: 60, Frontier: 55, Bounds: []TopicSeq{{1, 4}, {7, 1}, {math.MaxUint32, math.MaxUint64}}}},
 		{"topic beacon without bounds", Record{Kind: KindTopicBeacon, Seq: 0, TS: 61}},
+		{"want", Record{Kind: KindWant, Seq: 7, TS: 70, Frontier: 65}},
+		{"want before any message", Record{Kind: KindWant, Seq: 0, TS: 71}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,12 +107,13 @@ func TestDecodeRecordRejects(t *testing.T) {
 		{"empty", nil, 64, "0 bytes"},
 		{"short", header(KindBeacon, 1)[:RecordHeaderBytes-1], 64, "24 bytes"},
 		{"kind zero", header(0, 1), 64, "unknown kind 0"},
-		{"unknown kind", header(7, 1), 64, "unknown kind 7"},
+		{"unknown kind", header(8, 1), 64, "unknown kind 8"},
 		{"unknown kind 255", header(255, 1), 64, "unknown kind 255"},
 		{"data with sequence 0", withPayload(header(KindData, 0), 1), 64, "sequence 0"},
 		{"payload on beacon", withPayload(header(KindBeacon, 1), 1), 64, "beacon record with 1 payload bytes"},
 		{"payload on up", withPayload(header(KindUp, 0), 2), 64, "up record with 2 payload bytes"},
 		{"payload on down", withPayload(header(KindDown, 0), 3), 64, "down record with 3 payload bytes"},
+		{"payload on want", withPayload(header(KindWant, 0), 4), 64, "want record with 4 payload bytes"},
 		{"payload over the limit", withPayload(header(KindData, 1), 65), 64, "65-byte payload exceeds 64"},
 		{"any payload with limit 0", withPayload(header(KindData, 1), 1), 0, "1-byte payload exceeds 0"},
 		{"publish without topic", withPayload(header(KindPublish, 1), 3), 64, "without its topic"},
@@ -138,7 +141,7 @@ func TestDecodeRecordRejects(t *testing.T) {
 }
 
 func TestKindString(t *testing.T) {
-	for k, want := range map[Kind]string{KindData: "data", KindBeacon: "beacon", KindUp: "up", KindDown: "down", KindPublish: "publish", KindTopicBeacon: "topic-beacon", 0: "Kind(0)", 9: "Kind(9)"} {
+	for k, want := range map[Kind]string{KindData: "data", KindBeacon: "beacon", KindUp: "up", KindDown: "down", KindPublish: "publish", KindTopicBeacon: "topic-beacon", KindWant: "want", 0: "Kind(0)", 9: "Kind(9)"} {
 		if got := k.String(); got != want {
 			t.Errorf("Kind(%d).String() = %q, want %q", uint8(k), got, want)
 		}
@@ -190,7 +193,7 @@ func FuzzDecodeRecord(f *testing.F) {
 					t.Fatalf("accepted bounds %v", r.Bounds)
 				}
 			}
-		case KindBeacon, KindUp, KindDown:
+		case KindBeacon, KindUp, KindDown, KindWant:
 			if len(r.Payload) != 0 {
 				t.Fatalf("accepted %v record with %d payload bytes", r.Kind, len(r.Payload))
 			}

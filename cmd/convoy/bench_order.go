@@ -135,7 +135,7 @@ func parseOrderBench(args []string, c *cli) (*orderBench, error) {
 	fs.DurationVar(&b.warmup, "warmup", time.Second, "how long each phase runs before it is measured")
 	fs.IntVar(&b.rate, "rate", 0, "messages per second per sender in the throughput phase (0: as fast as possible) and in the latency phase (0: 2000)")
 	fs.Uint64Var(&b.window, "window", defaultOrderWindow, "most messages a sender keeps undelivered at some member (0: no limit but the group's own)")
-	fs.DurationVar(&b.beacon, "beacon", time.Millisecond, "beacon interval: the longest a member stays silent")
+	fs.DurationVar(&b.beacon, "beacon", convoy.DefaultBeaconInterval, "beacon interval: the longest a member stays silent")
 	fs.DurationVar(&b.timeout, "timeout", time.Minute, "give up when a phase has not delivered everything this long after its senders stopped")
 	fs.BoolVar(&b.json, "json", false, "print one JSON object per line instead of a table")
 	fs.BoolVar(&b.verbose, "v", false, "log debug messages to stderr")

@@ -54,6 +54,12 @@ const (
 	DefaultWindowMessages = 64 << 10
 	// DefaultWindowBytes bounds their bytes.
 	DefaultWindowBytes = 64 << 20
+	// DefaultBeaconInterval: an idle member beacons this often. Traffic
+	// and Syncs make members beacon at once (within BeaconGap), so it
+	// bounds only how far the barriers trail the clock in an idle group,
+	// and sets what an idle group costs (a record to every other member
+	// per interval).
+	DefaultBeaconInterval = 20 * time.Millisecond
 	// DefaultBeaconGap: reactions a little apart, so that a burst of
 	// records is answered once.
 	DefaultBeaconGap = 20 * time.Microsecond
@@ -269,6 +275,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.StallTimeout, DefaultStallTimeout)
 	def(&c.MaxDonors, DefaultMaxDonors)
 	def(&c.TransferStall, DefaultTransferStall)
+	def(&c.BeaconInterval, DefaultBeaconInterval)
 	def(&c.BeaconGap, DefaultBeaconGap)
 	def(&c.TraceMessages, DefaultTraceMessages)
 	def(&c.WindowMessages, DefaultWindowMessages)

@@ -55,6 +55,8 @@ func TestConfigDefaults(t *testing.T) {
 			func(c *Config) { c.MaxDonors = 2 }},
 		{"TransferStall", views, func(c Config) any { return c.TransferStall }, 10 * time.Second,
 			func(c *Config) { c.TransferStall = time.Second }},
+		{"BeaconInterval", fixed, func(c Config) any { return c.BeaconInterval }, 20 * time.Millisecond,
+			func(c *Config) { c.BeaconInterval = time.Millisecond }},
 		{"BeaconGap", fixed, func(c Config) any { return c.BeaconGap }, 20 * time.Microsecond,
 			func(c *Config) { c.BeaconGap = time.Millisecond }},
 		{"WindowMessages", fixed, func(c Config) any { return c.WindowMessages }, 64 << 10,

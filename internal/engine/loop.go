@@ -417,8 +417,11 @@ func (r *runner) multicast(rd ordering.Ready) error {
 		if err := v.net.multicast(ctx, frame); err != nil {
 			return err
 		}
-		if k := rd.Records[i].Kind; k == ordering.KindBeacon || k == ordering.KindTopicBeacon {
+		switch rd.Records[i].Kind {
+		case ordering.KindBeacon, ordering.KindTopicBeacon:
 			g.m.control.Add(ctx, int64(len(v.ids)-1), g.m.beacon.add...)
+		case ordering.KindWant:
+			g.m.control.Add(ctx, int64(len(v.ids)-1), g.m.want.add...)
 		}
 	}
 	var lastDown ordering.Timestamp

@@ -29,6 +29,7 @@ type metrics struct {
 	rejected         metric.Int64Counter
 	control          metric.Int64Counter
 	beacon, up, down attrs // control's kinds
+	want             attrs
 	// Lags: the delivery and commit barriers behind the clock, and the
 	// durable barrier behind the log.
 	barrierLag       metric.Float64Gauge
@@ -109,8 +110,9 @@ func newMetrics(mp metric.MeterProvider, mode Mode) (*metrics, error) {
 	ms.waited, ms.refused = attr("outcome", "waited"), attr("outcome", "refused")
 	counter(&ms.rejected, "convoy.rejected.records", "{record}", "Records from other members rejected as protocol violations.")
 	counter(&ms.control, "convoy.control.messages", "{message}",
-		"Control messages sent, counted per receiving member: beacons (to every other member) and frontier aggregation records (up to the parent, down to the children).")
+		"Control messages sent, counted per receiving member: beacons and wants (a Sync's request for prompt beacons) to every other member, and frontier aggregation records (up to the parent, down to the children).")
 	ms.beacon, ms.up, ms.down = attr("kind", "beacon"), attr("kind", "up"), attr("kind", "down")
+	ms.want = attr("kind", "want")
 
 	ms.barrierLag, e = m.Float64Gauge("convoy.barrier.lag", metric.WithUnit("s"),
 		metric.WithDescription("How far a barrier trails this member's clock: the delivery barrier (every member's promise: below it, this member holds every message) and the commit barrier (below it, every member does); just after a view opens, the time since."))

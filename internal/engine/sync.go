@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/convoy-gcs/convoy/ordering"
 )
 
 // viewReadTimeout bounds one read of the current view for Syncs
@@ -256,6 +258,9 @@ func (r *runner) checkSyncs() {
 		if epoch >= w.minEpoch {
 			if !w.armed {
 				w.armed, w.ts = true, uint64(r.v.core.Frontier())
+				// The barrier passes it in two message delays rather
+				// than at the idle pace.
+				r.v.core.Want(r.g.cfg.Clock(), ordering.Timestamp(w.ts))
 			}
 			if !w.passed && barrier >= w.ts {
 				w.passed, w.target = true, r.v.core.Index()
