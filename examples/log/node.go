@@ -80,20 +80,8 @@ func (o Options) withDefaults(cfg convoy.Config) (Options, error) {
 	if o.MaxValueBytes == 0 {
 		o.MaxValueBytes = DefaultMaxValueBytes
 	}
-	windowMessages, windowBytes := cfg.WindowMessages, cfg.WindowBytes
-	if windowMessages == 0 {
-		windowMessages = convoy.DefaultWindowMessages
-	}
-	if windowBytes == 0 {
-		windowBytes = convoy.DefaultWindowBytes
-	}
-	if o.MaxRequests == 0 {
-		o.MaxRequests = min(DefaultMaxRequests, windowMessages)
-	}
 	largest := appendCharge(o.MaxValueBytes)
-	if o.MaxRequestBytes == 0 {
-		o.MaxRequestBytes = max(windowBytes, largest)
-	}
+	o.MaxRequests, o.MaxRequestBytes = admit.Limits(cfg, o.MaxRequests, o.MaxRequestBytes, DefaultMaxRequests, largest)
 	if o.MaxRequestBytes < largest {
 		return o, fmt.Errorf("sharedlog: MaxRequestBytes %d is below %d, what the largest append (of MaxValueBytes %d) counts", o.MaxRequestBytes, largest, o.MaxValueBytes)
 	}

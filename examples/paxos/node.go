@@ -136,20 +136,8 @@ func (o Options) withDefaults(cfg convoy.Config) (Options, error) {
 	if o.MaxValueBytes == 0 {
 		o.MaxValueBytes = DefaultMaxValueBytes
 	}
-	windowMessages, windowBytes := cfg.WindowMessages, cfg.WindowBytes
-	if windowMessages == 0 {
-		windowMessages = convoy.DefaultWindowMessages
-	}
-	if windowBytes == 0 {
-		windowBytes = convoy.DefaultWindowBytes
-	}
-	if o.MaxRequests == 0 {
-		o.MaxRequests = min(DefaultMaxRequests, windowMessages)
-	}
 	largest := o.largestCharge()
-	if o.MaxRequestBytes == 0 {
-		o.MaxRequestBytes = max(windowBytes, largest)
-	}
+	o.MaxRequests, o.MaxRequestBytes = admit.Limits(cfg, o.MaxRequests, o.MaxRequestBytes, DefaultMaxRequests, largest)
 	if o.MaxRequestBytes < largest {
 		return o, fmt.Errorf("paxos: MaxRequestBytes %d is below %d, what the largest request (values of MaxValueBytes %d) counts", o.MaxRequestBytes, largest, o.MaxValueBytes)
 	}

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/convoy-gcs/convoy"
+	"github.com/convoy-gcs/convoy/internal/admit"
 )
 
 // Options tune the service (validated defaults for zero values). The
@@ -102,19 +103,7 @@ func (o Options) withDefaults(cfg convoy.Config) (Options, error) {
 	if o.Retain == 0 {
 		o.Retain = DefaultRetain
 	}
-	windowMessages, windowBytes := cfg.WindowMessages, cfg.WindowBytes
-	if windowMessages == 0 {
-		windowMessages = convoy.DefaultWindowMessages
-	}
-	if windowBytes == 0 {
-		windowBytes = convoy.DefaultWindowBytes
-	}
-	if o.MaxRequests == 0 {
-		o.MaxRequests = min(DefaultMaxRequests, windowMessages)
-	}
-	if o.MaxRequestBytes == 0 {
-		o.MaxRequestBytes = max(windowBytes, o.MaxMessageBytes)
-	}
+	o.MaxRequests, o.MaxRequestBytes = admit.Limits(cfg, o.MaxRequests, o.MaxRequestBytes, DefaultMaxRequests, o.MaxMessageBytes)
 	if o.MaxRequestBytes < o.MaxMessageBytes {
 		return o, fmt.Errorf("%w: MaxRequestBytes %d is below MaxMessageBytes %d, what the largest publish counts", ErrInvalidOptions, o.MaxRequestBytes, o.MaxMessageBytes)
 	}

@@ -1,0 +1,27 @@
+package admit
+
+import "github.com/convoy-gcs/convoy"
+
+// Limits returns a service's bounds on its requests in flight, filling in
+// those left zero: maxRequests becomes defaultRequests, or the group's
+// window of messages (cfg.WindowMessages, or its default) if that is
+// smaller, since a request beyond the window would only wait in Send;
+// maxBytes becomes the window's bytes (cfg.WindowBytes, or its default),
+// or largest, what the largest request the service accepts counts, if
+// that is more, so that one such request always fits.
+func Limits(cfg convoy.Config, maxRequests, maxBytes, defaultRequests, largest int) (int, int) {
+	windowMessages, windowBytes := cfg.WindowMessages, cfg.WindowBytes
+	if windowMessages == 0 {
+		windowMessages = convoy.DefaultWindowMessages
+	}
+	if windowBytes == 0 {
+		windowBytes = convoy.DefaultWindowBytes
+	}
+	if maxRequests == 0 {
+		maxRequests = min(defaultRequests, windowMessages)
+	}
+	if maxBytes == 0 {
+		maxBytes = max(windowBytes, largest)
+	}
+	return maxRequests, maxBytes
+}
