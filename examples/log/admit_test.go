@@ -1,7 +1,6 @@
 package sharedlog
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -9,34 +8,8 @@ import (
 	"testing"
 	"time"
 
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"github.com/convoy-gcs/convoy/internal/metrictest"
 )
-
-// refusals returns the sum of convoy.log.refused.requests with reason
-// capacity.
-func refusals(t *testing.T, reader *sdkmetric.ManualReader) int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			sum, ok := m.Data.(metricdata.Sum[int64])
-			if m.Name != "convoy.log.refused.requests" || !ok {
-				continue
-			}
-			for _, dp := range sum.DataPoints {
-				if v, _ := dp.Attributes.Value("reason"); v.AsString() == "capacity" {
-					n += dp.Value
-				}
-			}
-		}
-	}
-	return n
-}
 
 // TestAdmission: with MaxRequests requests in flight, the next request
 // is refused at once with 503 and a Retry-After, and counted; an append
@@ -44,11 +17,9 @@ func refusals(t *testing.T, reader *sdkmetric.ManualReader) int64 {
 // same way, before its body is read. Once the requests in flight are
 // answered, requests are served again.
 func TestAdmission(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(context.Background())
+	meters := metrictest.New(t)
 	n, l := newLoopbackNodeWith(t, Options{MaxValueBytes: 16, MaxRequests: 2, MaxRequestBytes: 40, RetryAfter: 1500 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler), MeterProvider: mp})
+		Logger: slog.New(slog.DiscardHandler), MeterProvider: meters.Provider})
 	h := n.Handler()
 	l.setHold()
 	done := make(chan int, 2)
@@ -73,7 +44,7 @@ func TestAdmission(t *testing.T) {
 		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "2" {
 			t.Errorf("%s %s at capacity: %d, Retry-After %q; want 503, 2", method, target, rec.Code, rec.Header().Get("Retry-After"))
 		}
-		if got := refusals(t, reader); got != int64(i+1) {
+		if got := meters.Sum(t, "convoy.log.refused.requests", "reason", "capacity"); got != int64(i+1) {
 			t.Errorf("%d refusals counted, want %d", got, i+1)
 		}
 	}
@@ -109,7 +80,7 @@ func TestAdmission(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Errorf("an append of undeclared length beyond MaxRequestBytes: %d, want 503", rec.Code)
 	}
-	if got := refusals(t, reader); got != 6 {
+	if got := meters.Sum(t, "convoy.log.refused.requests", "reason", "capacity"); got != 6 {
 		t.Errorf("%d refusals counted, want 6", got)
 	}
 	l.release()

@@ -8,13 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/convoy-gcs/convoy"
 	"github.com/convoy-gcs/convoy/examples/paxos/client"
 	"github.com/convoy-gcs/convoy/examples/paxos/wire"
+	"github.com/convoy-gcs/convoy/internal/metrictest"
 )
 
 // testMeters returns a meter provider for a node and a function that
@@ -22,37 +21,10 @@ import (
 // attributes include the given ones (pairs of key and value).
 func testMeters(t *testing.T) (*sdkmetric.MeterProvider, func(name string, attrs ...string) int64) {
 	t.Helper()
-	r := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
-	t.Cleanup(func() { mp.Shutdown(context.Background()) })
-	return mp, func(name string, attrs ...string) int64 {
+	m := metrictest.New(t)
+	return m.Provider, func(name string, attrs ...string) int64 {
 		t.Helper()
-		var rm metricdata.ResourceMetrics
-		if err := r.Collect(context.Background(), &rm); err != nil {
-			t.Fatal(err)
-		}
-		var total int64
-		for _, sm := range rm.ScopeMetrics {
-			for _, m := range sm.Metrics {
-				if m.Name != name {
-					continue
-				}
-				sum, ok := m.Data.(metricdata.Sum[int64])
-				if !ok {
-					t.Fatalf("%s: %T, want an int64 sum", name, m.Data)
-				}
-			points:
-				for _, p := range sum.DataPoints {
-					for i := 0; i+1 < len(attrs); i += 2 {
-						if v, ok := p.Attributes.Value(attribute.Key(attrs[i])); !ok || v.AsString() != attrs[i+1] {
-							continue points
-						}
-					}
-					total += p.Value
-				}
-			}
-		}
-		return total
+		return m.Sum(t, name, attrs...)
 	}
 }
 

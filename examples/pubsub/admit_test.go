@@ -11,54 +11,9 @@ import (
 	"testing"
 	"time"
 
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-
 	"github.com/convoy-gcs/convoy"
+	"github.com/convoy-gcs/convoy/internal/metrictest"
 )
-
-// refusals returns the sums of convoy.pubsub.refused.requests by reason.
-func refusals(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	out := make(map[string]int64)
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			sum, ok := m.Data.(metricdata.Sum[int64])
-			if m.Name != "convoy.pubsub.refused.requests" || !ok {
-				continue
-			}
-			for _, dp := range sum.DataPoints {
-				v, _ := dp.Attributes.Value("reason")
-				out[v.AsString()] += dp.Value
-			}
-		}
-	}
-	return out
-}
-
-// gauge returns the value of the up-down counter name.
-func gauge(t *testing.T, reader *sdkmetric.ManualReader, name string) int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == name {
-				for _, dp := range sum.DataPoints {
-					n += dp.Value
-				}
-			}
-		}
-	}
-	return n
-}
 
 // waitFor polls cond until it holds, or fails the test after a long
 // while (a loaded machine may be slow, never this slow).
@@ -178,11 +133,9 @@ func openStream(t *testing.T, hc *http.Client, base, topic string) (status int, 
 // MaxStreams, apart from the requests. Places are given back once a
 // request is answered and once a stream's client goes away.
 func TestAdmission(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(context.Background())
+	meters := metrictest.New(t)
 	c := newCluster(t, Options{MaxMessageBytes: 100, MaxRequests: 2, MaxRequestBytes: 150, MaxStreams: 2,
-		RetryAfter: 1500 * time.Millisecond, MeterProvider: mp})
+		RetryAfter: 1500 * time.Millisecond, MeterProvider: meters.Provider})
 	m := c.openAll(1)[0]
 	n, base := m.node, m.srv.URL
 	hc := &http.Client{Transport: &http.Transport{}}
@@ -203,7 +156,7 @@ func TestAdmission(t *testing.T) {
 	if r, by, _ := load(); r != 2 || by != 70 {
 		t.Fatalf("admitted %d requests of %d bytes, want 2 of 70", r, by)
 	}
-	if got := gauge(t, reader, "convoy.pubsub.admitted.requests"); got != 2 {
+	if got := meters.Sum(t, "convoy.pubsub.admitted.requests"); got != 2 {
 		t.Errorf("convoy.pubsub.admitted.requests %d, want 2", got)
 	}
 	for i, req := range []struct{ method, path, body string }{
@@ -217,7 +170,7 @@ func TestAdmission(t *testing.T) {
 		if status != http.StatusServiceUnavailable || after != "2" || !strings.Contains(e, "at capacity") {
 			t.Errorf("%s %s at capacity: %d, Retry-After %q, error %q; want 503, 2, at capacity", req.method, req.path, status, after, e)
 		}
-		if got := refusals(t, reader)[reasonCapacity]; got != int64(i+1) {
+		if got := meters.Sum(t, "convoy.pubsub.refused.requests", "reason", reasonCapacity); got != int64(i+1) {
 			t.Errorf("%d refusals for capacity counted, want %d", got, i+1)
 		}
 	}
@@ -245,10 +198,10 @@ func TestAdmission(t *testing.T) {
 	if status != http.StatusServiceUnavailable || after != "2" {
 		t.Errorf("a stream beyond MaxStreams: %d, Retry-After %q; want 503, 2", status, after)
 	}
-	if got := refusals(t, reader); got[reasonStreams] != 1 || got[reasonCapacity] != 5 {
-		t.Errorf("refusals counted %v, want 1 for streams and 5 for capacity", got)
+	if streams, capacity := meters.Sum(t, "convoy.pubsub.refused.requests", "reason", reasonStreams), meters.Sum(t, "convoy.pubsub.refused.requests", "reason", reasonCapacity); streams != 1 || capacity != 5 {
+		t.Errorf("refusals counted %d for streams and %d for capacity, want 1 and 5", streams, capacity)
 	}
-	if got := gauge(t, reader, "convoy.pubsub.streams"); got != 2 {
+	if got := meters.Sum(t, "convoy.pubsub.streams"); got != 2 {
 		t.Errorf("convoy.pubsub.streams %d, want 2", got)
 	}
 
@@ -277,7 +230,7 @@ func TestAdmission(t *testing.T) {
 	if status, _, e := call(t, hc, "POST", base+"/topics/t", strings.Repeat("x", 50)); status != http.StatusOK {
 		t.Errorf("a publish within MaxRequestBytes: %d %s, want 200", status, e)
 	}
-	if got := refusals(t, reader)[reasonCapacity]; got != 7 {
+	if got := meters.Sum(t, "convoy.pubsub.refused.requests", "reason", reasonCapacity); got != 7 {
 		t.Errorf("%d refusals for capacity counted, want 7", got)
 	}
 	if status := big.finish(); status != http.StatusOK {
@@ -296,7 +249,7 @@ func TestAdmission(t *testing.T) {
 	}
 	waitFor(t, "every place is back", func() bool { r, by, s := load(); return r == 0 && by == 0 && s == 0 })
 	for _, name := range []string{"convoy.pubsub.admitted.requests", "convoy.pubsub.admitted.bytes", "convoy.pubsub.streams"} {
-		if got := gauge(t, reader, name); got != 0 {
+		if got := meters.Sum(t, name); got != 0 {
 			t.Errorf("%s %d once every place is back, want 0", name, got)
 		}
 	}

@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-
 	"github.com/convoy-gcs/convoy/examples/pubsub/client"
+	"github.com/convoy-gcs/convoy/internal/metrictest"
 )
 
 // refusalLog is a transport that notes the 503s its requests get: of
@@ -66,10 +65,8 @@ func TestOverload(t *testing.T) {
 		goroutines  = 5
 		streamSlots = members * maxStreams
 	)
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(context.Background())
-	c := newCluster(t, Options{MaxRequests: 2, MaxStreams: maxStreams, MeterProvider: mp,
+	meters := metrictest.New(t)
+	c := newCluster(t, Options{MaxRequests: 2, MaxStreams: maxStreams, MeterProvider: meters.Provider,
 		Retain: publishers * perClient}) // every reader reads from the first message
 	ms := c.openAll(members)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -202,7 +199,10 @@ func TestOverload(t *testing.T) {
 	}
 
 	// The refusals: 503 with Retry-After and a JSON error, counted.
-	refused := refusals(t, reader)
+	refused := map[string]int64{
+		reasonCapacity: meters.Sum(t, "convoy.pubsub.refused.requests", "reason", reasonCapacity),
+		reasonStreams:  meters.Sum(t, "convoy.pubsub.refused.requests", "reason", reasonStreams),
+	}
 	seen503 := log.publishes.Load() + log.streams.Load()
 	if log.withoutAfter.Load() != 0 || log.withJSON.Load() != seen503 {
 		t.Errorf("of %d 503s, %d without Retry-After, %d with a JSON error; want all with both", seen503, log.withoutAfter.Load(), log.withJSON.Load())

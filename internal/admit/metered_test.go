@@ -1,59 +1,30 @@
 package admit
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/convoy-gcs/convoy/internal/metrictest"
 )
 
-// sums returns the sums of the int64 sums reader collects, by metric
-// name and attribute set ("name" alone without attributes, else
-// "name{k=v,...}").
-func sums(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+func newTestMetered(t *testing.T, maxRequests, maxBytes int, streams string) (*Metered, *metrictest.Meters) {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	got := make(map[string]int64)
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			sum, ok := m.Data.(metricdata.Sum[int64])
-			if !ok {
-				t.Fatalf("%s: %T, want a sum", m.Name, m.Data)
-			}
-			for _, dp := range sum.DataPoints {
-				key := m.Name
-				if dp.Attributes.Len() > 0 {
-					key += "{" + dp.Attributes.Encoded(attribute.DefaultEncoder()) + "}"
-				}
-				got[key] += dp.Value
-			}
-		}
-	}
-	return got
-}
-
-func newTestMetered(t *testing.T, maxRequests, maxBytes int, streams string) (*Metered, *sdkmetric.ManualReader) {
-	t.Helper()
-	reader := sdkmetric.NewManualReader()
-	a, err := NewMetered(maxRequests, maxBytes, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Metrics{
+	meters := metrictest.New(t)
+	a, err := NewMetered(maxRequests, maxBytes, meters.Provider, Metrics{
 		Scope: "test", Prefix: "svc", Refused: "refused", Bytes: "bytes", Streams: streams,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a, reader
+	return a, meters
 }
 
 func TestMetered(t *testing.T) {
-	a, reader := newTestMetered(t, 2, 100, "streams")
+	a, meters := newTestMetered(t, 2, 100, "streams")
 	capacity := NewReason("capacity")
 	other := NewReason("capacity", attribute.String("api", "stream"))
 	if !a.Admit(60, capacity) || !a.Admit(10, capacity) {
@@ -83,7 +54,7 @@ func TestMetered(t *testing.T) {
 		"svc.refused.requests{api=stream,reason=capacity}": 1,
 		"svc.refused.requests{reason=streams}":             1,
 	}
-	got := sums(t, reader)
+	got := meters.Sums(t)
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %d, want %d", k, got[k], v)
@@ -95,8 +66,8 @@ func TestMetered(t *testing.T) {
 }
 
 func TestMeteredWithoutStreams(t *testing.T) {
-	_, reader := newTestMetered(t, 1, 1, "")
-	if _, ok := sums(t, reader)["svc.streams"]; ok {
+	_, meters := newTestMetered(t, 1, 1, "")
+	if _, ok := meters.Sums(t)["svc.streams"]; ok {
 		t.Error("svc.streams made without Metrics.Streams")
 	}
 	if _, err := NewMetered(1, 1, nil, Metrics{Prefix: "svc"}); err != nil {
