@@ -62,6 +62,16 @@ func FuzzCoreInput(f *testing.F) {
 		rec(1, Record{Kind: KindBeacon, Seq: 0, TS: 90000, Frontier: 90000}),
 		tick,
 	))
+	// A peer asks for prompt beacons (a want), before and after its
+	// message.
+	f.Add(cat(
+		rec(1, Record{Kind: KindWant, Seq: 0, TS: 3000, Frontier: 2000}),
+		rec(0, Record{Kind: KindData, Seq: 1, TS: 5000, Payload: []byte("a")}),
+		tick,
+		rec(1, Record{Kind: KindWant, Seq: 0, TS: 6000, Frontier: 5000}),
+		rec(0, Record{Kind: KindWant, Seq: 1, TS: 2000, Frontier: 1000}),
+		tick,
+	))
 	// Topics: a publish on topic 1, a topic beacon bound to it, one on a
 	// topic this core does not subscribe to, and one bound to a message
 	// not held yet.
