@@ -164,26 +164,14 @@ func TestStatusCopiesEveryField(t *testing.T) {
 // only once that member has delivered it too.
 func TestSync(t *testing.T) {
 	const n, rounds = 3, 50
-	fab := rdma.NewMemFabric(rdma.MemOptions{Seed: 2})
-	defer fab.Close()
-	members := make([]Member, n)
-	for i := range members {
-		members[i] = Member{ID: NodeID(i + 1), Addr: fmt.Sprintf("m%d", i+1)}
-	}
 	var mu sync.Mutex
 	got := make([]map[string]uint64, n) // payload → index, per member
-	cfgs := make([]Config, n)
-	for i := range cfgs {
+	for i := range got {
 		got[i] = make(map[string]uint64)
-		ep, err := fab.Endpoint(members[i].ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ep.Close()
-		// A long beacon interval: the others learn of a message late
-		// unless Sync waits for it.
-		cfgs[i] = Config{Self: members[i].ID, Members: members, Endpoint: ep, BeaconInterval: 20 * time.Millisecond}
 	}
+	// A long beacon interval: the others learn of a message late unless
+	// Sync waits for it.
+	cfgs := memConfigs(t, n, 2, func(c *Config) { c.BeaconInterval = 20 * time.Millisecond })
 	groups, closeAll := openAll(t, cfgs, func(i int) Handler {
 		return func(d Delivery) {
 			mu.Lock()
@@ -219,21 +207,7 @@ func TestSync(t *testing.T) {
 // for the next idle beacons otherwise.
 func TestSyncIdleGroup(t *testing.T) {
 	const n, rounds = 3, 20
-	fab := rdma.NewMemFabric(rdma.MemOptions{Seed: 4})
-	defer fab.Close()
-	members := make([]Member, n)
-	for i := range members {
-		members[i] = Member{ID: NodeID(i + 1), Addr: fmt.Sprintf("m%d", i+1)}
-	}
-	cfgs := make([]Config, n)
-	for i := range cfgs {
-		ep, err := fab.Endpoint(members[i].ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ep.Close()
-		cfgs[i] = Config{Self: members[i].ID, Members: members, Endpoint: ep, BeaconInterval: time.Hour}
-	}
+	cfgs := memConfigs(t, n, 4, func(c *Config) { c.BeaconInterval = time.Hour })
 	groups, closeAll := openAll(t, cfgs, func(int) Handler { return nil })
 	defer closeAll()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -2,11 +2,14 @@ package convoy
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/convoy-gcs/convoy/rdma"
 )
 
 func TestMain(m *testing.M) {
@@ -30,6 +33,31 @@ func freeAddrsTB(t testing.TB, n int) []string {
 		ln.Close()
 	}
 	return addrs
+}
+
+// memConfigs returns the configs of a group of n members with fixed
+// membership over an in-memory fabric seeded with seed (closed, with the
+// endpoints, at the end of the test); each member's is the one tweak
+// makes of {Self, Members, Endpoint}.
+func memConfigs(tb testing.TB, n int, seed int64, tweak func(*Config)) []Config {
+	tb.Helper()
+	fab := rdma.NewMemFabric(rdma.MemOptions{Seed: seed})
+	tb.Cleanup(func() { fab.Close() })
+	members := make([]Member, n)
+	for i := range members {
+		members[i] = Member{ID: NodeID(i + 1), Addr: fmt.Sprintf("m%d", i+1)}
+	}
+	cfgs := make([]Config, n)
+	for i := range cfgs {
+		ep, err := fab.Endpoint(members[i].ID)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { ep.Close() })
+		cfgs[i] = Config{Self: members[i].ID, Members: members, Endpoint: ep}
+		tweak(&cfgs[i])
+	}
+	return cfgs
 }
 
 // openAll opens one group per config concurrently (members wait for each
