@@ -258,12 +258,15 @@ func (r *runner) checkSyncs() {
 		if epoch >= w.minEpoch {
 			if !w.armed {
 				w.armed, w.ts = true, uint64(r.v.core.Frontier())
-				// The barrier passes it in two message delays rather
-				// than at the idle pace.
-				r.v.core.Want(r.g.cfg.Clock(), ordering.Timestamp(w.ts))
 			}
 			if !w.passed && barrier >= w.ts {
 				w.passed, w.target = true, r.v.core.Index()
+			}
+			if !w.passed {
+				// The others beacon for it at once: the barrier passes
+				// it in about two message delays rather than at the idle
+				// pace. (The core asks once for a stamp.)
+				r.v.core.Want(r.g.cfg.Clock(), ordering.Timestamp(w.ts))
 			}
 			if w.passed && r.applied >= w.target && !r.holding() {
 				w.reply <- syncResult{index: r.applied, epoch: epoch}
