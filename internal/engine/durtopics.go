@@ -95,6 +95,9 @@ type topicLog struct {
 	// firstIdx[topic] the indexes among a topic's, lowest first.
 	pending  []topicPending
 	firstIdx map[string][]uint64
+	// trimWait says the last trim stopped short at entries not yet
+	// synced: the next sync asks again, rather than every delivery.
+	trimWait bool
 }
 
 // topics returns the runner's topic log state, read from the durable log
@@ -133,10 +136,10 @@ func (r *runner) appendTopic(d Delivery, after uint64) uint64 {
 
 // trimTopics deletes the oldest topic entries once the log keeps an
 // eighth more than DurableConfig.TopicRetain, down to TopicRetain (of
-// those synced: the log trims no further).
+// those synced: the log trims no further, and the next sync asks again).
 func (r *runner) trimTopics() {
 	t, retain := &r.tlog, uint64(r.g.cfg.Durable.TopicRetain)
-	if t.pos-t.first+1 <= retain+retain/8 {
+	if t.trimWait || t.pos-t.first+1 <= retain+retain/8 {
 		return
 	}
 	if err := r.g.disk.TrimTopics(t.pos - retain); err != nil {
@@ -147,12 +150,17 @@ func (r *runner) trimTopics() {
 		return
 	}
 	t.first = r.g.disk.FirstTopic()
+	t.trimWait = t.first <= t.pos-retain
 }
 
 // announceTopics takes in the topic entries synced since last time and
 // tells each subscribed topic's other subscribers how far this member's
 // log holds the topic.
 func (r *runner) announceTopics() {
+	if r.tlog.trimWait {
+		r.tlog.trimWait = false
+		r.trimTopics()
+	}
 	v := r.v
 	if v == nil || v.tdur == nil {
 		return

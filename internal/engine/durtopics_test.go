@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/convoy-gcs/convoy/internal/memlog"
 	"github.com/convoy-gcs/convoy/persistence"
 	"github.com/convoy-gcs/convoy/rdma"
 )
@@ -549,5 +551,81 @@ func TestDurableTopicsRetain(t *testing.T) {
 		want := slices.Clone(recs[i].got[total-len(got):])
 		recs[i].mu.Unlock()
 		sameTopicDeliveries(t, fmt.Sprintf("member %d's log", i+1), got, want)
+	}
+}
+
+// trimCountLog counts a durable log's TrimTopics calls, each also sent
+// on trimmed, and closes full once it holds want topic entries.
+type trimCountLog struct {
+	*memlog.Log
+	want    uint64
+	full    chan struct{}
+	trimmed chan struct{}
+	trims   atomic.Int64
+}
+
+func (l *trimCountLog) AppendTopic(es ...persistence.TopicEntry) error {
+	err := l.Log.AppendTopic(es...)
+	if l.Log.LastTopic() == l.want {
+		close(l.full)
+	}
+	return err
+}
+
+func (l *trimCountLog) TrimTopics(through uint64) error {
+	l.trims.Add(1)
+	err := l.Log.TrimTopics(through)
+	l.trimmed <- struct{}{}
+	return err
+}
+
+// TestTopicTrimWaitsForSync: a trim of the topic entries beyond
+// TopicRetain stops short at the entries not yet synced; the member asks
+// again at the next sync, not at every delivery meanwhile, and that
+// trim reaches TopicRetain.
+func TestTopicTrimWaitsForSync(t *testing.T) {
+	const retain, total = 16, 200
+	ctx := context.Background()
+	fab := rdma.NewMemFabric(rdma.MemOptions{Seed: 5})
+	defer fab.Close()
+	ep, err := fab.Endpoint(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	disk := &trimCountLog{Log: memlog.New(), want: total, full: make(chan struct{}), trimmed: make(chan struct{}, total)}
+	cfg := Config{Self: 1, Members: []Member{{ID: 1}}, Endpoint: ep, Topics: []Topic{{Name: "t", Subscribers: []NodeID{1}}},
+		Durable: &DurableConfig{Dir: t.TempDir(), TopicRetain: retain}}
+	cfg.test.openDisk = func(context.Context) (durableLog, error) { return disk, nil }
+	g, err := Open(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	wait := func(what string, ch <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(time.Minute):
+			t.Fatalf("no %s after a minute", what)
+		}
+	}
+	// Nothing syncs meanwhile: every entry appended stays unsynced.
+	for k := range total {
+		if _, err := g.Publish(ctx, "t", []byte(fmt.Sprintf("m%d", k))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait("log of every publish", disk.full)
+	if n := disk.trims.Load(); n != 1 {
+		t.Errorf("%d trims asked for while nothing synced, want 1", n)
+	}
+	wait("first trim", disk.trimmed)
+	if err := disk.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	wait("trim after the sync", disk.trimmed)
+	if n, first := disk.trims.Load(), disk.FirstTopic(); n != 2 || first != total-retain+1 {
+		t.Errorf("after one sync: %d trims asked for, the log keeps topic entries from %d; want 2, from %d", n, first, total-retain+1)
 	}
 }
