@@ -248,6 +248,7 @@ func (r *runner) checkSyncs() {
 	}
 	epoch := r.v.rec.Epoch
 	barrier := uint64(r.v.core.Barrier())
+	var want uint64 // the highest stamp a waiting Sync's barrier has not passed
 	k := 0
 	for _, w := range r.syncs {
 		select {
@@ -263,10 +264,7 @@ func (r *runner) checkSyncs() {
 				w.passed, w.target = true, r.v.core.Index()
 			}
 			if !w.passed {
-				// The others beacon for it at once: the barrier passes
-				// it in about two message delays rather than at the idle
-				// pace. (The core asks once for a stamp.)
-				r.v.core.Want(r.g.cfg.Clock(), ordering.Timestamp(w.ts))
+				want = max(want, w.ts)
 			}
 			if w.passed && r.applied >= w.target && !r.holding() {
 				w.reply <- syncResult{index: r.applied, epoch: epoch}
@@ -278,6 +276,13 @@ func (r *runner) checkSyncs() {
 	}
 	clear(r.syncs[k:])
 	r.syncs = r.syncs[:k]
+	if want > 0 {
+		// The others beacon for it at once: the barriers pass it in
+		// about two message delays rather than at the idle pace. One ask
+		// covers every lower stamp, and the core sends nothing for a
+		// stamp it has asked for already.
+		r.v.core.Want(r.g.cfg.Clock(), ordering.Timestamp(want))
+	}
 }
 
 // syncsAtView starts the waiting Syncs over in a view this member has
