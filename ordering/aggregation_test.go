@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Frontier aggregation (1Pipe §6.2.3): in the direct scheme every record a
@@ -15,8 +16,8 @@ import (
 // group size, bounds it.
 
 const (
-	loadInterval = DefaultBeaconInterval
-	loadGap      = loadInterval / 8 // the default BeaconGap
+	loadInterval = time.Millisecond
+	loadGap      = loadInterval / 8
 	// loadIntervals are run; the first loadWarmup are not counted.
 	loadIntervals = 10
 	loadWarmup    = 2

@@ -47,9 +47,15 @@ func ParseMode(s string) (Mode, error) {
 
 // Defaults for Config fields left zero.
 const (
-	// DefaultBeaconInterval: an idle member beacons this often, which
-	// bounds how long it can hold the barriers back.
-	DefaultBeaconInterval = time.Millisecond
+	// DefaultBeaconInterval: an idle member beacons this often. Traffic
+	// and Want make members beacon at once (within BeaconGap), so it
+	// bounds only how far the barriers trail the clock in an idle group,
+	// and sets what an idle group costs (a record to every other member
+	// per interval).
+	DefaultBeaconInterval = 20 * time.Millisecond
+	// DefaultBeaconGap: reactions a little apart, so that a burst of
+	// records is answered once.
+	DefaultBeaconGap = 20 * time.Microsecond
 	// DefaultMaxAhead bounds how far a peer's stamps may run ahead of this
 	// member's physical clock for its records to apply at once; records
 	// stamped further ahead wait for the clock to catch up.
@@ -75,7 +81,8 @@ type Config struct {
 	// BeaconInterval: the longest a member stays silent.
 	BeaconInterval time.Duration
 	// BeaconGap: the shortest time between records a member multicasts
-	// when it beacons in reaction to traffic (default BeaconInterval/8).
+	// when it beacons in reaction to traffic (default DefaultBeaconGap,
+	// or BeaconInterval/8 if that is shorter).
 	BeaconGap time.Duration
 	// MaxAhead: how far ahead of local time a peer's stamp may be for its
 	// record to apply at once. A record stamped further ahead waits until
@@ -123,7 +130,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.BeaconInterval = DefaultBeaconInterval
 	}
 	if c.BeaconGap == 0 {
-		c.BeaconGap = c.BeaconInterval / 8
+		c.BeaconGap = min(DefaultBeaconGap, c.BeaconInterval/8)
 	}
 	if c.MaxAhead == 0 {
 		c.MaxAhead = DefaultMaxAhead

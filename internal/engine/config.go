@@ -59,10 +59,10 @@ const (
 	// bounds only how far the barriers trail the clock in an idle group,
 	// and sets what an idle group costs (a record to every other member
 	// per interval).
-	DefaultBeaconInterval = 20 * time.Millisecond
+	DefaultBeaconInterval = ordering.DefaultBeaconInterval
 	// DefaultBeaconGap: reactions a little apart, so that a burst of
 	// records is answered once.
-	DefaultBeaconGap = 20 * time.Microsecond
+	DefaultBeaconGap = ordering.DefaultBeaconGap
 	// DefaultMaxMessageBytes bounds one message.
 	DefaultMaxMessageBytes = 64 << 20
 
