@@ -1,6 +1,10 @@
 package admit
 
-import "github.com/convoy-gcs/convoy"
+import (
+	"cmp"
+
+	"github.com/convoy-gcs/convoy"
+)
 
 // Limits returns a service's bounds on its requests in flight, filling in
 // those left zero: maxRequests becomes defaultRequests, or the group's
@@ -10,13 +14,9 @@ import "github.com/convoy-gcs/convoy"
 // or largest, what the largest request the service accepts counts, if
 // that is more, so that one such request always fits.
 func Limits(cfg convoy.Config, maxRequests, maxBytes, defaultRequests, largest int) (int, int) {
-	windowMessages, windowBytes := cfg.WindowMessages, cfg.WindowBytes
-	if windowMessages == 0 {
-		windowMessages = convoy.DefaultWindowMessages
-	}
-	if windowBytes == 0 {
-		windowBytes = convoy.DefaultWindowBytes
-	}
+	d := convoy.DefaultConfig() // the window the group will have
+	windowMessages := cmp.Or(cfg.WindowMessages, d.WindowMessages)
+	windowBytes := cmp.Or(cfg.WindowBytes, d.WindowBytes)
 	if maxRequests == 0 {
 		maxRequests = min(defaultRequests, windowMessages)
 	}
