@@ -8,25 +8,11 @@ import (
 	"testing"
 	"time"
 
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-
 	"github.com/convoy-gcs/convoy"
 	"github.com/convoy-gcs/convoy/examples/paxos/client"
 	"github.com/convoy-gcs/convoy/examples/paxos/wire"
 	"github.com/convoy-gcs/convoy/internal/metrictest"
 )
-
-// testMeters returns a meter provider for a node and a function that
-// reads the sum of one of its instruments, over the points whose
-// attributes include the given ones (pairs of key and value).
-func testMeters(t *testing.T) (*sdkmetric.MeterProvider, func(name string, attrs ...string) int64) {
-	t.Helper()
-	m := metrictest.New(t)
-	return m.Provider, func(name string, attrs ...string) int64 {
-		t.Helper()
-		return m.Sum(t, name, attrs...)
-	}
-}
 
 // TestAdmissionDefaults: the bounds' defaults follow the group's window,
 // and a MaxRequestBytes that the largest request would not fit in is
@@ -77,11 +63,11 @@ func heldRequest(t *testing.T, n *Node, f *fakeGroup, r req) <-chan *httptest.Re
 // once with 503 and Retry-After, and counted; the status is not; a place
 // is free again once its request is answered.
 func TestAdmissionHTTP(t *testing.T) {
-	mp, read := testMeters(t)
-	n, f := newTestNode(t, Options{MaxRequests: 1, RetryAfter: 1500 * time.Millisecond, MeterProvider: mp})
+	m := metrictest.New(t)
+	n, f := newTestNode(t, Options{MaxRequests: 1, RetryAfter: 1500 * time.Millisecond, MeterProvider: m.Provider})
 	put := req{method: "PUT", path: "/kv/a", body: "x", header: map[string]string{IdempotencyHeader: "p1"}}
 	done := heldRequest(t, n, f, put)
-	if got := read("convoy.kv.admitted.requests"); got != 1 {
+	if got := m.Sum(t, "convoy.kv.admitted.requests"); got != 1 {
 		t.Errorf("admitted requests %d, want 1", got)
 	}
 	for _, r := range []req{
@@ -98,7 +84,7 @@ func TestAdmissionHTTP(t *testing.T) {
 			t.Errorf("%s %s: Retry-After %q, want 2 (1.5s, rounded up)", r.method, r.path, got)
 		}
 	}
-	if got := read("convoy.kv.refused.requests", "api", "http", "reason", "capacity"); got != 5 {
+	if got := m.Sum(t, "convoy.kv.refused.requests", "api", "http", "reason", "capacity"); got != 5 {
 		t.Errorf("refused requests %d, want 5", got)
 	}
 	(req{method: "GET", path: "/status", code: 200, want: "~\"serving\":true"}).check(t, (req{method: "GET", path: "/status"}).do(t, n.Handler()))
@@ -113,7 +99,7 @@ func TestAdmissionHTTP(t *testing.T) {
 	f.set(func(f *fakeGroup) { f.hold = false })
 	r = req{method: "PUT", path: "/kv/b", body: "y", code: 200, want: `{"index":2}` + "\n", index: "2"}
 	r.check(t, r.do(t, n.Handler()))
-	if got := read("convoy.kv.admitted.requests"); got != 0 {
+	if got := m.Sum(t, "convoy.kv.admitted.requests"); got != 0 {
 		t.Errorf("admitted requests %d after the answers, want 0", got)
 	}
 }
@@ -161,8 +147,8 @@ func TestAdmissionBytes(t *testing.T) {
 // gets 503 with the RetryAfter, its frame unread, and the stream goes
 // on; an upgrade beyond MaxStreams gets 503 with Retry-After.
 func TestAdmissionStream(t *testing.T) {
-	mp, read := testMeters(t)
-	n, f := newTestNode(t, Options{MaxRequests: 1, MaxStreams: 1, RetryAfter: 1500 * time.Millisecond, MeterProvider: mp})
+	m := metrictest.New(t)
+	n, f := newTestNode(t, Options{MaxRequests: 1, MaxStreams: 1, RetryAfter: 1500 * time.Millisecond, MeterProvider: m.Provider})
 	srv := httptest.NewServer(n.Handler())
 	t.Cleanup(srv.Close)
 	conn, br := rawStream(t, srv)
@@ -186,7 +172,7 @@ func TestAdmissionStream(t *testing.T) {
 			t.Errorf("answer %+v (%s), want tag %d refused with 503 and RetryAfter 1.5s", r, r.Body, tag)
 		}
 	}
-	if got := read("convoy.kv.refused.requests", "api", "stream", "reason", "capacity"); got != 2 {
+	if got := m.Sum(t, "convoy.kv.refused.requests", "api", "stream", "reason", "capacity"); got != 2 {
 		t.Errorf("refused stream requests %d, want 2", got)
 	}
 
@@ -203,10 +189,10 @@ func TestAdmissionStream(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "2" {
 		t.Errorf("a second stream: %s, Retry-After %q; want 503 and 2", resp.Status, resp.Header.Get("Retry-After"))
 	}
-	if got := read("convoy.kv.refused.requests", "api", "stream", "reason", "streams"); got != 1 {
+	if got := m.Sum(t, "convoy.kv.refused.requests", "api", "stream", "reason", "streams"); got != 1 {
 		t.Errorf("refused streams %d, want 1", got)
 	}
-	if got := read("convoy.kv.streams"); got != 1 {
+	if got := m.Sum(t, "convoy.kv.streams"); got != 1 {
 		t.Errorf("streams %d, want 1", got)
 	}
 
@@ -222,8 +208,8 @@ func TestAdmissionStream(t *testing.T) {
 func TestClientRetriesRefusals(t *testing.T) {
 	for _, streams := range []bool{false, true} {
 		t.Run(map[bool]string{false: "http", true: "stream"}[streams], func(t *testing.T) {
-			mp, read := testMeters(t)
-			n, f := newTestNode(t, Options{MaxRequests: 1, RetryAfter: 50 * time.Millisecond, MeterProvider: mp})
+			m := metrictest.New(t)
+			n, f := newTestNode(t, Options{MaxRequests: 1, RetryAfter: 50 * time.Millisecond, MeterProvider: m.Provider})
 			srv := httptest.NewServer(n.Handler())
 			t.Cleanup(srv.Close)
 			done := heldRequest(t, n, f, req{method: "PUT", path: "/kv/a", body: "x", header: map[string]string{IdempotencyHeader: "p1"}})
@@ -242,7 +228,7 @@ func TestClientRetriesRefusals(t *testing.T) {
 				t.Fatalf("Put while the member is at capacity: %v, want the context's end and the last answer", err)
 			}
 			// Over HTTP, Retry-After is in seconds: one retry at most.
-			if got := read("convoy.kv.refused.requests"); got < 1 || (streams && got < 2) {
+			if got := m.Sum(t, "convoy.kv.refused.requests"); got < 1 || (streams && got < 2) {
 				t.Errorf("%d refusals in 300 ms, want at least %d", got, map[bool]int{false: 1, true: 2}[streams])
 			}
 
