@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
-
 	"github.com/convoy-gcs/convoy/rdma"
 )
 
@@ -81,8 +78,9 @@ type GroupConfig struct {
 	NoWait bool
 	// Logger receives the group's logs; nil discards them.
 	Logger *slog.Logger
-	// MeterProvider receives the group's metrics; nil means none.
-	MeterProvider metric.MeterProvider
+	// Metrics receives the group's counts (see NewMetrics); nil means
+	// none are reported.
+	Metrics *Metrics
 }
 
 // Callbacks are the application's hooks, called from transport goroutines.
@@ -155,8 +153,12 @@ func (c *GroupConfig) withDefaults() (GroupConfig, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.MeterProvider == nil {
-		cfg.MeterProvider = noop.NewMeterProvider()
+	if cfg.Metrics == nil {
+		m, err := NewMetrics(nil)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Metrics = m
 	}
 	cfg.Members = append([]rdma.NodeID(nil), cfg.Members...)
 	return cfg, nil

@@ -31,7 +31,7 @@ type Group struct {
 	cfg   GroupConfig
 	cb    Callbacks
 	log   *slog.Logger
-	m     *groupMetrics
+	m     groupMetrics
 	rank  int           // this member's rank; 0 is the root
 	ranks []rdma.NodeID // rank → node
 	sched schedule
@@ -94,7 +94,7 @@ func NewGroup(ctx context.Context, ep rdma.Endpoint, cfg GroupConfig, cb Callbac
 	if err != nil {
 		return nil, err
 	}
-	g.m = newGroupMetrics(c.MeterProvider, c)
+	g.m = c.Metrics.group(c.Algorithm)
 	n := len(g.ranks)
 	g.mu.Lock()
 	defer g.unlockAndDeliver()
@@ -243,7 +243,7 @@ func (g *Group) failLocked(err error) {
 	}
 	g.mu.err = fmt.Errorf("%w: group %d on node %d: %w", ErrGroupFailed, g.cfg.ID, g.ranks[g.rank], err)
 	g.log.Warn("multicast group failed", "err", err)
-	g.m.failures.Add(context.Background(), 1)
+	g.m.failed()
 	g.closeQPsLocked()
 	g.releaseLocked()
 	g.mu.events = append(g.mu.events, event{err: g.mu.err})

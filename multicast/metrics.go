@@ -2,56 +2,97 @@ package multicast
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/convoy-gcs/convoy/internal/counter"
 )
 
-// groupMetrics are a group's otel instruments. Instruments that fail to
-// register are replaced by no-ops, so metrics never stop a group.
-type groupMetrics struct {
-	attrs          []metric.AddOption // built once: passing options allocates otherwise
-	sentMsgs       metric.Int64Counter
-	sentBytes      metric.Int64Counter
-	deliveredMsgs  metric.Int64Counter
-	deliveredBytes metric.Int64Counter
-	blocksRecv     metric.Int64Counter
-	failures       metric.Int64Counter
+// Metrics are the counts of the groups that share them (GroupConfig's
+// Metrics), reported to one meter provider until Close: a program that
+// opens groups one after the other (one set per view, say) shares one
+// Metrics among them, so that the counts of its ended groups stay in the
+// totals. The counts per message are kept in atomics (an update costs
+// an atomic add, not a synchronous measurement), with each group's
+// algorithm as attribute. Safe for concurrent use.
+type Metrics struct {
+	byAlgorithm [numAlgorithms]algorithmCounts
+	failures    metric.Int64Counter
+	counts      metric.Registration
 }
 
-func newGroupMetrics(mp metric.MeterProvider, cfg GroupConfig) *groupMetrics {
+// numAlgorithms counts the Algorithms (BinomialTree is the last).
+const numAlgorithms = int(BinomialTree) + 1
+
+type algorithmCounts struct {
+	sentMsgs, sentBytes           *atomic.Int64
+	deliveredMsgs, deliveredBytes *atomic.Int64
+	blocksRecv                    *atomic.Int64
+}
+
+// NewMetrics returns Metrics reported to mp; nil means none (the counts
+// are kept, and not reported).
+func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
 	m := mp.Meter("github.com/convoy-gcs/convoy/multicast")
-	counter := func(name, unit, desc string) metric.Int64Counter {
-		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		if err != nil {
-			c, _ = noop.Meter{}.Int64Counter(name)
+	var ms Metrics
+	counts := counter.NewSet(m)
+	for a := range ms.byAlgorithm {
+		attr := attribute.String("algorithm", Algorithm(a).String())
+		ms.byAlgorithm[a] = algorithmCounts{
+			sentMsgs:       counts.Counter("convoy.multicast.sent.messages", "{message}", "Messages accepted by Send on the root.", attr),
+			sentBytes:      counts.Counter("convoy.multicast.sent.bytes", "By", "Bytes accepted by Send on the root.", attr),
+			deliveredMsgs:  counts.Counter("convoy.multicast.delivered.messages", "{message}", "Messages completed on receivers.", attr),
+			deliveredBytes: counts.Counter("convoy.multicast.delivered.bytes", "By", "Bytes completed on receivers.", attr),
+			blocksRecv:     counts.Counter("convoy.multicast.blocks.received", "{block}", "Blocks of large messages received.", attr),
 		}
-		return c
 	}
-	return &groupMetrics{
-		attrs:          []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("algorithm", cfg.Algorithm.String())))},
-		sentMsgs:       counter("convoy.multicast.sent.messages", "{message}", "Messages accepted by Send on the root."),
-		sentBytes:      counter("convoy.multicast.sent.bytes", "By", "Bytes accepted by Send on the root."),
-		deliveredMsgs:  counter("convoy.multicast.delivered.messages", "{message}", "Messages completed on receivers."),
-		deliveredBytes: counter("convoy.multicast.delivered.bytes", "By", "Bytes completed on receivers."),
-		blocksRecv:     counter("convoy.multicast.blocks.received", "{block}", "Blocks of large messages received."),
-		failures:       counter("convoy.multicast.failures", "{failure}", "Groups that failed on this member."),
+	var err error
+	if ms.failures, err = m.Int64Counter("convoy.multicast.failures", metric.WithUnit("{failure}"), metric.WithDescription("Groups that failed on this member.")); err != nil {
+		return nil, fmt.Errorf("multicast: metrics: %w", err)
 	}
+	if ms.counts, err = counts.Register(); err != nil {
+		return nil, fmt.Errorf("multicast: metrics: %w", err)
+	}
+	return &ms, nil
 }
 
-func (m *groupMetrics) sent(n int) {
-	ctx := context.Background()
-	m.sentMsgs.Add(ctx, 1, m.attrs...)
-	m.sentBytes.Add(ctx, int64(n), m.attrs...)
+// Close stops reporting the counts.
+func (m *Metrics) Close() error {
+	return m.counts.Unregister()
 }
 
-func (m *groupMetrics) delivered(n int) {
-	ctx := context.Background()
-	m.deliveredMsgs.Add(ctx, 1, m.attrs...)
-	m.deliveredBytes.Add(ctx, int64(n), m.attrs...)
+// groupMetrics are one group's view of its Metrics: the counts of its
+// algorithm.
+type groupMetrics struct {
+	*algorithmCounts
+	failures metric.Int64Counter
 }
 
-func (m *groupMetrics) blockRecv(int) {
-	m.blocksRecv.Add(context.Background(), 1, m.attrs...)
+func (m *Metrics) group(a Algorithm) groupMetrics {
+	return groupMetrics{algorithmCounts: &m.byAlgorithm[a], failures: m.failures}
+}
+
+func (m groupMetrics) sent(n int) {
+	m.sentMsgs.Add(1)
+	m.sentBytes.Add(int64(n))
+}
+
+func (m groupMetrics) delivered(n int) {
+	m.deliveredMsgs.Add(1)
+	m.deliveredBytes.Add(int64(n))
+}
+
+func (m groupMetrics) blockRecv(int) {
+	m.blocksRecv.Add(1)
+}
+
+func (m groupMetrics) failed() {
+	m.failures.Add(context.Background(), 1)
 }

@@ -239,10 +239,12 @@ func Open(ctx context.Context, o Options) (l *Log, err error) {
 		l.db, err = pebble.Open(o.Dir, popts)
 		return err
 	}); err != nil {
+		m.close()
 		return nil, fmt.Errorf("persistence: opening %s: %w", o.Dir, err)
 	}
 	if err := l.recover(ctx); err != nil {
 		_ = recoverFatal(l.db.Close)
+		m.close()
 		return nil, err
 	}
 	go l.run()
@@ -375,8 +377,8 @@ func (l *Log) Append(es ...Entry) error {
 	l.enqueueLocked(ops...)
 	l.mu.Unlock()
 
-	l.m.entries.Add(context.Background(), int64(len(es)))
-	l.m.bytes.Add(context.Background(), int64(payload))
+	l.m.entries.Add(int64(len(es)))
+	l.m.bytes.Add(int64(payload))
 	return nil
 }
 
@@ -890,6 +892,7 @@ func (l *Log) Close() error {
 	l.mu.syncCh = make(chan struct{})
 	l.mu.Unlock()
 
+	l.m.close()
 	l.dbMu.Lock()
 	defer l.dbMu.Unlock()
 	l.dbClosed = true

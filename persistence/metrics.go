@@ -1,14 +1,21 @@
 package persistence
 
 import (
+	"sync/atomic"
+
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/convoy-gcs/convoy/internal/counter"
 )
 
-// metrics are the log's OpenTelemetry instruments.
+// metrics are the log's OpenTelemetry instruments. The counts per
+// append are kept in atomics (see package counter), reported until the
+// log is closed.
 type metrics struct {
-	entries     metric.Int64Counter
-	bytes       metric.Int64Counter
+	entries     *atomic.Int64
+	bytes       *atomic.Int64
+	counts      metric.Registration
 	fsyncs      metric.Int64Counter
 	batchSize   metric.Int64Histogram
 	syncLatency metric.Float64Histogram
@@ -21,14 +28,9 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m := mp.Meter("github.com/convoy-gcs/convoy/persistence")
 	var ms metrics
 	var err error
-	if ms.entries, err = m.Int64Counter("convoy.persistence.appended.entries",
-		metric.WithDescription("Entries appended to the log."), metric.WithUnit("{entry}")); err != nil {
-		return nil, err
-	}
-	if ms.bytes, err = m.Int64Counter("convoy.persistence.appended.bytes",
-		metric.WithDescription("Payload bytes appended to the log."), metric.WithUnit("By")); err != nil {
-		return nil, err
-	}
+	counts := counter.NewSet(m)
+	ms.entries = counts.Counter("convoy.persistence.appended.entries", "{entry}", "Entries appended to the log.")
+	ms.bytes = counts.Counter("convoy.persistence.appended.bytes", "By", "Payload bytes appended to the log.")
 	if ms.fsyncs, err = m.Int64Counter("convoy.persistence.fsyncs",
 		metric.WithDescription("Synced batches committed (one fsync each)."), metric.WithUnit("{batch}")); err != nil {
 		return nil, err
@@ -43,5 +45,13 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithExplicitBucketBoundaries(25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1)); err != nil {
 		return nil, err
 	}
+	if ms.counts, err = counts.Register(); err != nil {
+		return nil, err
+	}
 	return &ms, nil
+}
+
+// close stops reporting the counts.
+func (m *metrics) close() {
+	_ = m.counts.Unregister()
 }

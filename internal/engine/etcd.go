@@ -75,6 +75,7 @@ func (g *Group) openDynamic(ctx context.Context) (_ *Group, err error) {
 			g.closeTransport()
 			m.close()
 			g.closeLog()
+			g.m.close()
 		}
 	}()
 	etcd := g.cfg.test.etcd

@@ -207,6 +207,7 @@ func (g *Group) openFixed(ctx context.Context) (*Group, error) {
 		g.cancel()
 		g.closeTransport()
 		g.closeLog()
+		g.m.close()
 		return nil, err
 	}
 	g.loopWG.Add(1)
@@ -269,6 +270,7 @@ func newGroup(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 		return nil, err
 	}
 	if err := g.openLog(ctx); err != nil {
+		g.m.close()
 		return nil, err
 	}
 	return g, nil
@@ -419,6 +421,7 @@ func (g *Group) Close() error {
 		g.mem.close()
 	}
 	g.closeLog()
+	g.m.close()
 	return nil
 }
 

@@ -3,12 +3,15 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/convoy-gcs/convoy/internal/counter"
 	"github.com/convoy-gcs/convoy/membership"
+	"github.com/convoy-gcs/convoy/multicast"
 	"github.com/convoy-gcs/convoy/ordering"
 )
 
@@ -17,11 +20,17 @@ import (
 // attributes take a few values each (a mode, a reason, a state), never a
 // member's id; the options that carry them are made here once.
 type metrics struct {
-	// Traffic, with the group's mode as attribute.
-	sentMsgs, sentBytes           metric.Int64Counter
-	deliveredMsgs, deliveredBytes metric.Int64Counter
-	latency                       metric.Float64Histogram
-	mode                          attrs
+	// Traffic, with the group's mode as attribute: counted per message,
+	// so kept in atomics and reported by the callback counts registers
+	// (see package counter) until the group closes.
+	sentMsgs, sentBytes           *atomic.Int64
+	deliveredMsgs, deliveredBytes *atomic.Int64
+	counts                        metric.Registration
+	// multicast holds the counts of the views' multicast groups, shared
+	// by them all.
+	multicast *multicast.Metrics
+	latency   metric.Float64Histogram
+	mode      attrs
 	// backpressure counts Sends that found the window full: waited or
 	// refused (NoWait).
 	backpressure     metric.Int64Counter
@@ -89,7 +98,7 @@ func newMetrics(mp metric.MeterProvider, mode Mode) (*metrics, error) {
 			err = fmt.Errorf("convoy: metrics: %w", e)
 		}
 	}
-	counter := func(dst *metric.Int64Counter, name, unit, desc string) {
+	newCounter := func(dst *metric.Int64Counter, name, unit, desc string) {
 		c, e := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		*dst = c
 		check(e)
@@ -97,19 +106,21 @@ func newMetrics(mp metric.MeterProvider, mode Mode) (*metrics, error) {
 	attr := func(key, value string) attrs { return newAttrs(attribute.String(key, value)) }
 	var e error
 
-	counter(&ms.sentMsgs, "convoy.sent.messages", "{message}", "Messages this member's Send accepted.")
-	counter(&ms.sentBytes, "convoy.sent.bytes", "By", "Payload bytes of the messages this member's Send accepted.")
-	counter(&ms.deliveredMsgs, "convoy.delivered.messages", "{message}", "Messages delivered to the application (not those replayed from the durable log).")
-	counter(&ms.deliveredBytes, "convoy.delivered.bytes", "By", "Payload bytes of the messages delivered to the application.")
+	counts := counter.NewSet(m)
+	modeAttr := attribute.String("mode", mode.String())
+	ms.sentMsgs = counts.Counter("convoy.sent.messages", "{message}", "Messages this member's Send accepted.", modeAttr)
+	ms.sentBytes = counts.Counter("convoy.sent.bytes", "By", "Payload bytes of the messages this member's Send accepted.", modeAttr)
+	ms.deliveredMsgs = counts.Counter("convoy.delivered.messages", "{message}", "Messages delivered to the application (not those replayed from the durable log).", modeAttr)
+	ms.deliveredBytes = counts.Counter("convoy.delivered.bytes", "By", "Payload bytes of the messages delivered to the application.", modeAttr)
 	ms.latency, e = m.Float64Histogram("convoy.delivery.latency", metric.WithUnit("s"), metric.WithDescription("Time from Send to local delivery of own messages."),
 		metric.WithExplicitBucketBoundaries(10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1))
 	check(e)
 	ms.mode = attr("mode", mode.String())
-	counter(&ms.backpressure, "convoy.send.backpressure", "{send}",
+	newCounter(&ms.backpressure, "convoy.send.backpressure", "{send}",
 		"Sends that found this member's window of undelivered messages full, by outcome: waited for space, or refused (NoWait, ErrBackpressure).")
 	ms.waited, ms.refused = attr("outcome", "waited"), attr("outcome", "refused")
-	counter(&ms.rejected, "convoy.rejected.records", "{record}", "Records from other members rejected as protocol violations.")
-	counter(&ms.control, "convoy.control.messages", "{message}",
+	newCounter(&ms.rejected, "convoy.rejected.records", "{record}", "Records from other members rejected as protocol violations.")
+	newCounter(&ms.control, "convoy.control.messages", "{message}",
 		"Control messages sent, counted per receiving member: beacons and wants (a Sync's request for prompt beacons) to every other member, and frontier aggregation records (up to the parent, down to the children).")
 	ms.beacon, ms.up, ms.down = attr("kind", "beacon"), attr("kind", "up"), attr("kind", "down")
 	ms.want = attr("kind", "want")
@@ -121,22 +132,22 @@ func newMetrics(mp metric.MeterProvider, mode Mode) (*metrics, error) {
 	ms.durableLag, e = m.Int64Gauge("convoy.durable.lag", metric.WithUnit("{entry}"),
 		metric.WithDescription("Entries this member's durable log holds that are not yet on every member's disk."))
 	check(e)
-	counter(&ms.fenced, "convoy.fenced.messages", "{message}",
+	newCounter(&ms.fenced, "convoy.fenced.messages", "{message}",
 		"Other members' messages dropped because their view ended, by reason: held beyond the view's cut, or arriving after this member stopped in the view (the live senders send theirs again in the next view; an excluded member's are lost).")
 	ms.cut, ms.late = attr("reason", "cut"), attr("reason", "late")
 
-	counter(&ms.suspicions, "convoy.membership.suspicions", "{suspicion}",
+	newCounter(&ms.suspicions, "convoy.membership.suspicions", "{suspicion}",
 		"Suspicions of a neighbour by state: raised (silent, stalled or disconnected), then confirmed through other paths (the member is reported failed) or refuted (a bad link).")
 	ms.raised, ms.confirmed, ms.refuted = attr("state", "raised"), attr("state", "confirmed"), attr("state", "refuted")
-	counter(&ms.views, "convoy.membership.views", "{view}", "Views installed by this member.")
+	newCounter(&ms.views, "convoy.membership.views", "{view}", "Views installed by this member.")
 	ms.epoch, e = m.Int64Gauge("convoy.membership.epoch", metric.WithUnit("{epoch}"), metric.WithDescription("The epoch of the view this member takes part in (0: none)."))
 	check(e)
 	ms.neighbourLag, e = m.Float64Gauge("convoy.membership.neighbour.lag", metric.WithUnit("s"),
 		metric.WithDescription("How far the neighbour furthest behind trails this member's receive frontier, from their last heartbeats: a persistently high value marks a straggler (excluded only once it stalls past StallTimeout)."))
 	check(e)
-	counter(&ms.minority, "convoy.membership.minority", "{event}",
+	newCounter(&ms.minority, "convoy.membership.minority", "{event}",
 		"Times this member found the proposed next view without a majority of the current one: it stops delivering and waits.")
-	counter(&ms.refusedJoins, "convoy.membership.refused.joins", "{request}",
+	newCounter(&ms.refusedJoins, "convoy.membership.refused.joins", "{request}",
 		"Join requests, registrations and restart claims refused, by kind (join, registration, restart) and reason: a record that does not decode (undecodable, once per key and revision), or, with TLS, once per incarnation, for its proof: no proof, a malformed one, a certificate the group's authorities did not issue, one that names another member, or a signature that does not hold.")
 	ms.refusedReasons = make(map[error][3]attrs)
 	for reason, name := range map[error]string{
@@ -154,7 +165,7 @@ func newMetrics(mp metric.MeterProvider, mode Mode) (*metrics, error) {
 		ms.refusedReasons[reason] = a
 	}
 
-	counter(&ms.transferBytes, "convoy.transfer.bytes", "By",
+	newCounter(&ms.transferBytes, "convoy.transfer.bytes", "By",
 		"State transferred to joiners, by role (donor: sent; joiner: received) and kind (snapshot: the application's state; suffix: the messages a restarted member's log misses).")
 	ms.transferDuration, e = m.Float64Histogram("convoy.transfer.duration", metric.WithUnit("s"),
 		metric.WithDescription("State transfers, by role and kind: a joiner's from its start to its end (done or failed); a donor's from its start until its joiners hold their state."),
@@ -165,19 +176,36 @@ func newMetrics(mp metric.MeterProvider, mode Mode) (*metrics, error) {
 			ms.transfer[role][kind] = newAttrs(attribute.String("role", r), attribute.String("kind", k))
 		}
 	}
-	return &ms, err
+	ms.counts, e = counts.Register()
+	check(e)
+	ms.multicast, e = multicast.NewMetrics(mp)
+	check(e)
+	if err != nil {
+		ms.close()
+		return nil, err
+	}
+	return &ms, nil
+}
+
+// close stops reporting the counts: once the group is closed its
+// provider no longer holds them.
+func (m *metrics) close() {
+	if m.counts != nil {
+		_ = m.counts.Unregister()
+	}
+	if m.multicast != nil {
+		_ = m.multicast.Close()
+	}
 }
 
 func (m *metrics) sent(n int) {
-	ctx := context.Background()
-	m.sentMsgs.Add(ctx, 1, m.mode.add...)
-	m.sentBytes.Add(ctx, int64(n), m.mode.add...)
+	m.sentMsgs.Add(1)
+	m.sentBytes.Add(int64(n))
 }
 
 func (m *metrics) delivered(n int) {
-	ctx := context.Background()
-	m.deliveredMsgs.Add(ctx, 1, m.mode.add...)
-	m.deliveredBytes.Add(ctx, int64(n), m.mode.add...)
+	m.deliveredMsgs.Add(1)
+	m.deliveredBytes.Add(int64(n))
 }
 
 // transferred returns the function that counts the bytes a transfer of

@@ -236,7 +236,7 @@ func (n *rdmaNet) open(ctx context.Context, kind, set, root int, ranks []int) (*
 		MaxMessageBytes:   g.cfg.MaxMessageBytes + ordering.RecordHeaderBytes + 4, // a publish record's topic
 		MaxQueuedMessages: g.cfg.WindowMessages + 1<<14,                           // beacons ride along
 		MaxQueuedBytes:    g.cfg.WindowBytes + 1<<24,
-		Logger:            g.cfg.Logger, MeterProvider: g.cfg.MeterProvider,
+		Logger:            g.cfg.Logger, Metrics: g.m.multicast,
 	}, cb)
 }
 
