@@ -115,9 +115,16 @@ func (l *Log) commit(ops []op) {
 	for i := range ops {
 		o := &ops[i]
 		size += o.size()
-		if o.end != nil {
+		switch {
+		case o.isEntry:
+			d := b.SetDeferred(keyLen, entryValueLen(&o.entry))
+			putEntry(d.Key, d.Value, &o.entry)
+			_ = d.Finish()
+			o.entry.Payload = nil // the batch holds it now
+			entries++
+		case o.end != nil:
 			_ = b.DeleteRange(o.key, o.end, nil)
-		} else {
+		default:
 			_ = b.Set(o.key, o.value, nil)
 			if o.done == nil && o.written == nil {
 				entries++

@@ -112,14 +112,24 @@ func open(k, v []byte) ([]byte, error) {
 
 // encodeEntry returns the key and value of e.
 func encodeEntry(e *Entry) (key, value []byte) {
-	key = makeKey(prefixEntry, e.Index)
-	value = make([]byte, entryFixedLen+len(e.Payload))
+	key, value = make([]byte, keyLen), make([]byte, entryValueLen(e))
+	putEntry(key, value, e)
+	return key, value
+}
+
+// entryValueLen is the length of e's value.
+func entryValueLen(e *Entry) int { return entryFixedLen + len(e.Payload) }
+
+// putEntry writes the key and value of e into key and value, of keyLen
+// and entryValueLen(e) bytes, every byte of them.
+func putEntry(key, value []byte, e *Entry) {
+	key[0] = prefixEntry
+	binary.BigEndian.PutUint64(key[1:], e.Index)
 	binary.BigEndian.PutUint64(value[headerLen:], e.Epoch)
 	binary.BigEndian.PutUint64(value[headerLen+8:], e.Sender)
 	binary.BigEndian.PutUint64(value[headerLen+16:], e.Seq)
 	copy(value[entryFixedLen:], e.Payload)
 	seal(key, value)
-	return key, value
 }
 
 // decodeEntry decodes and verifies an entry record. The returned entry

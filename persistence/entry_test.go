@@ -21,6 +21,13 @@ func TestEntryEncoding(t *testing.T) {
 		if got.Index != e.Index || got.Epoch != e.Epoch || got.Sender != e.Sender || got.Seq != e.Seq || !bytes.Equal(got.Payload, e.Payload) {
 			t.Fatalf("round trip: got %+v, want %+v", got, e)
 		}
+		// The writer encodes into a batch's buffer, which may hold old
+		// bytes: putEntry writes every byte.
+		dk, dv := bytes.Repeat([]byte{0xff}, keyLen), bytes.Repeat([]byte{0xff}, entryValueLen(&e))
+		putEntry(dk, dv, &e)
+		if !bytes.Equal(dk, k) || !bytes.Equal(dv, v) {
+			t.Fatalf("entry %d: putEntry into a dirty buffer differs from encodeEntry", e.Index)
+		}
 		if len(got.Payload) > 0 {
 			v[len(v)-1]++ // the decoded entry must not alias the record
 			if !bytes.Equal(got.Payload, e.Payload) {

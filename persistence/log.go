@@ -172,6 +172,12 @@ type Log struct {
 // op is one write for the writer.
 type op struct {
 	key, value []byte
+	// entry, if isEntry, is an entry to write: the writer encodes it
+	// straight into its batch (key and value are nil), so that its
+	// payload is copied once, not once into a value and again into the
+	// batch.
+	entry   Entry
+	isEntry bool
 	// end, if set, makes op a DeleteRange [key, end).
 	end []byte
 	// index is the entry index this op makes durable, or for a trim the
@@ -191,7 +197,12 @@ type op struct {
 	written func(error)
 }
 
-func (o *op) size() int { return len(o.key) + len(o.value) + len(o.end) }
+func (o *op) size() int {
+	if o.isEntry {
+		return keyLen + entryValueLen(&o.entry)
+	}
+	return len(o.key) + len(o.value) + len(o.end)
+}
 
 // Open opens (creating if needed) the log in o.Dir and recovers its
 // state: First, Last and Synced come from disk, and everything on disk is
@@ -334,7 +345,8 @@ func readErr(err error) error {
 // log is empty (fresh, or trimmed past its end). It returns once the
 // entries are queued, without waiting for their fsync (see WaitSynced and
 // OnSynced); it blocks while too many bytes are queued. Either all of es
-// are queued or none.
+// are queued or none. The log keeps each entry's Payload until the entry
+// is synced, and writes it then: the caller must not modify it before.
 //
 // Errors: ErrOutOfOrder, ErrClosed, or an error wrapping ErrFailed.
 func (l *Log) Append(es ...Entry) error {
@@ -347,8 +359,7 @@ func (l *Log) Append(es ...Entry) error {
 		if i > 0 && es[i].Index != es[i-1].Index+1 {
 			return fmt.Errorf("%w: entry %d follows %d", ErrOutOfOrder, es[i].Index, es[i-1].Index)
 		}
-		k, v := encodeEntry(&es[i])
-		ops[i] = op{key: k, value: v, index: es[i].Index}
+		ops[i] = op{entry: es[i], isEntry: true, index: es[i].Index}
 		size += ops[i].size()
 		payload += len(es[i].Payload)
 	}
