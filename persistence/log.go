@@ -345,8 +345,9 @@ func readErr(err error) error {
 // log is empty (fresh, or trimmed past its end). It returns once the
 // entries are queued, without waiting for their fsync (see WaitSynced and
 // OnSynced); it blocks while too many bytes are queued. Either all of es
-// are queued or none. The log keeps each entry's Payload until the entry
-// is synced, and writes it then: the caller must not modify it before.
+// are queued or none. The log keeps each entry's Payload as it is, and
+// copies it only when its writer takes the entry into a batch: the
+// caller must not modify a Payload before its entry is synced.
 //
 // Errors: ErrOutOfOrder, ErrClosed, or an error wrapping ErrFailed.
 func (l *Log) Append(es ...Entry) error {
