@@ -152,14 +152,13 @@ func (s *state) apply(index uint64, payload []byte) (effect, bool) {
 		return effect{cmd: c, res: result{index: index, expired: true}}, true
 	}
 	r := result{index: index, ok: true}
-	old, exists := s.mu.data.Get(pair{key: c.key})
-	switch c.op {
+	switch c.op { // one descent of the tree each, but for a CAS that writes
 	case opPut:
 		s.mu.data.ReplaceOrInsert(pair{key: c.key, value: c.value})
 	case opDelete:
-		r.ok = exists
-		s.mu.data.Delete(pair{key: c.key})
+		_, r.ok = s.mu.data.Delete(pair{key: c.key})
 	case opCAS:
+		old, exists := s.mu.data.Get(pair{key: c.key})
 		r.ok = exists == c.hasOld && (!exists || bytes.Equal(old.value, c.old))
 		if r.ok {
 			s.mu.data.ReplaceOrInsert(pair{key: c.key, value: c.value})
