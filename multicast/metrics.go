@@ -63,7 +63,8 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	return &ms, nil
 }
 
-// Close stops reporting the counts.
+// Close stops reporting the counts per message (sent, delivered, blocks
+// received); the failures counter is a synchronous one, and stays.
 func (m *Metrics) Close() error {
 	return m.counts.Unregister()
 }

@@ -335,7 +335,8 @@ func (g *Group) wakeDurableLocked() {
 // persistence.ErrFailed, …), which callers compare with errors.Is.
 type durableLog interface {
 	// Append queues entries in final order, without waiting for their
-	// sync.
+	// sync. It may keep their payloads until they are synced: nobody
+	// modifies a delivery's payload.
 	Append(es ...persistence.Entry) error
 	// Synced is the highest index synced; OnSynced's fn runs after each
 	// sync, and WaitSynced waits until Synced reaches index.
