@@ -23,14 +23,20 @@ func (l *Log) run() {
 	// busy: the last commit just finished; whatever accumulated during it
 	// goes at once.
 	busy := false
+	// spare is the last batch's ops, cleared: take makes it the next
+	// queue, so that the queue does not grow anew from nothing for every
+	// batch.
+	var spare []op
 	for {
-		ops, wait, stop := l.take(busy)
+		ops, wait, stop := l.take(busy, spare)
 		switch {
 		case stop:
 			l.writeMark()
 			return
 		case ops != nil:
 			l.commit(ops)
+			clear(ops)
+			spare = ops[:0]
 			busy = true
 			continue
 		}
@@ -54,8 +60,9 @@ func (l *Log) run() {
 // wait: then when the previous commit just finished (busy), someone waits
 // for an fsync (PutView and the like), MaxBatchBytes are pending, the
 // oldest pending op has waited MaxDelay, or the log is closing. A batch
-// holds at most about MaxBatchBytes.
-func (l *Log) take(busy bool) (ops []op, wait time.Duration, stop bool) {
+// holds at most about MaxBatchBytes. A batch that takes the whole queue
+// leaves spare, an empty slice the writer no longer uses, as the new one.
+func (l *Log) take(busy bool, spare []op) (ops []op, wait time.Duration, stop bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.mu.err != nil {
@@ -90,7 +97,7 @@ func (l *Log) take(busy bool) (ops []op, wait time.Duration, stop bool) {
 	}
 	ops = l.mu.pending[:n:n]
 	if n == len(l.mu.pending) {
-		l.mu.pending = nil
+		l.mu.pending = spare
 	} else {
 		l.mu.pending = l.mu.pending[n:]
 		l.mu.oldest = time.Now()

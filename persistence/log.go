@@ -354,14 +354,12 @@ func (l *Log) Append(es ...Entry) error {
 	if len(es) == 0 {
 		return nil
 	}
-	ops := make([]op, len(es))
 	size, payload := 0, 0
 	for i := range es {
 		if i > 0 && es[i].Index != es[i-1].Index+1 {
 			return fmt.Errorf("%w: entry %d follows %d", ErrOutOfOrder, es[i].Index, es[i-1].Index)
 		}
-		ops[i] = op{entry: es[i], isEntry: true, index: es[i].Index}
-		size += ops[i].size()
+		size += keyLen + entryValueLen(&es[i])
 		payload += len(es[i].Payload)
 	}
 
@@ -386,7 +384,17 @@ func (l *Log) Append(es ...Entry) error {
 		return fmt.Errorf("%w: entry %d does not follow the last entry %d", ErrOutOfOrder, idx, last)
 	}
 	l.mu.last = es[len(es)-1].Index
-	l.enqueueLocked(ops...)
+	// The ops go straight into the queue (an op is large, and a slice of
+	// them made for each call would cost an allocation per delivery).
+	if len(l.mu.pending) == 0 {
+		l.mu.oldest = time.Now()
+	}
+	for i := range es {
+		l.mu.pending = append(l.mu.pending, op{entry: es[i], isEntry: true, index: es[i].Index})
+	}
+	l.mu.pendingBytes += size
+	l.mu.queued += size
+	l.kickWriter()
 	l.mu.Unlock()
 
 	l.m.entries.Add(int64(len(es)))
@@ -420,6 +428,11 @@ func (l *Log) enqueueLocked(ops ...op) {
 			l.mu.urgent++
 		}
 	}
+	l.kickWriter()
+}
+
+// kickWriter wakes the writer if it waits.
+func (l *Log) kickWriter() {
 	select {
 	case l.kick <- struct{}{}:
 	default:
