@@ -40,12 +40,12 @@ func (n *Node) releaseWhenIdle(release func()) {
 	}
 }
 
-// freeOSMemory is release outside tests: two collections, then every
+// freeOSMemory is what a member releases with: two collections, then every
 // free page returned to the system. What the sync.Pools of the process
 // hold (buffers of requests, connections, streams and messages) goes
 // at the second collection: the first only moves it to their victim
 // caches.
-var freeOSMemory = func() {
+func freeOSMemory() {
 	runtime.GC()
 	debug.FreeOSMemory()
 }

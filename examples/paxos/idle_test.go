@@ -2,52 +2,58 @@ package paxos
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
 // TestIdleRelease: a member with IdleRelease returns its memory once
 // after it served requests and then none for that long, and again only
-// after it served more; never while it serves none at all.
+// after it served more; never while it serves none at all, nor while it
+// keeps serving.
 func TestIdleRelease(t *testing.T) {
-	var released atomic.Int32
-	defer func(f func()) { freeOSMemory = f }(freeOSMemory)
-	freeOSMemory = func() { released.Add(1) }
-	const idle = 50 * time.Millisecond
-	_, srv := localServer(t, Options{IdleRelease: idle}, nil)
-	put := func() {
-		t.Helper()
-		req, err := http.NewRequest(http.MethodPut, srv.URL+"/kv/k", strings.NewReader("v"))
+	synctest.Test(t, func(t *testing.T) {
+		const idle = 80 * time.Millisecond
+		var released atomic.Int32
+		n, err := NewLocal(Options{IdleRelease: idle, release: func() { released.Add(1) }})
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
+		defer n.Close()
+		h := n.Handler()
+		put := func() {
+			t.Helper()
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/kv/k", strings.NewReader("v")))
+			if rec.Code != http.StatusOK {
+				t.Fatalf("PUT: %d %s", rec.Code, rec.Body)
+			}
 		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("PUT: %s", resp.Status)
+		// expect checks the releases so far after d more of quiet.
+		expect := func(d time.Duration, want int32) {
+			t.Helper()
+			time.Sleep(d)
+			synctest.Wait()
+			if got := released.Load(); got != want {
+				t.Fatalf("released %d times, want %d", got, want)
+			}
 		}
-	}
-	waitReleased := func(want int32) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for released.Load() < want && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		time.Sleep(4 * idle) // and no more
-		if got := released.Load(); got != want {
-			t.Fatalf("released %d times, want %d", got, want)
-		}
-	}
-	waitReleased(0)
-	for range 3 {
+		expect(10*idle, 0) // nothing served yet
 		put()
-	}
-	waitReleased(1)
-	put()
-	waitReleased(2)
+		put()
+		expect(idle/2, 0) // quiet, but not for long enough
+		// Requests keep coming, each within idle of the last: no release.
+		for range 8 {
+			put()
+			expect(idle/2, 0)
+		}
+		expect(idle, 1)    // quiet for idle (give or take a tick)
+		expect(10*idle, 1) // once only
+		put()
+		expect(2*idle, 2)
+		expect(10*idle, 2)
+	})
 }

@@ -121,6 +121,9 @@ type Options struct {
 	// section lists them); nil: the group's Config.MeterProvider, and
 	// none if that is nil too.
 	MeterProvider metric.MeterProvider
+
+	// release stands in for freeOSMemory when set (tests count calls).
+	release func()
 }
 
 // withDefaults checks o and fills in the defaults, for a node of a group
@@ -286,7 +289,11 @@ func newNode(self convoy.NodeID, opts Options) (*Node, error) {
 	n.handler = n.routes()
 	if opts.IdleRelease > 0 {
 		n.wg.Add(1)
-		go n.releaseWhenIdle(freeOSMemory)
+		release := opts.release
+		if release == nil {
+			release = freeOSMemory
+		}
+		go n.releaseWhenIdle(release)
 	}
 	return n, nil
 }
