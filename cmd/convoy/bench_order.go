@@ -39,6 +39,14 @@ the baseline's latency is that of the local path alone. Senders keep at
 most -window of their messages undelivered at some member; 0 leaves only
 the group's own flow control.
 
+In durable mode (atomic delivery with a Pebble log per member, in
+temporary directories) two lines follow with the disk's limits, measured
+in the same run with one Pebble instance per member writing at once:
+the throughput ceiling (records appended in synced batches of 1000, and
+durable throughput over it), and the latency floor (one record per
+synced write, each instance at the latency run's total message rate, and
+durable p50 over its p50).
+
 Every run opens a fresh group and closes every member at its end. Members
 check as they go that they deliver every sender's messages in the order
 sent, without loss or duplication, and in atomic and total mode that they
@@ -114,6 +122,13 @@ type orderResult struct {
 	FsyncsPerSec        *float64 `json:"fsyncs_per_sec,omitempty"`
 	RawPebbleMsgsPerSec *float64 `json:"raw_pebble_msgs_per_sec,omitempty"`
 	RawPebbleRatio      *float64 `json:"raw_pebble_ratio,omitempty"`
+	// Durable mode only: the latency floor measured in the same run, the
+	// percentiles of one synced write of a record, with one Pebble
+	// instance per member each writing at the latency phase's message
+	// rate, concurrently; and P50Us's ratio to its median.
+	SyncedWriteP50Us *float64 `json:"synced_write_p50_us,omitempty"`
+	SyncedWriteP99Us *float64 `json:"synced_write_p99_us,omitempty"`
+	SyncedWriteRatio *float64 `json:"synced_write_ratio,omitempty"`
 }
 
 func runBenchOrder(ctx context.Context, args []string, c *cli) error {
@@ -237,6 +252,27 @@ func (b *orderBench) run(ctx context.Context, c *cli) error {
 			ratio := round(results[0].MsgsPerSec/raw, 4)
 			results[0].RawPebbleRatio = &ratio
 		}
+		// Every member logs every message: each instance writes at the
+		// latency phase's total rate.
+		p50, p99, err := rawpebble.Latency(ctx, rawpebble.Config{
+			Instances:   b.nodes,
+			RecordBytes: b.size + 32,
+			PerSecond:   b.latencyRate() * b.senders,
+			Warmup:      b.warmup,
+			Duration:    b.duration,
+		})
+		if err != nil {
+			return fmt.Errorf("synced write baseline: %w", err)
+		}
+		us := func(d time.Duration) *float64 {
+			x := round(float64(d)/float64(time.Microsecond), 1)
+			return &x
+		}
+		results[0].SyncedWriteP50Us, results[0].SyncedWriteP99Us = us(p50), us(p99)
+		if p50 > 0 {
+			ratio := round(results[0].P50Us / *results[0].SyncedWriteP50Us, 4)
+			results[0].SyncedWriteRatio = &ratio
+		}
 	}
 	if !b.json {
 		b.printHeader(c.stdout)
@@ -317,6 +353,14 @@ func (b *orderBench) print(w io.Writer, r orderResult) error {
 	if err == nil && r.RawPebbleMsgsPerSec != nil {
 		_, err = fmt.Fprintf(w, "# durable: %.0f fsyncs/s per member; raw Pebble, one instance per member, synced batches of %d: %.0f msgs/s; durable/raw %.2f\n",
 			*r.FsyncsPerSec, rawpebble.DefaultBatch, *r.RawPebbleMsgsPerSec, *r.RawPebbleRatio)
+	}
+	if err == nil && r.SyncedWriteP50Us != nil {
+		ratio := "-"
+		if r.SyncedWriteRatio != nil {
+			ratio = strconv.FormatFloat(*r.SyncedWriteRatio, 'f', 2, 64)
+		}
+		_, err = fmt.Fprintf(w, "# durable: one synced write of a record, one Pebble instance per member at %d writes/s: p50 %.1f µs, p99 %.1f µs; durable p50 / synced write p50 %s\n",
+			b.latencyRate()*b.senders, *r.SyncedWriteP50Us, *r.SyncedWriteP99Us, ratio)
 	}
 	return err
 }

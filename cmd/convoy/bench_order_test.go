@@ -82,8 +82,12 @@ func TestBenchOrder(t *testing.T) {
 					t.Errorf("durable line without the raw Pebble baseline:\n%s", out)
 				case math.Abs(*r.RawPebbleRatio - r.MsgsPerSec / *r.RawPebbleMsgsPerSec) > 1e-3:
 					t.Errorf("raw ratio %v, want %v / %v", *r.RawPebbleRatio, r.MsgsPerSec, *r.RawPebbleMsgsPerSec)
+				case r.SyncedWriteP50Us == nil || *r.SyncedWriteP50Us <= 0 || r.SyncedWriteP99Us == nil || *r.SyncedWriteP99Us < *r.SyncedWriteP50Us || r.SyncedWriteRatio == nil:
+					t.Errorf("durable line without the synced write baseline:\n%s", out)
+				case math.Abs(*r.SyncedWriteRatio - r.P50Us / *r.SyncedWriteP50Us) > 1e-3:
+					t.Errorf("synced write ratio %v, want %v / %v", *r.SyncedWriteRatio, r.P50Us, *r.SyncedWriteP50Us)
 				}
-			} else if r.RawPebbleMsgsPerSec != nil {
+			} else if r.RawPebbleMsgsPerSec != nil || r.SyncedWriteP50Us != nil {
 				t.Errorf("a %s line with a raw Pebble baseline:\n%s", mode, out)
 			}
 		})
