@@ -817,8 +817,19 @@ func TestViewsDurableWipedDisks(t *testing.T) {
 	}
 	nodes := c.openAll(3, durable)
 	acked := sendDurable(t, nodes, 100)
+	// Every member loses its links at once before any closes: crashed
+	// one after the other, the survivors of the first crash could install
+	// a view without it before the next, and the restart would start
+	// from that view, whose members' logs it needs (with one of them
+	// wiped, rightly none).
+	for _, n := range nodes {
+		c.crashLinks(n.id)
+	}
 	for _, n := range nodes {
 		c.crash(n.id)
+	}
+	if cur := c.current(t); len(cur.Members) != 3 {
+		t.Fatalf("view %d of %d members is the last, want the view of all three", cur.Epoch, len(cur.Members))
 	}
 	if err := os.RemoveAll(dirs[3]); err != nil {
 		t.Fatal(err)

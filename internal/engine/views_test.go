@@ -285,6 +285,27 @@ func (c *vsCluster) crash(id NodeID) {
 	n.g.Close()
 }
 
+// current returns the current view committed in etcd.
+func (c *vsCluster) current(t *testing.T) membership.View {
+	t.Helper()
+	ctx := context.Background()
+	cli, err := c.etcd.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	store, err := membership.NewStore(ctx, membership.StoreConfig{Client: cli, Prefix: c.prefix, LeaseTTL: c.leaseTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	v, err := store.Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 // load sends from every given member until stop is closed.
 func (c *vsCluster) load(stop <-chan struct{}, nodes ...*vsNode) *sync.WaitGroup {
 	var wg sync.WaitGroup
