@@ -55,6 +55,10 @@ type Core struct {
 	// claims, and when to claim again if its claim is missing.
 	restarting, quorum                  bool
 	restartSeen, quorumSeen, claimRetry int64
+	// waitNoted is what this member last logged a restart to wait for
+	// (the valid claims, and whether a member of the view still lives),
+	// so that it says so once per change, not at every state read.
+	waitNoted string
 	// proposed is the etcd revision of the state this member last
 	// proposed a view (or a restart) on, as leader.
 	proposed int64
@@ -296,6 +300,9 @@ func (c *Core) recovering(now int64, st *membership.State) ([]Action, bool) {
 		c.claimRetry = now + c.retryInterval()
 		out = append(out, Action{Kind: Claim, View: &st.Current})
 	}
+	if d.Propose == nil {
+		c.noteRestartWait(st, d)
+	}
 	if d.Leader != c.self.ID || d.Propose == nil {
 		return out, true
 	}
@@ -310,6 +317,27 @@ func (c *Core) recovering(now int64, st *membership.State) ([]Action, bool) {
 	}
 	c.proposed = st.Revision
 	return append(out, Action{Kind: Recover, View: d.Propose}), true
+}
+
+// noteRestartWait logs, once per change, why a restart cannot be
+// committed yet: a member of the last view still lives in it, or fewer
+// than a majority of the view's caught-up members claimed their logs. A
+// member whose disk was wiped claims no log of the view: with too few
+// left, the group waits for members with their logs, and an operator
+// reads here which.
+func (c *Core) noteRestartWait(st *membership.State, d membership.RecoveryDecision) {
+	note := fmt.Sprint(d.Claims, d.Dead)
+	if note == c.waitNoted {
+		return
+	}
+	c.waitNoted = note
+	if !d.Dead {
+		c.log.Info("restart of the group waits: a member of the last view still lives in it (its registration is still there)",
+			"epoch", st.Current.Epoch)
+		return
+	}
+	c.log.Info("restart of the group waits for a majority of the last view's members to claim their logs",
+		"epoch", st.Current.Epoch, "members", d.Voters, "claimed", d.Claims, "needed", len(d.Voters)/2+1)
 }
 
 func recoveryInput(st *membership.State) membership.RecoveryInput {

@@ -131,8 +131,9 @@ func newHarness(t *testing.T, td *datadriven.TestData) *harness {
 		HeartbeatInterval: ddargs.Duration(t, td, "heartbeat", 10*time.Millisecond),
 		RestartWait:       ddargs.Duration(t, td, "restart-wait", time.Second),
 		// The core's warnings and errors (a transition it does not allow
-		// among them) appear in the output.
-		Logger: slog.New(&outHandler{out: &h.out}),
+		// among them) appear in the output; with "info", its
+		// informational messages too.
+		Logger: slog.New(&outHandler{out: &h.out, info: td.HasArg("info")}),
 	}
 	h.st = membership.State{
 		Registered: make(map[membership.ID]membership.Member),
@@ -612,14 +613,18 @@ func describeIDs(ids []uint64) string {
 	return "(" + strings.Join(s, " ") + ")"
 }
 
-// outHandler writes the core's warnings and errors to a script's output:
-// the message and its attributes, in order, on one line.
+// outHandler writes the core's warnings and errors (and, with info, its
+// informational messages) to a script's output: the message and its
+// attributes, in order, on one line.
 type outHandler struct {
 	out   *strings.Builder
+	info  bool
 	attrs []slog.Attr
 }
 
-func (o *outHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (o *outHandler) Enabled(_ context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn || o.info && l >= slog.LevelInfo
+}
 
 func (o *outHandler) Handle(_ context.Context, r slog.Record) error {
 	fmt.Fprintf(o.out, "log %v: %s", r.Level, r.Message)
@@ -635,7 +640,7 @@ func (o *outHandler) Handle(_ context.Context, r slog.Record) error {
 }
 
 func (o *outHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &outHandler{out: o.out, attrs: append(slices.Clone(o.attrs), as...)}
+	return &outHandler{out: o.out, info: o.info, attrs: append(slices.Clone(o.attrs), as...)}
 }
 
 func (o *outHandler) WithGroup(string) slog.Handler { return o }
