@@ -424,20 +424,11 @@ func (r *runner) install(rec membership.View) bool {
 	r.endChange(attribute.Int64("convoy.next_epoch", int64(rec.Epoch)), attribute.Int("convoy.members", len(rec.Members)),
 		attribute.Int("convoy.resend", len(resend)), attribute.Int("convoy.joining", len(rec.Joining)))
 	g.log.Info("installed view", "epoch", rec.Epoch, "members", len(rec.Members), "start", rec.Start, "resend", len(resend), "pending", len(r.pending), "joining", len(rec.Joining))
-	if !r.restoring {
-		r.onView(publicView(&rec, &old.rec)) // a joiner sees its first view once restored
-		r.donate(v)
-		r.donateSuffixes(v)
-	}
-	if v.broken != nil {
-		// Everything waits for the next view.
-		r.pending = append(resend, r.pending...)
-		resend = nil
-		r.wedge("cannot open the view: " + v.broken.Error())
-	}
 	// Every message not yet handed to every member goes out again in this
 	// view: the re-sent ones, those accepted during the change, and those
-	// still on their way to the loop.
+	// still on their way to the loop. The group's account shows the view
+	// before the application hears of it: Status, read once OnView
+	// reported a view, shows that view's epoch or a later one.
 	g.mu.Lock()
 	g.mu.epoch = rec.Epoch
 	g.mu.sending, g.mu.sendingBytes = len(resend)+len(r.pending)+g.mu.queued, g.mu.queuedBytes
@@ -450,6 +441,18 @@ func (r *runner) install(rec membership.View) bool {
 	g.spaceFreedLocked()
 	g.mu.Unlock()
 	r.publish()
+	if !r.restoring {
+		r.onView(publicView(&rec, &old.rec)) // a joiner sees its first view once restored
+		r.donate(v)
+		r.donateSuffixes(v)
+	}
+	if v.broken != nil {
+		// Everything waits for the next view.
+		r.pending = append(resend, r.pending...)
+		resend = nil
+		r.wedge("cannot open the view: " + v.broken.Error())
+		r.publish()
+	}
 	r.syncsAtView()
 	if r.ending() {
 		return true

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -81,5 +83,65 @@ func TestViewsObservability(t *testing.T) {
 				t.Errorf("%s = %vs", s, m[s])
 			}
 		}
+	}
+}
+
+// TestViewsStatusFollowsOnView: once the application hears of a view,
+// Status shows that view's epoch or a later one, for a view the member
+// enters and for one it installs. (Status once lagged behind OnView at
+// an install: an application that read it there saw the epoch before.)
+func TestViewsStatusFollowsOnView(t *testing.T) {
+	c := newVSCluster(t)
+	groups := make([]atomic.Pointer[Group], 3)
+	type seen struct {
+		member      int
+		view, shown uint64
+	}
+	seenCh := make(chan seen, 16)
+	nodes := make([]*vsNode, 3)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := c.open(NodeID(i+1), len(nodes), func(cfg *Config) {
+				record := cfg.OnView
+				cfg.OnView = func(v View) {
+					// On the loop; the first view comes before Open
+					// returns the group. Recorded after the check, so
+					// that a view waited for was checked.
+					if g := groups[i].Load(); g != nil && !v.Excluded {
+						seenCh <- seen{i + 1, v.Epoch, g.Status().Epoch}
+					}
+					record(v)
+				}
+			})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			groups[i].Store(n.g)
+			nodes[i] = n
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	before, _ := nodes[0].lastView()
+	c.crash(3)
+	c.waitView(before.Epoch+1, 2, nodes[:2]...)
+	installed := 0
+	for len(seenCh) > 0 {
+		s := <-seenCh
+		if s.shown < s.view {
+			t.Errorf("member %d: Status showed epoch %d in OnView of view %d", s.member, s.shown, s.view)
+		}
+		if s.member != 3 && s.view > before.Epoch {
+			installed++
+		}
+	}
+	if installed < 2 {
+		t.Errorf("%d survivors heard of a view after %d while their groups were open, want 2", installed, before.Epoch)
 	}
 }
