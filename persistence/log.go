@@ -229,6 +229,11 @@ func Open(ctx context.Context, o Options) (l *Log, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("persistence: metrics: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			m.close()
+		}
+	}()
 	l = &Log{
 		opts:   o,
 		log:    o.Logger.With("component", "persistence", "dir", o.Dir),
@@ -250,12 +255,10 @@ func Open(ctx context.Context, o Options) (l *Log, err error) {
 		l.db, err = pebble.Open(o.Dir, popts)
 		return err
 	}); err != nil {
-		m.close()
 		return nil, fmt.Errorf("persistence: opening %s: %w", o.Dir, err)
 	}
 	if err := l.recover(ctx); err != nil {
 		_ = recoverFatal(l.db.Close)
-		m.close()
 		return nil, err
 	}
 	go l.run()

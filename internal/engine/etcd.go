@@ -71,11 +71,7 @@ func (g *Group) openDynamic(ctx context.Context) (_ *Group, err error) {
 	started := false
 	defer func() {
 		if err != nil && !started {
-			g.cancel()
-			g.closeTransport()
-			m.close()
-			g.closeLog()
-			g.m.close()
+			g.release()
 		}
 	}()
 	etcd := g.cfg.test.etcd

@@ -193,8 +193,13 @@ func Open(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 }
 
 // openFixed is Open for a group with fixed membership.
-func (g *Group) openFixed(ctx context.Context) (*Group, error) {
-	var err error
+func (g *Group) openFixed(ctx context.Context) (_ *Group, err error) {
+	// Until the loop runs, failures release what is set up so far.
+	defer func() {
+		if err != nil {
+			g.release()
+		}
+	}()
 	c := g.cfg
 	if g.ep = c.Endpoint; g.ep == nil {
 		if g.ep, err = g.listen(staticResolver(c.Members)); err != nil {
@@ -204,10 +209,6 @@ func (g *Group) openFixed(ctx context.Context) (*Group, error) {
 	}
 	v, err := g.fixedView(ctx)
 	if err != nil {
-		g.cancel()
-		g.closeTransport()
-		g.closeLog()
-		g.m.close()
 		return nil, err
 	}
 	g.loopWG.Add(1)
@@ -270,7 +271,7 @@ func newGroup(ctx context.Context, cfg Config, h Handler) (*Group, error) {
 		return nil, err
 	}
 	if err := g.openLog(ctx); err != nil {
-		g.m.close()
+		g.release()
 		return nil, err
 	}
 	return g, nil
@@ -416,13 +417,22 @@ func (g *Group) Close() error {
 	g.cancel()
 	g.loopWG.Wait()
 	g.closeViewReads()
+	g.release()
+	return nil
+}
+
+// release frees what newGroup and Open set up: the group's context, the
+// endpoint Open made, the member's place in etcd, the durable log and the
+// metrics, each if it is there. Close calls it once the loop has ended,
+// and a failed Open before the loop runs.
+func (g *Group) release() {
+	g.cancel()
 	g.closeTransport()
 	if g.mem != nil {
 		g.mem.close()
 	}
 	g.closeLog()
 	g.m.close()
-	return nil
 }
 
 func (g *Group) closeLog() {
