@@ -107,7 +107,10 @@ func newMetrics(mp metric.MeterProvider, mode Mode) (*metrics, error) {
 	var e error
 
 	counts := counter.NewSet(m)
+	// The group's mode: the attribute of its traffic counts and of the
+	// latency.
 	modeAttr := attribute.String("mode", mode.String())
+	ms.mode = newAttrs(modeAttr)
 	ms.sentMsgs = counts.Counter("convoy.sent.messages", "{message}", "Messages this member's Send accepted.", modeAttr)
 	ms.sentBytes = counts.Counter("convoy.sent.bytes", "By", "Payload bytes of the messages this member's Send accepted.", modeAttr)
 	ms.deliveredMsgs = counts.Counter("convoy.delivered.messages", "{message}", "Messages delivered to the application (not those replayed from the durable log).", modeAttr)
@@ -115,7 +118,6 @@ func newMetrics(mp metric.MeterProvider, mode Mode) (*metrics, error) {
 	ms.latency, e = m.Float64Histogram("convoy.delivery.latency", metric.WithUnit("s"), metric.WithDescription("Time from Send to local delivery of own messages."),
 		metric.WithExplicitBucketBoundaries(10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1))
 	check(e)
-	ms.mode = attr("mode", mode.String())
 	newCounter(&ms.backpressure, "convoy.send.backpressure", "{send}",
 		"Sends that found this member's window of undelivered messages full, by outcome: waited for space, or refused (NoWait, ErrBackpressure).")
 	ms.waited, ms.refused = attr("outcome", "waited"), attr("outcome", "refused")
