@@ -285,12 +285,13 @@ func (c *Core) multicast(r Record) {
 // stamped ts, so that the barriers pass it in about two message delays
 // rather than at the idle pace of one beacon per BeaconInterval. It
 // sends nothing in Unordered mode or once the core is wedged, nor for a
-// stamp no higher than one it asked for already.
-func (c *Core) Want(now int64, ts Timestamp) {
+// stamp no higher than one it asked for already. Want needs no time: it
+// only raises the stamp asked for, and the records go out at the Tick
+// that Deadline then names.
+func (c *Core) Want(ts Timestamp) {
 	if c.wedged || c.cfg.Mode == Unordered || ts <= c.wantOwn {
 		return
 	}
-	c.advance(now)
 	c.wantOwn = ts
 	c.want = max(c.want, ts)
 }

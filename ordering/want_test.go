@@ -27,7 +27,7 @@ func TestWant(t *testing.T) {
 				}
 				ts := core.Frontier()
 				if want {
-					core.Want(c.clock(0, now), ts)
+					core.Want(ts)
 				}
 				// A few gaps, far less than an interval: records go
 				// out as members tick at their deadlines, and arrive at
@@ -47,7 +47,7 @@ func TestWant(t *testing.T) {
 				}
 				if want {
 					// Asking again for no more than before sends nothing.
-					core.Want(c.clock(0, now), ts)
+					core.Want(ts)
 					c.tick(0, now+gap)
 					if n := len(c.links[[3]int{0, 1, 0}]); n != 0 {
 						t.Errorf("a repeated Want multicast %d records", n)
@@ -62,7 +62,7 @@ func TestWant(t *testing.T) {
 // no barrier to pass.
 func TestWantUnordered(t *testing.T) {
 	c := newCluster(t, 2, Config{Mode: Unordered, BeaconInterval: 1000, BeaconGap: 10}, nil)
-	c.cores[0].Want(5, 3)
+	c.cores[0].Want(3)
 	c.tick(0, 100)
 	if n := len(c.links[[3]int{0, 1, 0}]); n != 0 {
 		t.Fatalf("Unordered: Want multicast %d records", n)

@@ -281,7 +281,7 @@ func (r *runner) checkSyncs() {
 		// about two message delays rather than at the idle pace. One ask
 		// covers every lower stamp, and the core sends nothing for a
 		// stamp it has asked for already.
-		r.v.core.Want(r.g.cfg.Clock(), ordering.Timestamp(want))
+		r.v.core.Want(ordering.Timestamp(want))
 	}
 }
 
