@@ -3,7 +3,6 @@ package multicast
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -29,9 +28,9 @@ type Metrics struct {
 const numAlgorithms = int(BinomialTree) + 1
 
 type algorithmCounts struct {
-	sentMsgs, sentBytes           *atomic.Int64
-	deliveredMsgs, deliveredBytes *atomic.Int64
-	blocksRecv                    *atomic.Int64
+	sentMsgs, sentBytes           *counter.Counter
+	deliveredMsgs, deliveredBytes *counter.Counter
+	blocksRecv                    *counter.Counter
 }
 
 // NewMetrics returns Metrics reported to mp; nil means none (the counts

@@ -1,8 +1,6 @@
 package persistence
 
 import (
-	"sync/atomic"
-
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
@@ -13,8 +11,8 @@ import (
 // append are kept in atomics (see package counter), reported until the
 // log is closed.
 type metrics struct {
-	entries     *atomic.Int64
-	bytes       *atomic.Int64
+	entries     *counter.Counter
+	bytes       *counter.Counter
 	counts      metric.Registration
 	fsyncs      metric.Int64Counter
 	batchSize   metric.Int64Histogram

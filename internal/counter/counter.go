@@ -27,9 +27,20 @@ type Set struct {
 
 type observed struct {
 	inst  metric.Int64ObservableCounter
-	n     *atomic.Int64
+	n     *Counter
 	attrs metric.ObserveOption
 }
+
+// Counter is a count that only grows: it offers Add and Load, and no way
+// to set it. It wraps an atomic.Int64 and nothing more, so an Add costs
+// an atomic add. Safe for concurrent use.
+type Counter struct{ n atomic.Int64 }
+
+// Add adds delta, which must not be negative, to the count.
+func (c *Counter) Add(delta int64) { c.n.Add(delta) }
+
+// Load returns the count.
+func (c *Counter) Load() int64 { return c.n.Load() }
 
 // NewSet returns a Set that makes its counters on m.
 func NewSet(m metric.Meter) *Set {
@@ -40,8 +51,8 @@ func NewSet(m metric.Meter) *Set {
 // attributes attrs; a count is reported once it is not zero, as a
 // synchronous counter's series appears at its first measurement. Counts
 // of one name share an instrument, made with the unit and description of
-// the first. The count only grows: add to it with Add.
-func (s *Set) Counter(name, unit, desc string, attrs ...attribute.KeyValue) *atomic.Int64 {
+// the first.
+func (s *Set) Counter(name, unit, desc string, attrs ...attribute.KeyValue) *Counter {
 	inst, ok := s.insts[name]
 	if !ok {
 		var err error
@@ -51,7 +62,7 @@ func (s *Set) Counter(name, unit, desc string, attrs ...attribute.KeyValue) *ato
 		}
 		s.insts[name] = inst
 	}
-	n := new(atomic.Int64)
+	n := new(Counter)
 	s.obs = append(s.obs, observed{inst: inst, n: n, attrs: metric.WithAttributeSet(attribute.NewSet(attrs...))})
 	return n
 }

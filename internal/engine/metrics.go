@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -23,8 +22,8 @@ type metrics struct {
 	// Traffic, with the group's mode as attribute: counted per message,
 	// so kept in atomics and reported by the callback counts registers
 	// (see package counter) until the group closes.
-	sentMsgs, sentBytes           *atomic.Int64
-	deliveredMsgs, deliveredBytes *atomic.Int64
+	sentMsgs, sentBytes           *counter.Counter
+	deliveredMsgs, deliveredBytes *counter.Counter
 	counts                        metric.Registration
 	// multicast holds the counts of the views' multicast groups, shared
 	// by them all.
