@@ -79,7 +79,7 @@ type GroupConfig struct {
 	// Logger receives the group's logs; nil discards them.
 	Logger *slog.Logger
 	// Metrics receives the group's counts (see NewMetrics); nil means
-	// none are reported.
+	// the group counts nothing.
 	Metrics *Metrics
 }
 
@@ -152,13 +152,6 @@ func (c *GroupConfig) withDefaults() (GroupConfig, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Metrics == nil {
-		m, err := NewMetrics(nil)
-		if err != nil {
-			return cfg, err
-		}
-		cfg.Metrics = m
 	}
 	cfg.Members = append([]rdma.NodeID(nil), cfg.Members...)
 	return cfg, nil

@@ -69,30 +69,48 @@ func (m *Metrics) Close() error {
 }
 
 // groupMetrics are one group's view of its Metrics: the counts of its
-// algorithm.
+// algorithm. The zero groupMetrics, a group's without Metrics, counts
+// nothing.
 type groupMetrics struct {
 	*algorithmCounts
 	failures metric.Int64Counter
 }
 
+// group returns the view of m of a group running algorithm a. A nil m
+// is a group's without Metrics: its view counts nothing.
 func (m *Metrics) group(a Algorithm) groupMetrics {
+	if m == nil {
+		return groupMetrics{}
+	}
 	return groupMetrics{algorithmCounts: &m.byAlgorithm[a], failures: m.failures}
 }
 
 func (m groupMetrics) sent(n int) {
+	if m.algorithmCounts == nil {
+		return
+	}
 	m.sentMsgs.Add(1)
 	m.sentBytes.Add(int64(n))
 }
 
 func (m groupMetrics) delivered(n int) {
+	if m.algorithmCounts == nil {
+		return
+	}
 	m.deliveredMsgs.Add(1)
 	m.deliveredBytes.Add(int64(n))
 }
 
 func (m groupMetrics) blockRecv(int) {
+	if m.algorithmCounts == nil {
+		return
+	}
 	m.blocksRecv.Add(1)
 }
 
 func (m groupMetrics) failed() {
+	if m.failures == nil {
+		return
+	}
 	m.failures.Add(context.Background(), 1)
 }

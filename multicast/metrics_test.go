@@ -61,3 +61,17 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("after Close: %v, want nothing reported", got)
 	}
 }
+
+// TestNoMetrics: a group without Metrics (GroupConfig.Metrics nil)
+// counts nothing.
+func TestNoMetrics(t *testing.T) {
+	var m *Metrics
+	g := m.group(BinomialPipeline)
+	g.sent(100)
+	g.delivered(100)
+	g.blockRecv(4096)
+	g.failed()
+	if g.algorithmCounts != nil || g.failures != nil {
+		t.Errorf("a nil Metrics gave a group counts: %+v", g)
+	}
+}
