@@ -81,8 +81,8 @@ func ListenFabric(cfg FabricConfig) (*FabricEndpoint, error) {
 // data header even where the provider carries 8 bytes of remote
 // completion data, as it must where it carries fewer (verbs: 4). Tests
 // set it.
-func listenFabric(cfg FabricConfig, immInHeader bool) (*FabricEndpoint, error) {
-	cfg, err := cfg.WithDefaults()
+func listenFabric(cfg FabricConfig, immInHeader bool) (_ *FabricEndpoint, err error) {
+	cfg, err = cfg.WithDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -90,6 +90,11 @@ func listenFabric(cfg FabricConfig, immInHeader bool) (*FabricEndpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			m.close()
+		}
+	}()
 	host, port, err := net.SplitHostPort(cfg.ListenAddr)
 	if err != nil {
 		return nil, fmt.Errorf("rdma: node %d: ListenAddr: %w", cfg.ID, err)
@@ -324,6 +329,7 @@ func (e *FabricEndpoint) Close() error {
 	e.regs.closeAll()
 	e.f.close()
 	e.info.free()
+	e.metrics.close()
 	return nil
 }
 

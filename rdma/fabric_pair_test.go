@@ -39,6 +39,7 @@ func newPairNetMetered(t *testing.T, mp metric.MeterProvider) *pairNet {
 		}
 		m, err := newTCPMetrics(p)
 		must(t, err)
+		t.Cleanup(m.close)
 		e := &FabricEndpoint{cfg: FabricConfig{ID: id}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: m}
 		e.mu.conns = make(map[NodeID]*fabConn)
 		e.mu.eps = make(map[uint64]*fep)

@@ -178,7 +178,7 @@ func (q *fabQP) Signal(imm uint64) error {
 	}
 	q.sendLocked(true, ctrlRecord{typ: ctrlSignal, stream: q.stream, a: q.sendSeq, b: imm})
 	q.sendSeq++
-	q.e.metrics.add(q.e.metrics.framesSent, 1)
+	q.e.metrics.framesSent.Add(1)
 	return nil
 }
 
@@ -594,8 +594,8 @@ func (q *fabQP) pumpLocked() bool {
 		q.credits.pop()
 		q.inflight.push(*s)
 		q.sendq.pop()
-		q.e.metrics.add(q.e.metrics.framesSent, 1)
-		q.e.metrics.add(q.e.metrics.bytesSent, int64(q.e.hdrLen+len(s.buf)))
+		q.e.metrics.framesSent.Add(1)
+		q.e.metrics.bytesSent.Add(int64(q.e.hdrLen + len(s.buf)))
 	}
 	return q.completeSendsLocked()
 }
@@ -708,8 +708,8 @@ func (q *fabQP) recvCompletionLocked(p *fep, cp completion, hdr []byte) bool {
 	} else {
 		d.imm = binary.BigEndian.Uint64(hdr[8:16])
 	}
-	q.e.metrics.add(q.e.metrics.framesRecv, 1)
-	q.e.metrics.add(q.e.metrics.bytesRecv, int64(cp.n))
+	q.e.metrics.framesRecv.Add(1)
+	q.e.metrics.bytesRecv.Add(int64(cp.n))
 	q.heldData.push(d)
 	mustRun := q.drainLocked()
 	q.fillLocked(true)

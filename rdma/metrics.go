@@ -6,20 +6,24 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/convoy-gcs/convoy/internal/counter"
 )
 
 // meterName is the instrumentation scope of the transport's metrics.
 const meterName = "github.com/convoy-gcs/convoy/rdma"
 
-// tcpMetrics are the counters of a tcp endpoint.
+// tcpMetrics are the counters of an endpoint (tcp or fabric).
 type tcpMetrics struct {
-	framesSent  metric.Int64Counter
-	bytesSent   metric.Int64Counter
-	framesRecv  metric.Int64Counter
-	bytesRecv   metric.Int64Counter
-	connsOpened metric.Int64Counter
-	connsBroken metric.Int64Counter
-	rejected    metric.Int64Counter
+	// Frames and their bytes: counted per frame, so kept in atomics and
+	// reported by the callback counts registers (see package counter)
+	// until the endpoint closes.
+	framesSent, bytesSent *counter.Counter
+	framesRecv, bytesRecv *counter.Counter
+	counts                metric.Registration
+	connsOpened           metric.Int64Counter
+	connsBroken           metric.Int64Counter
+	rejected              metric.Int64Counter
 	// late counts frames for streams closed here, dropped.
 	late metric.Int64Counter
 	// rejectedBy holds rejected's attribute, by reason: made once, as a
@@ -31,22 +35,26 @@ func newTCPMetrics(mp metric.MeterProvider) (*tcpMetrics, error) {
 	m := mp.Meter(meterName)
 	var tm tcpMetrics
 	var err error
-	counter := func(dst *metric.Int64Counter, name, unit, desc string) {
+	newCounter := func(dst *metric.Int64Counter, name, unit, desc string) {
 		if err != nil {
 			return
 		}
 		*dst, err = m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 	}
-	counter(&tm.framesSent, "convoy.rdma.frames.sent", "{frame}", "Frames written to connections.")
-	counter(&tm.bytesSent, "convoy.rdma.bytes.sent", "By", "Bytes written to connections, headers included.")
-	counter(&tm.framesRecv, "convoy.rdma.frames.received", "{frame}", "Frames read from connections.")
-	counter(&tm.bytesRecv, "convoy.rdma.bytes.received", "By", "Bytes read from connections, headers included.")
-	counter(&tm.connsOpened, "convoy.rdma.connections.opened", "{connection}", "Connections established.")
-	counter(&tm.connsBroken, "convoy.rdma.connections.broken", "{connection}", "Connections that broke or were refused (not counting those closed by Close).")
-	counter(&tm.rejected, "convoy.rdma.rejected.frames", "{frame}",
+	counts := counter.NewSet(m)
+	tm.framesSent = counts.Counter("convoy.rdma.frames.sent", "{frame}", "Frames written to connections.")
+	tm.bytesSent = counts.Counter("convoy.rdma.bytes.sent", "By", "Bytes written to connections, headers included.")
+	tm.framesRecv = counts.Counter("convoy.rdma.frames.received", "{frame}", "Frames read from connections.")
+	tm.bytesRecv = counts.Counter("convoy.rdma.bytes.received", "By", "Bytes read from connections, headers included.")
+	newCounter(&tm.connsOpened, "convoy.rdma.connections.opened", "{connection}", "Connections established.")
+	newCounter(&tm.connsBroken, "convoy.rdma.connections.broken", "{connection}", "Connections that broke or were refused (not counting those closed by Close).")
+	newCounter(&tm.rejected, "convoy.rdma.rejected.frames", "{frame}",
 		"Bad input from peers, by reason: each refused connection, or transfer failed for it, counts once.")
-	counter(&tm.late, "convoy.rdma.late.frames", "{frame}",
+	newCounter(&tm.late, "convoy.rdma.late.frames", "{frame}",
 		"Frames dropped because they arrived for a stream this node had closed: sent before the peer learned of the close (a group of an ended view, say).")
+	if err == nil {
+		tm.counts, err = counts.Register()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rdma: creating metrics: %w", err)
 	}
@@ -54,6 +62,12 @@ func newTCPMetrics(mp metric.MeterProvider) (*tcpMetrics, error) {
 		tm.rejectedBy[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", rejectReason(r).String())))}
 	}
 	return &tm, nil
+}
+
+// close stops reporting the frame counts: once the endpoint is closed,
+// its provider no longer holds them.
+func (m *tcpMetrics) close() {
+	_ = m.counts.Unregister()
 }
 
 func (m *tcpMetrics) add(c metric.Int64Counter, n int64) {

@@ -47,6 +47,7 @@ func ListenTCP(cfg TCPConfig) (*TCPEndpoint, error) {
 	}
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
+		m.close()
 		return nil, fmt.Errorf("rdma: node %d: listen: %w", cfg.ID, err)
 	}
 	e := &TCPEndpoint{
@@ -178,6 +179,7 @@ func (e *TCPEndpoint) Close() error {
 		c.shutdown(nil, nil)
 	}
 	e.wg.Wait()
+	e.metrics.close()
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("rdma: node %d: closing listener: %w", e.cfg.ID, err)
 	}

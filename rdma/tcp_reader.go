@@ -52,8 +52,8 @@ func (r *connReader) loop() error {
 			}
 			return protocolError(c.peer, h.stream, kind, err.Error())
 		}
-		m.add(m.framesRecv, 1)
-		m.add(m.bytesRecv, int64(frameHeaderLen)+int64(h.length))
+		m.framesRecv.Add(1)
+		m.bytesRecv.Add(int64(frameHeaderLen) + int64(h.length))
 		switch h.typ {
 		case frameData:
 			err = r.data(h)

@@ -318,18 +318,22 @@ func TestTCPMetrics(t *testing.T) {
 		pa, pb := openPair(t, a, b, StreamID(s))
 		transfer(t, pa, pb, []int{100, 200})
 	}
-	var rm metricdata.ResourceMetrics
-	must(t, reader.Collect(context.Background(), &rm))
-	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
-				for _, dp := range sum.DataPoints {
-					got[m.Name] += dp.Value
+	sums := func() map[string]int64 {
+		var rm metricdata.ResourceMetrics
+		must(t, reader.Collect(context.Background(), &rm))
+		got := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
+					for _, dp := range sum.DataPoints {
+						got[m.Name] += dp.Value
+					}
 				}
 			}
 		}
+		return got
 	}
+	got := sums()
 	if got["convoy.rdma.connections.opened"] != 1 {
 		t.Errorf("connections opened = %d, want 1 (all streams share one)", got["convoy.rdma.connections.opened"])
 	}
@@ -339,6 +343,14 @@ func TestTCPMetrics(t *testing.T) {
 	}
 	if want := int64(4 * (2*frameHeaderLen + 300)); got["convoy.rdma.bytes.sent"] != want {
 		t.Errorf("bytes sent = %d, want %d", got["convoy.rdma.bytes.sent"], want)
+	}
+	// The frame counts are reported until the endpoint closes.
+	must(t, a.Close())
+	got = sums()
+	for _, name := range []string{"convoy.rdma.frames.sent", "convoy.rdma.frames.received", "convoy.rdma.bytes.sent", "convoy.rdma.bytes.received"} {
+		if n, ok := got[name]; ok {
+			t.Errorf("after Close: %s = %d, want it no longer reported", name, n)
+		}
 	}
 }
 

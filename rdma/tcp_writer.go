@@ -78,8 +78,8 @@ func (w *connWriter) loop() error {
 		if err != nil {
 			return err
 		}
-		m.add(m.framesSent, int64(len(w.batch)))
-		m.add(m.bytesSent, total)
+		m.framesSent.Add(int64(len(w.batch)))
+		m.bytesSent.Add(total)
 		for i := range w.batch {
 			fr := &w.batch[i]
 			if fr.hdr.typ == frameData {
