@@ -120,6 +120,10 @@ func encodeEntry(e *Entry) (key, value []byte) {
 // entryValueLen is the length of e's value.
 func entryValueLen(e *Entry) int { return entryFixedLen + len(e.Payload) }
 
+// entrySize is the bytes e takes in a batch, key and value: what the
+// log counts against its queue bounds.
+func entrySize(e *Entry) int { return keyLen + entryValueLen(e) }
+
 // putEntry writes the key and value of e into key and value, of keyLen
 // and entryValueLen(e) bytes, every byte of them.
 func putEntry(key, value []byte, e *Entry) {

@@ -199,7 +199,7 @@ type op struct {
 
 func (o *op) size() int {
 	if o.isEntry {
-		return keyLen + entryValueLen(&o.entry)
+		return entrySize(&o.entry)
 	}
 	return len(o.key) + len(o.value) + len(o.end)
 }
@@ -362,7 +362,7 @@ func (l *Log) Append(es ...Entry) error {
 		if i > 0 && es[i].Index != es[i-1].Index+1 {
 			return fmt.Errorf("%w: entry %d follows %d", ErrOutOfOrder, es[i].Index, es[i-1].Index)
 		}
-		size += keyLen + entryValueLen(&es[i])
+		size += entrySize(&es[i])
 		payload += len(es[i].Payload)
 	}
 
