@@ -12,6 +12,8 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/convoy-gcs/convoy/internal/metrictest"
 )
 
 // connErrors collects what OnConnError reports.
@@ -308,32 +310,15 @@ func TestTCPLargestTransfer(t *testing.T) {
 }
 
 func TestTCPMetrics(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(context.Background())
+	m := metrictest.New(t)
 	n := newTCPNet(t, TCPConfig{})
-	a := n.tcpEndpoint(1, func(c *TCPConfig) { c.MeterProvider = mp })
+	a := n.tcpEndpoint(1, func(c *TCPConfig) { c.MeterProvider = m.Provider })
 	b := n.endpoint(2)
 	for s := range 4 {
 		pa, pb := openPair(t, a, b, StreamID(s))
 		transfer(t, pa, pb, []int{100, 200})
 	}
-	sums := func() map[string]int64 {
-		var rm metricdata.ResourceMetrics
-		must(t, reader.Collect(context.Background(), &rm))
-		got := map[string]int64{}
-		for _, sm := range rm.ScopeMetrics {
-			for _, m := range sm.Metrics {
-				if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
-					for _, dp := range sum.DataPoints {
-						got[m.Name] += dp.Value
-					}
-				}
-			}
-		}
-		return got
-	}
-	got := sums()
+	got := m.Sums(t)
 	if got["convoy.rdma.connections.opened"] != 1 {
 		t.Errorf("connections opened = %d, want 1 (all streams share one)", got["convoy.rdma.connections.opened"])
 	}
@@ -346,7 +331,7 @@ func TestTCPMetrics(t *testing.T) {
 	}
 	// The frame counts are reported until the endpoint closes.
 	must(t, a.Close())
-	got = sums()
+	got = m.Sums(t)
 	for _, name := range []string{"convoy.rdma.frames.sent", "convoy.rdma.frames.received", "convoy.rdma.bytes.sent", "convoy.rdma.bytes.received"} {
 		if n, ok := got[name]; ok {
 			t.Errorf("after Close: %s = %d, want it no longer reported", name, n)

@@ -64,21 +64,8 @@ func Rate(ctx context.Context, c Config) (float64, error) {
 	if c.Instances < 1 || c.RecordBytes < 8 || c.Batch < 1 || c.Warmup < 0 || c.Duration <= 0 {
 		return 0, fmt.Errorf("rawpebble: bad config %+v", c)
 	}
-	dir, err := os.MkdirTemp(c.Dir, "rawpebble-")
+	rates, err := runInstances(ctx, c, appendRate)
 	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
-	rates := make([]float64, c.Instances)
-	errs := make([]error, c.Instances)
-	var wg sync.WaitGroup
-	for i := range c.Instances {
-		wg.Go(func() {
-			rates[i], errs[i] = appendRate(ctx, filepath.Join(dir, fmt.Sprint(i)), c)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
 		return 0, err
 	}
 	lowest := math.Inf(1)
@@ -86,6 +73,30 @@ func Rate(ctx context.Context, c Config) (float64, error) {
 		lowest = min(lowest, r)
 	}
 	return lowest, nil
+}
+
+// runInstances runs run for each of c.Instances Pebble instances at
+// once, each in a directory of its own under a temporary one (in c.Dir)
+// removed at the end, and returns their results in order.
+func runInstances[T any](ctx context.Context, c Config, run func(ctx context.Context, dir string, c Config) (T, error)) ([]T, error) {
+	dir, err := os.MkdirTemp(c.Dir, "rawpebble-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	out := make([]T, c.Instances)
+	errs := make([]error, c.Instances)
+	var wg sync.WaitGroup
+	for i := range c.Instances {
+		wg.Go(func() {
+			out[i], errs[i] = run(ctx, filepath.Join(dir, fmt.Sprint(i)), c)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // appendRate runs one instance in dir and returns its records per second
@@ -148,21 +159,8 @@ func Latency(ctx context.Context, c Config) (p50, p99 time.Duration, err error) 
 	if c.Instances < 1 || c.RecordBytes < 8 || c.PerSecond < 1 || c.Warmup < 0 || c.Duration <= 0 {
 		return 0, 0, fmt.Errorf("rawpebble: bad config %+v", c)
 	}
-	dir, err := os.MkdirTemp(c.Dir, "rawpebble-")
+	samples, err := runInstances(ctx, c, writeLatencies)
 	if err != nil {
-		return 0, 0, err
-	}
-	defer os.RemoveAll(dir)
-	samples := make([][]time.Duration, c.Instances)
-	errs := make([]error, c.Instances)
-	var wg sync.WaitGroup
-	for i := range c.Instances {
-		wg.Go(func() {
-			samples[i], errs[i] = writeLatencies(ctx, filepath.Join(dir, fmt.Sprint(i)), c)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
 		return 0, 0, err
 	}
 	all := slices.Concat(samples...)
