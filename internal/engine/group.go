@@ -347,6 +347,9 @@ func (g *Group) post(ev event) {
 		g.host.post(g, ev)
 		return
 	}
+	if tryPut(g.events, ev) {
+		return
+	}
 	select {
 	case g.events <- ev:
 	case <-g.stop:

@@ -35,6 +35,20 @@ type SendOption func(*sendOptions)
 
 type sendOptions struct{ level Level }
 
+// sendOptionsOf applies opts. The options it passes to them escape to
+// the heap, as they are calls through function values: Send calls it only
+// when given options, and it is not inlined so that a Send without
+// options allocates nothing for them.
+//
+//go:noinline
+func sendOptionsOf(opts []SendOption) sendOptions {
+	var o sendOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
 // WaitDelivered makes Send return once this member delivered the message.
 func WaitDelivered() SendOption { return func(o *sendOptions) { o.level = Delivered } }
 
@@ -86,18 +100,23 @@ func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (R
 // they were accepted, each numbered in its channel.
 func (g *Group) submit(ctx context.Context, topic string, payload []byte, opts []SendOption) (Receipt, error) {
 	var o sendOptions
-	for _, opt := range opts {
-		opt(&o)
+	if len(opts) > 0 {
+		o = sendOptionsOf(opts)
 	}
 	if len(payload) > g.cfg.MaxMessageBytes {
 		return Receipt{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(payload), g.cfg.MaxMessageBytes)
 	}
 	// One sender at a time takes a sequence number and queues its message,
-	// so that numbers follow queue order. The loop never takes this.
-	select {
-	case g.sendTurn <- struct{}{}:
-	case <-ctx.Done():
-		return Receipt{}, ctx.Err()
+	// so that numbers follow queue order. The loop never takes this. The
+	// turn and the queue are tried first on their own: a select that
+	// includes ctx also locks ctx's channel, which the concurrent sends of
+	// one caller (requests of one connection, say) often share.
+	if !tryPut(g.sendTurn, struct{}{}) {
+		select {
+		case g.sendTurn <- struct{}{}:
+		case <-ctx.Done():
+			return Receipt{}, ctx.Err()
+		}
 	}
 	turn := true
 	defer func() {
@@ -158,26 +177,28 @@ func (g *Group) submit(ctx context.Context, topic string, payload []byte, opts [
 		g.m.sent(len(payload))
 		return Receipt{Topic: topic, Seq: seq}, nil // the simulation waits for no level
 	}
-	select {
-	case g.events <- ev:
-		g.m.sent(len(payload))
-	case <-g.stop:
-		return Receipt{}, ErrClosed
-	case <-ctx.Done():
-		// Not queued: give the number back (no later one was taken, as
-		// this sender holds the turn).
-		g.mu.Lock()
-		g.unnumberLocked(topic)
-		g.mu.inflight--
-		g.mu.inflightBytes -= len(payload)
-		g.mu.sending--
-		g.mu.sendingBytes -= len(payload)
-		g.mu.queued--
-		g.mu.queuedBytes -= len(payload)
-		delete(g.mu.waiters, msgID{topic, seq})
-		g.mu.Unlock()
-		return Receipt{}, ctx.Err()
+	if !tryPut(g.events, ev) {
+		select {
+		case g.events <- ev:
+		case <-g.stop:
+			return Receipt{}, ErrClosed
+		case <-ctx.Done():
+			// Not queued: give the number back (no later one was taken, as
+			// this sender holds the turn).
+			g.mu.Lock()
+			g.unnumberLocked(topic)
+			g.mu.inflight--
+			g.mu.inflightBytes -= len(payload)
+			g.mu.sending--
+			g.mu.sendingBytes -= len(payload)
+			g.mu.queued--
+			g.mu.queuedBytes -= len(payload)
+			delete(g.mu.waiters, msgID{topic, seq})
+			g.mu.Unlock()
+			return Receipt{}, ctx.Err()
+		}
 	}
+	g.m.sent(len(payload))
 	<-g.sendTurn
 	turn = false
 	if w.done == nil {
@@ -188,6 +209,16 @@ func (g *Group) submit(ctx context.Context, topic string, payload []byte, opts [
 		return Receipt{Topic: topic, Seq: seq, Epoch: res.epoch, Index: res.index}, res.err
 	case <-ctx.Done():
 		return Receipt{Topic: topic, Seq: seq}, ctx.Err()
+	}
+}
+
+// tryPut puts v in ch if it has room, without waiting.
+func tryPut[T any](ch chan T, v T) bool {
+	select {
+	case ch <- v:
+		return true
+	default:
+		return false
 	}
 }
 
