@@ -387,16 +387,12 @@ func (l *Log) Append(es ...Entry) error {
 		return fmt.Errorf("%w: entry %d does not follow the last entry %d", ErrOutOfOrder, idx, last)
 	}
 	l.mu.last = es[len(es)-1].Index
-	// The ops go straight into the queue (an op is large, and a slice of
-	// them made for each call would cost an allocation per delivery).
-	if len(l.mu.pending) == 0 {
-		l.mu.oldest = time.Now()
-	}
+	// The ops go straight into the queue one by one (an op is large, and
+	// a slice of them made for each call would cost an allocation per
+	// delivery).
 	for i := range es {
-		l.mu.pending = append(l.mu.pending, op{entry: es[i], isEntry: true, index: es[i].Index})
+		l.pushLocked(op{entry: es[i], isEntry: true, index: es[i].Index})
 	}
-	l.mu.pendingBytes += size
-	l.mu.queued += size
 	l.kickWriter()
 	l.mu.Unlock()
 
@@ -419,19 +415,26 @@ func (l *Log) acceptingLocked() error {
 
 // enqueueLocked hands ops to the writer. REQUIRES: l.mu.
 func (l *Log) enqueueLocked(ops ...op) {
+	for i := range ops {
+		l.pushLocked(ops[i])
+	}
+	l.kickWriter()
+}
+
+// pushLocked appends o to pending and counts it in the queue's
+// bookkeeping; the caller kicks the writer once it has pushed its ops.
+// REQUIRES: l.mu.
+func (l *Log) pushLocked(o op) {
 	if len(l.mu.pending) == 0 {
 		l.mu.oldest = time.Now()
 	}
-	for i := range ops {
-		l.mu.pending = append(l.mu.pending, ops[i])
-		s := ops[i].size()
-		l.mu.pendingBytes += s
-		l.mu.queued += s
-		if ops[i].done != nil {
-			l.mu.urgent++
-		}
+	l.mu.pending = append(l.mu.pending, o)
+	s := o.size()
+	l.mu.pendingBytes += s
+	l.mu.queued += s
+	if o.done != nil {
+		l.mu.urgent++
 	}
-	l.kickWriter()
 }
 
 // kickWriter wakes the writer if it waits.
