@@ -63,8 +63,12 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 }
 
 // Close stops reporting the counts per message (sent, delivered, blocks
-// received); the failures counter is a synchronous one, and stays.
+// received); the failures counter is a synchronous one, and stays. Close
+// of a nil *Metrics (no Metrics) returns nil.
 func (m *Metrics) Close() error {
+	if m == nil {
+		return nil
+	}
 	return m.counts.Unregister()
 }
 

@@ -63,7 +63,7 @@ func TestMetrics(t *testing.T) {
 }
 
 // TestNoMetrics: a group without Metrics (GroupConfig.Metrics nil)
-// counts nothing.
+// counts nothing, and closing no Metrics is a no-op.
 func TestNoMetrics(t *testing.T) {
 	var m *Metrics
 	g := m.group(BinomialPipeline)
@@ -73,5 +73,8 @@ func TestNoMetrics(t *testing.T) {
 	g.failed()
 	if g.algorithmCounts != nil || g.failures != nil {
 		t.Errorf("a nil Metrics gave a group counts: %+v", g)
+	}
+	if err := m.Close(); err != nil {
+		t.Errorf("Close of a nil Metrics = %v, want nil", err)
 	}
 }
