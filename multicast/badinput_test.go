@@ -168,3 +168,54 @@ func TestGroupSetupFailure(t *testing.T) {
 		t.Fatalf("Failed called for a setup error: %v", m.failures)
 	}
 }
+
+// A group whose setup fails to open a stream closes the streams it had
+// opened, and a handler call of one of them that waited for the group
+// (here a failure reported while NewGroup runs) finds it closed: it does
+// not call Failed for a group NewGroup did not return.
+func TestGroupOpenFailure(t *testing.T) {
+	f := newMemFabric(t, 2, 1)
+	defer f.close()
+	cfg := GroupConfig{ID: 1, Members: f.ids(), Root: f.eps[0].ID()}
+	ep := &failOpenEndpoint{Endpoint: f.eps[1], fail: streamID(cfg.ID, chanBatches), raced: make(chan struct{})}
+	m := newMember()
+	g, err := NewGroup(context.Background(), ep, cfg, m.callbacks())
+	if err == nil {
+		g.Close()
+		t.Fatal("NewGroup succeeded though a stream failed to open")
+	}
+	if !errors.Is(err, errOpen) {
+		t.Fatalf("NewGroup = %v, want the open error", err)
+	}
+	<-ep.raced
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.failures) != 0 {
+		t.Fatalf("Failed called for a group NewGroup did not return: %v", m.failures)
+	}
+}
+
+var errOpen = errors.New("open refused")
+
+// failOpenEndpoint refuses to open stream fail; as it does, it reports
+// the failure of the stream opened before on another goroutine, which
+// gets to the group once NewGroup lets go of it. raced is closed once
+// that report returned.
+type failOpenEndpoint struct {
+	rdma.Endpoint
+	fail   rdma.StreamID
+	opened rdma.Handler
+	raced  chan struct{}
+}
+
+func (e *failOpenEndpoint) Open(ctx context.Context, peer rdma.NodeID, stream rdma.StreamID, h rdma.Handler) (rdma.QueuePair, error) {
+	if stream != e.fail {
+		e.opened = h
+		return e.Endpoint.Open(ctx, peer, stream, h)
+	}
+	go func() {
+		defer close(e.raced)
+		e.opened.Failed(rdma.ErrUnreachable)
+	}()
+	return nil, errOpen
+}

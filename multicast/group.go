@@ -111,23 +111,26 @@ func NewGroup(ctx context.Context, ep rdma.Endpoint, cfg GroupConfig, cb Callbac
 		g.mu.qps[ch][peer] = qp
 		return nil
 	}
+	// A stream that fails to open closes the group: the streams opened
+	// before close, and their handler calls that wait for mu find the
+	// group closed.
 	for _, p := range g.sched.peers() {
 		if err := open(chanBlocks, p); err != nil {
-			g.closeQPsLocked()
+			g.closeLocked()
 			return nil, err
 		}
 	}
 	if g.rank == 0 {
 		for p := 1; p < n; p++ {
 			if err := open(chanBatches, p); err != nil {
-				g.closeQPsLocked()
+				g.closeLocked()
 				return nil, err
 			}
 		}
 		g.mu.root.init(g)
 	} else {
 		if err := open(chanBatches, 0); err != nil {
-			g.closeQPsLocked()
+			g.closeLocked()
 			return nil, err
 		}
 		g.mu.recv.init(g)
@@ -213,15 +216,19 @@ func (g *Group) Send(ctx context.Context, msg []byte) error {
 // still finish; no new ones start.
 func (g *Group) Close() error {
 	g.mu.Lock()
+	g.closeLocked()
+	g.mu.Unlock()
+	return nil
+}
+
+// closeLocked does Close's work, once.
+func (g *Group) closeLocked() {
 	if g.mu.closed {
-		g.mu.Unlock()
-		return nil
+		return
 	}
 	g.mu.closed = true
 	g.closeQPsLocked()
 	g.releaseLocked()
-	g.mu.Unlock()
-	return nil
 }
 
 // doneLocked returns the error Send should report once the group ended.
