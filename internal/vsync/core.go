@@ -55,10 +55,13 @@ type Core struct {
 	// claims, and when to claim again if its claim is missing.
 	restarting, quorum                  bool
 	restartSeen, quorumSeen, claimRetry int64
-	// waitNoted is what this member last logged a restart to wait for
-	// (the valid claims, and whether a member of the view still lives),
-	// so that it says so once per change, not at every state read.
-	waitNoted string
+	// waitClaims and waitDead are what this member last logged a restart
+	// to wait for (the valid claims, and whether no member of the view
+	// still lives), if waitNoted, so that it says so once per change, not
+	// at every state read.
+	waitNoted  bool
+	waitClaims []membership.ID
+	waitDead   bool
 	// proposed is the etcd revision of the state this member last
 	// proposed a view (or a restart) on, as leader.
 	proposed int64
@@ -326,11 +329,11 @@ func (c *Core) recovering(now int64, st *membership.State) ([]Action, bool) {
 // left, the group waits for members with their logs, and an operator
 // reads here which.
 func (c *Core) noteRestartWait(st *membership.State, d membership.RecoveryDecision) {
-	note := fmt.Sprint(d.Claims, d.Dead)
-	if note == c.waitNoted {
+	if c.waitNoted && d.Dead == c.waitDead && slices.Equal(d.Claims, c.waitClaims) {
 		return
 	}
-	c.waitNoted = note
+	c.waitNoted, c.waitDead = true, d.Dead
+	c.waitClaims = append(c.waitClaims[:0], d.Claims...)
 	if !d.Dead {
 		c.log.Info("restart of the group waits: a member of the last view still lives in it (its registration is still there)",
 			"epoch", st.Current.Epoch)
