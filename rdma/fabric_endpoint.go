@@ -46,7 +46,7 @@ type FabricEndpoint struct {
 	hdrLen      int  // data header bytes: dataSeqLen or dataHeaderLen
 	depth       int  // data endpoint queue depth
 	maxTransfer int
-	metrics     *tcpMetrics
+	metrics     *endpointMetrics
 	regs        *regCache
 	scratch     [ctrlSlotLen]byte // the poller's copy of a received slot
 
@@ -86,7 +86,7 @@ func listenFabric(cfg FabricConfig, immInHeader bool) (_ *FabricEndpoint, err er
 	if err != nil {
 		return nil, err
 	}
-	m, err := newTCPMetrics(cfg.MeterProvider)
+	m, err := newEndpointMetrics(cfg.MeterProvider)
 	if err != nil {
 		return nil, err
 	}

@@ -37,7 +37,7 @@ func newPairNetMetered(t *testing.T, mp metric.MeterProvider) *pairNet {
 		if id == 2 {
 			p = mp
 		}
-		m, err := newTCPMetrics(p)
+		m, err := newEndpointMetrics(p)
 		must(t, err)
 		t.Cleanup(m.close)
 		e := &FabricEndpoint{cfg: FabricConfig{ID: id}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: m}

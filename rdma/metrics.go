@@ -13,8 +13,8 @@ import (
 // meterName is the instrumentation scope of the transport's metrics.
 const meterName = "github.com/convoy-gcs/convoy/rdma"
 
-// tcpMetrics are the counters of an endpoint (tcp or fabric).
-type tcpMetrics struct {
+// endpointMetrics are the counters of an endpoint (tcp or fabric).
+type endpointMetrics struct {
 	// Frames and their bytes: counted per frame, so kept in atomics and
 	// reported by the callback counts registers (see package counter)
 	// until the endpoint closes.
@@ -31,9 +31,11 @@ type tcpMetrics struct {
 	rejectedBy [numRejectReasons][]metric.AddOption
 }
 
-func newTCPMetrics(mp metric.MeterProvider) (*tcpMetrics, error) {
+// newEndpointMetrics makes an endpoint's counters on mp and registers the
+// callback that reports its frame counts, until close.
+func newEndpointMetrics(mp metric.MeterProvider) (*endpointMetrics, error) {
 	m := mp.Meter(meterName)
-	var tm tcpMetrics
+	var em endpointMetrics
 	var err error
 	newCounter := func(dst *metric.Int64Counter, name, unit, desc string) {
 		if err != nil {
@@ -42,40 +44,40 @@ func newTCPMetrics(mp metric.MeterProvider) (*tcpMetrics, error) {
 		*dst, err = m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 	}
 	counts := counter.NewSet(m)
-	tm.framesSent = counts.Counter("convoy.rdma.frames.sent", "{frame}", "Frames written to connections.")
-	tm.bytesSent = counts.Counter("convoy.rdma.bytes.sent", "By", "Bytes written to connections, headers included.")
-	tm.framesRecv = counts.Counter("convoy.rdma.frames.received", "{frame}", "Frames read from connections.")
-	tm.bytesRecv = counts.Counter("convoy.rdma.bytes.received", "By", "Bytes read from connections, headers included.")
-	newCounter(&tm.connsOpened, "convoy.rdma.connections.opened", "{connection}", "Connections established.")
-	newCounter(&tm.connsBroken, "convoy.rdma.connections.broken", "{connection}", "Connections that broke or were refused (not counting those closed by Close).")
-	newCounter(&tm.rejected, "convoy.rdma.rejected.frames", "{frame}",
+	em.framesSent = counts.Counter("convoy.rdma.frames.sent", "{frame}", "Frames written to connections.")
+	em.bytesSent = counts.Counter("convoy.rdma.bytes.sent", "By", "Bytes written to connections, headers included.")
+	em.framesRecv = counts.Counter("convoy.rdma.frames.received", "{frame}", "Frames read from connections.")
+	em.bytesRecv = counts.Counter("convoy.rdma.bytes.received", "By", "Bytes read from connections, headers included.")
+	newCounter(&em.connsOpened, "convoy.rdma.connections.opened", "{connection}", "Connections established.")
+	newCounter(&em.connsBroken, "convoy.rdma.connections.broken", "{connection}", "Connections that broke or were refused (not counting those closed by Close).")
+	newCounter(&em.rejected, "convoy.rdma.rejected.frames", "{frame}",
 		"Bad input from peers, by reason: each refused connection, or transfer failed for it, counts once.")
-	newCounter(&tm.late, "convoy.rdma.late.frames", "{frame}",
+	newCounter(&em.late, "convoy.rdma.late.frames", "{frame}",
 		"Frames dropped because they arrived for a stream this node had closed: sent before the peer learned of the close (a group of an ended view, say).")
 	if err == nil {
-		tm.counts, err = counts.Register()
+		em.counts, err = counts.Register()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("rdma: creating metrics: %w", err)
 	}
-	for r := range tm.rejectedBy {
-		tm.rejectedBy[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", rejectReason(r).String())))}
+	for r := range em.rejectedBy {
+		em.rejectedBy[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", rejectReason(r).String())))}
 	}
-	return &tm, nil
+	return &em, nil
 }
 
 // close stops reporting the frame counts: once the endpoint is closed,
 // its provider no longer holds them.
-func (m *tcpMetrics) close() {
+func (m *endpointMetrics) close() {
 	_ = m.counts.Unregister()
 }
 
-func (m *tcpMetrics) add(c metric.Int64Counter, n int64) {
+func (m *endpointMetrics) add(c metric.Int64Counter, n int64) {
 	c.Add(context.Background(), n)
 }
 
 // reject counts bad input from a peer.
-func (m *tcpMetrics) reject(r rejectReason) {
+func (m *endpointMetrics) reject(r rejectReason) {
 	m.rejected.Add(context.Background(), 1, m.rejectedBy[r]...)
 }
 

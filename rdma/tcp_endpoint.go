@@ -19,7 +19,7 @@ type TCPEndpoint struct {
 	cfg       TCPConfig
 	log       *slog.Logger
 	ln        net.Listener
-	metrics   *tcpMetrics
+	metrics   *endpointMetrics
 	serverTLS *tls.Config // nil without TLS
 
 	ctx    context.Context // canceled by Close
@@ -41,7 +41,7 @@ func ListenTCP(cfg TCPConfig) (*TCPEndpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := newTCPMetrics(cfg.MeterProvider)
+	m, err := newEndpointMetrics(cfg.MeterProvider)
 	if err != nil {
 		return nil, err
 	}
