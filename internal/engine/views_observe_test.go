@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -98,35 +97,20 @@ func TestViewsStatusFollowsOnView(t *testing.T) {
 		view, shown uint64
 	}
 	seenCh := make(chan seen, 16)
-	nodes := make([]*vsNode, 3)
-	var wg sync.WaitGroup
-	for i := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n, err := c.open(NodeID(i+1), len(nodes), func(cfg *Config) {
-				record := cfg.OnView
-				cfg.OnView = func(v View) {
-					// On the loop; the first view comes before Open
-					// returns the group. Recorded after the check, so
-					// that a view waited for was checked.
-					if g := groups[i].Load(); g != nil && !v.Excluded {
-						seenCh <- seen{i + 1, v.Epoch, g.Status().Epoch}
-					}
-					record(v)
-				}
-			})
-			if err != nil {
-				t.Error(err)
-				return
+	nodes := c.openEach(len(groups), func(i int, cfg *Config) {
+		record := cfg.OnView
+		cfg.OnView = func(v View) {
+			// On the loop; the first view comes before the group is
+			// stored. Recorded after the check, so that a view waited
+			// for was checked.
+			if g := groups[i].Load(); g != nil && !v.Excluded {
+				seenCh <- seen{i + 1, v.Epoch, g.Status().Epoch}
 			}
-			groups[i].Store(n.g)
-			nodes[i] = n
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
+			record(v)
+		}
+	})
+	for i, n := range nodes {
+		groups[i].Store(n.g)
 	}
 	before, _ := nodes[0].lastView()
 	c.crash(3)

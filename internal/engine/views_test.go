@@ -253,6 +253,18 @@ func (c *vsCluster) open(id NodeID, initial int, opts ...func(*Config)) (*vsNode
 // openAll starts members 1..n as the group's founders.
 func (c *vsCluster) openAll(n int, opts ...func(*Config)) []*vsNode {
 	c.t.Helper()
+	return c.openEach(n, func(_ int, cfg *Config) {
+		for _, o := range opts {
+			o(cfg)
+		}
+	})
+}
+
+// openEach starts members 1..n as the group's founders, as openAll does,
+// with configure setting the config of member i+1 (an OnView that wraps
+// the cluster's, say).
+func (c *vsCluster) openEach(n int, configure func(i int, cfg *Config)) []*vsNode {
+	c.t.Helper()
 	nodes := make([]*vsNode, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -260,7 +272,7 @@ func (c *vsCluster) openAll(n int, opts ...func(*Config)) []*vsNode {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nodes[i], errs[i] = c.open(NodeID(i+1), n, opts...)
+			nodes[i], errs[i] = c.open(NodeID(i+1), n, func(cfg *Config) { configure(i, cfg) })
 		}()
 	}
 	wg.Wait()
@@ -987,42 +999,23 @@ func TestViewsSendRefusedOnceExcluded(t *testing.T) {
 		err   error
 	}
 	probes := make(chan probe, 16)
-	nodes := make([]*vsNode, 3)
-	var wg sync.WaitGroup
-	for i := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var opts []func(*Config)
-			if i == 2 {
-				opts = append(opts, func(cfg *Config) {
-					record := cfg.OnView
-					cfg.OnView = func(v View) {
-						record(v)
-						if !v.Excluded {
-							return
-						}
-						// On the loop: a Send that is accepted now is
-						// never sent.
-						ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-						defer cancel()
-						_, err := g3.Load().Send(ctx, []byte("set probe 1"))
-						probes <- probe{v.Epoch, err}
-					}
-				})
-			}
-			n, err := c.open(NodeID(i+1), len(nodes), opts...)
-			if err != nil {
-				t.Error(err)
+	nodes := c.openEach(3, func(i int, cfg *Config) {
+		if i != 2 {
+			return
+		}
+		record := cfg.OnView
+		cfg.OnView = func(v View) {
+			record(v)
+			if !v.Excluded {
 				return
 			}
-			nodes[i] = n
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
+			// On the loop: a Send that is accepted now is never sent.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, err := g3.Load().Send(ctx, []byte("set probe 1"))
+			probes <- probe{v.Epoch, err}
+		}
+	})
 	g3.Store(nodes[2].g)
 	stop := make(chan struct{})
 	load := c.load(stop, nodes[:2]...)
