@@ -249,7 +249,7 @@ func overloadBound(idle, state int64) int64 {
 	a := int64(overloadMaxRequestBytes + overloadMaxRequests*16<<10)
 	g := int64(3 * overloadMembers * overloadWindowBytes)
 	c := int64(overloadMaxConns * 48 << 10)
-	t := int64(overloadMaxStreams * (4*(256<<10+overloadMaxValueBytes+31) + 24<<10))
+	t := int64(overloadMaxStreams * (4*(256<<10+overloadMaxValueBytes+31) + 536<<10))
 	d := int64(paxos.DedupeWindow * (overloadIDBytes + 180))
 	return idle + raceMemory*(overloadPebbleBytes+overloadGCFactor*(a+g+c+t+state+d))
 }

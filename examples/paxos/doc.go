@@ -194,10 +194,12 @@
 //	    (1,024 by default; beyond, new ones are closed at once), each
 //	    with its buffers, its goroutine and a header of at most 16 KiB:
 //	    max-conns × 48 KiB (over TLS, add 40 KiB each)
-//	T   MaxStreams × (4 × (256 KiB + MaxValueBytes + 31) + 24 KiB): a
+//	T   MaxStreams × (4 × (256 KiB + MaxValueBytes + 31) + 536 KiB): a
 //	    stream's answers to be written, in two buffers (one filling, one
 //	    being written) of up to 256 KiB and one answer, each with up to
-//	    twice that capacity, and its goroutines; its requests' frames
+//	    twice that capacity, its reader and writer goroutines (24 KiB),
+//	    and up to 32 workers waiting for its next requests, of at most
+//	    16 KiB each; its requests' frames, and the workers serving them,
 //	    are within A
 //	S   the state: for each key, its name twice and its last write's
 //	    command (value, key, request id and 20 bytes), and about 100 bytes

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/convoy-gcs/convoy/examples/paxos/wire"
@@ -33,6 +35,12 @@ const (
 	// streamWriteTimeout bounds one write to the client: a client that
 	// stops reading loses its stream.
 	streamWriteTimeout = 30 * time.Second
+	// streamWorkerIdle is how long a stream's worker waits for another
+	// request before it ends.
+	streamWorkerIdle = time.Second
+	// streamKeptWorkers bounds the workers of a stream that wait for
+	// another request: beyond it, a worker ends once it answered.
+	streamKeptWorkers = 32
 )
 
 // handleStream upgrades the connection to a stream of binary requests
@@ -57,8 +65,7 @@ func (n *Node) handleStream(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "cannot take over the connection: "+err.Error())
 		return
 	}
-	s := &stream{n: n, conn: conn, wake: make(chan struct{}, 1), sem: make(chan struct{}, streamMaxInFlight)}
-	s.space.L = &s.mu
+	s := n.newStream(conn)
 	if !n.addStream(s) {
 		conn.Close()
 		return
@@ -123,13 +130,24 @@ func (n *Node) closeStreams() {
 }
 
 // stream is one upgraded connection: a reader that decodes requests and
-// starts a goroutine for each (at most streamMaxInFlight at once), and a
+// hands each to a worker (at most streamMaxInFlight at once), and a
 // writer that sends the answers in batches, as they come.
+//
+// A worker serves requests one after the other until none came for
+// streamWorkerIdle (or, once it answered, if the stream has more than
+// streamKeptWorkers): a goroutine per request would grow its stack anew
+// for each (a write goes deep, into the group's Send), copying it each
+// time.
 type stream struct {
 	n    *Node
 	conn net.Conn
-	// sem holds a token per request being served.
+	// sem holds a token per worker.
 	sem chan struct{}
+	// work hands a request to an idle worker; serve closes it once the
+	// reader ends.
+	work chan streamJob
+	// serving counts the requests handed to workers and not yet served.
+	serving atomic.Int64
 	// wake tells the writer answers are waiting.
 	wake chan struct{}
 
@@ -141,6 +159,13 @@ type stream struct {
 	buf, spare []byte
 	// ended is set once the stream ends: answers are dropped.
 	ended bool
+}
+
+// newStream returns the stream of connection conn.
+func (n *Node) newStream(conn net.Conn) *stream {
+	s := &stream{n: n, conn: conn, wake: make(chan struct{}, 1), sem: make(chan struct{}, streamMaxInFlight), work: make(chan streamJob)}
+	s.space.L = &s.mu
+	return s
 }
 
 // serve reads requests until the connection fails or closes, then waits
@@ -157,6 +182,7 @@ func (s *stream) serve(br *bufio.Reader) {
 	for s.next(ctx, br, limit, &wg) {
 	}
 	s.conn.Close()
+	close(s.work)
 	cancel()
 	s.mu.Lock()
 	s.ended = true
@@ -165,9 +191,10 @@ func (s *stream) serve(br *bufio.Reader) {
 	wg.Wait()
 }
 
-// next reads the next request and starts serving it (wg counts it), or
-// answers it at once: 413 above limit bytes, 400 if malformed, 503 if
-// the member is at capacity. It returns false once the stream must end.
+// next reads the next request and hands it to a worker (wg counts the
+// workers), or answers it at once: 413 above limit bytes, 400 if
+// malformed, 503 if the member is at capacity. It returns false once the
+// stream must end.
 func (s *stream) next(ctx context.Context, br *bufio.Reader, limit int, wg *sync.WaitGroup) bool {
 	// The frame's length, tag and op come first: the request takes its
 	// place (or is refused) before its frame is read.
@@ -217,19 +244,60 @@ func (s *stream) next(ctx context.Context, br *bufio.Reader, limit int, wg *sync
 		s.respond(wire.Response{Tag: t, Status: http.StatusBadRequest, Body: []byte(err.Error())})
 		return true
 	}
+	j := streamJob{req: req, charge: charge}
+	s.serving.Add(1)
 	select {
+	case s.work <- j:
+		return true
+	default:
+	}
+	select {
+	case s.work <- j:
 	case s.sem <- struct{}{}:
+		wg.Go(func() { s.worker(ctx, j) })
 	case <-ctx.Done():
+		s.serving.Add(-1)
 		release()
 		return false
 	}
-	wg.Go(func() {
-		resp := s.n.serveRequest(ctx, req)
-		release()
-		<-s.sem
-		s.respond(resp)
-	})
 	return true
+}
+
+// streamJob is a request for a worker, and the admission charge it
+// releases once served.
+type streamJob struct {
+	req    wire.Request
+	charge int
+}
+
+// worker serves j, then the requests handed to it, until none came for
+// streamWorkerIdle, the stream has more than streamKeptWorkers workers,
+// or the reader ended.
+func (s *stream) worker(ctx context.Context, j streamJob) {
+	defer func() { <-s.sem }()
+	idle := time.NewTimer(streamWorkerIdle)
+	defer idle.Stop()
+	for {
+		resp := s.n.serveRequest(ctx, j.req)
+		if j.charge > 0 {
+			s.n.admit.Release(j.charge)
+		}
+		s.serving.Add(-1)
+		s.respond(resp)
+		if len(s.sem) > streamKeptWorkers {
+			return
+		}
+		idle.Reset(streamWorkerIdle)
+		var ok bool
+		select {
+		case j, ok = <-s.work:
+			if !ok {
+				return
+			}
+		case <-idle.C:
+			return
+		}
+	}
 }
 
 // skip reads past the next frame, of size bytes, and answers it with
@@ -278,6 +346,13 @@ func (s *stream) write(ctx context.Context) {
 		case <-s.wake:
 		case <-ctx.Done():
 			return
+		}
+		if s.serving.Load() > 0 {
+			// Other requests are being served: yield once before taking
+			// the answers, so that those the scheduler holds ready to
+			// answer add theirs meanwhile, and one write carries them
+			// all.
+			runtime.Gosched()
 		}
 		s.mu.Lock()
 		out := s.buf

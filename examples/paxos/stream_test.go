@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/convoy-gcs/convoy/examples/paxos/client"
@@ -437,4 +438,84 @@ func TestClientIssued(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStreamWorkers: a stream serves its requests on workers that it
+// keeps while requests come — one request at a time takes one worker, k
+// at once at most k — and a worker ends once no request came for
+// streamWorkerIdle.
+func TestStreamWorkers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, err := NewLocal(Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		server, conn := net.Pipe()
+		s := n.newStream(server)
+		served := make(chan struct{})
+		go func() {
+			defer close(served)
+			s.serve(bufio.NewReader(server))
+		}()
+		br := bufio.NewReader(conn)
+		send := func(first, count uint64) error {
+			var b []byte
+			for tag := first; tag < first+count; tag++ {
+				b = wire.AppendRequest(b, &wire.Request{Tag: tag, Op: wire.OpPut, Key: fmt.Sprint("k", tag), Value: []byte("v")})
+			}
+			_, err := conn.Write(b)
+			return err
+		}
+		answer := func(tags map[uint64]bool) {
+			t.Helper()
+			r := readResponse(t, br)
+			if !tags[r.Tag] || r.Status != http.StatusOK {
+				t.Fatalf("answer %+v, want 200 to one of %v", r, tags)
+			}
+			delete(tags, r.Tag)
+		}
+		workers := func() int {
+			synctest.Wait()
+			return len(s.sem)
+		}
+		for tag := uint64(1); tag <= 10; tag++ {
+			if err := send(tag, 1); err != nil {
+				t.Fatal(err)
+			}
+			answer(map[uint64]bool{tag: true})
+		}
+		if w := workers(); w != 1 {
+			t.Fatalf("%d workers after requests one at a time, want 1", w)
+		}
+		time.Sleep(streamWorkerIdle / 2)
+		if w := workers(); w != 1 {
+			t.Fatalf("%d workers before the idle time, want 1", w)
+		}
+		time.Sleep(streamWorkerIdle)
+		if w := workers(); w != 0 {
+			t.Fatalf("%d workers once idle, want 0", w)
+		}
+		const k = 16
+		sent := make(chan error, 1)
+		go func() { sent <- send(100, k) }()
+		tags := make(map[uint64]bool)
+		for tag := uint64(100); tag < 100+k; tag++ {
+			tags[tag] = true
+		}
+		for range k {
+			answer(tags)
+		}
+		if err := <-sent; err != nil {
+			t.Fatal(err)
+		}
+		if w := workers(); w < 1 || w > k {
+			t.Fatalf("%d workers after %d requests at once, want 1 to %d", w, k, k)
+		}
+		conn.Close()
+		<-served
+		if w := workers(); w != 0 {
+			t.Fatalf("%d workers after the stream ended, want 0", w)
+		}
+	})
 }

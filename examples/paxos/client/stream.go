@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -305,9 +306,18 @@ func (s *streamConn) write() {
 		case <-s.done:
 			return
 		}
+		s.mu.Lock()
+		if len(s.pending) > 1 {
+			// Other calls are in flight: yield once before taking the
+			// queue, so that the callers the scheduler holds ready
+			// (those the reader just handed answers, say) queue their
+			// requests meanwhile, and one write carries them all.
+			s.mu.Unlock()
+			runtime.Gosched()
+			s.mu.Lock()
+		}
 		// spare becomes the callers' buffer: it must not be reused
 		// while they append to it.
-		s.mu.Lock()
 		out := s.buf
 		s.buf, spare = spare[:0], nil
 		s.mu.Unlock()
