@@ -170,7 +170,8 @@ type Receipt struct {
 //
 // It returns ErrTooLarge above MaxMessageBytes, ErrClosed after Close, an
 // error wrapping ErrFailed after the group failed, and the context's error
-// if it ends first (the message may still be delivered).
+// if it ends first (the message may still be delivered, unless the context
+// had ended before the call: then nothing is sent).
 func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (Receipt, error) {
 	r, err := g.e.Send(ctx, payload, opts...)
 	return Receipt(r), err

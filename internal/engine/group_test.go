@@ -39,7 +39,8 @@ func memMembers(t *testing.T, n int) ([]rdma.Endpoint, []Member, func()) {
 }
 
 // Send waits for window space, or with NoWait reports ErrBackpressure; a
-// waiting Send honours its context. Memory stays bounded however fast the
+// waiting Send honours its context, and one whose context has ended sends
+// nothing. Memory stays bounded however fast the
 // application sends. The metrics count the Sends accepted, the one
 // refused and the one that waited.
 func TestSendBackpressure(t *testing.T) {
@@ -55,6 +56,13 @@ func TestSendBackpressure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
+	// A Send whose context has ended sends nothing, though the window is
+	// open.
+	cancelled, cancelNow := context.WithCancel(context.Background())
+	cancelNow()
+	if _, err := g.Send(cancelled, []byte("m")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Send with a cancelled context = %v, want Canceled", err)
+	}
 	for i := 0; i < 3; i++ {
 		if _, err := g.Send(context.Background(), []byte("m")); err != nil {
 			t.Fatal(err)

@@ -90,7 +90,8 @@ type waitResult struct {
 //
 // It returns ErrTooLarge above MaxMessageBytes, ErrClosed after Close, an
 // error wrapping ErrFailed after the group failed, and the context's error
-// if it ends first (the message may still be delivered).
+// if it ends first (the message may still be delivered, unless the context
+// had ended before the call: then nothing is sent).
 func (g *Group) Send(ctx context.Context, payload []byte, opts ...SendOption) (Receipt, error) {
 	return g.submit(ctx, "", payload, opts)
 }
@@ -105,6 +106,9 @@ func (g *Group) submit(ctx context.Context, topic string, payload []byte, opts [
 	}
 	if len(payload) > g.cfg.MaxMessageBytes {
 		return Receipt{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(payload), g.cfg.MaxMessageBytes)
+	}
+	if err := ctx.Err(); err != nil {
+		return Receipt{}, err // (the fast paths below would not notice)
 	}
 	// One sender at a time takes a sequence number and queues its message,
 	// so that numbers follow queue order. The loop never takes this. The
