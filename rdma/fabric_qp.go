@@ -178,7 +178,7 @@ func (q *fabQP) Signal(imm uint64) error {
 	}
 	q.sendLocked(true, ctrlRecord{typ: ctrlSignal, stream: q.stream, a: q.sendSeq, b: imm})
 	q.sendSeq++
-	q.e.metrics.framesSent.Add(1)
+	q.e.metrics.framesSent.Add(1) // a frame of no bytes; the peer counts it when it delivers it
 	return nil
 }
 
@@ -591,11 +591,12 @@ func (q *fabQP) pumpLocked() bool {
 			break
 		}
 		s.slot = slot
+		// Counted before the pop, which clears the element s points to.
+		q.e.metrics.framesSent.Add(1)
+		q.e.metrics.bytesSent.Add(int64(q.e.hdrLen + len(s.buf)))
 		q.credits.pop()
 		q.inflight.push(*s)
 		q.sendq.pop()
-		q.e.metrics.framesSent.Add(1)
-		q.e.metrics.bytesSent.Add(int64(q.e.hdrLen + len(s.buf)))
 	}
 	return q.completeSendsLocked()
 }
@@ -628,6 +629,12 @@ func (q *fabQP) drainLocked() bool {
 			q.delivered++
 			q.recvSeq++
 		case s != nil && s.seq == q.recvSeq:
+			// Every signal the queue pair takes passes here, whether it
+			// came while q was paired (apply) or before (pairLocked), and
+			// none that the checks refuse does: so a signal received
+			// counts here, as a frame without bytes, as Signal counts
+			// the signal it sends.
+			q.e.metrics.framesRecv.Add(1)
 			if q.push(qpEvent{kind: evSignal, imm: s.imm}) {
 				mustRun = true
 			}

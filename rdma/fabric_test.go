@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/convoy-gcs/convoy/internal/metrictest"
 )
 
 // The endpoint says which provider it got, and listens where asked.
@@ -195,6 +197,109 @@ func TestFabricLargestTransfer(t *testing.T) {
 	if err := pa.qp.PostSend(make([]byte, 1001), 0, 0); err == nil {
 		t.Fatal("PostSend beyond MaxTransferBytes succeeded")
 	}
+}
+
+// A fabric endpoint counts the data transfers and the signals it sends
+// and receives, so that the frames and bytes one node counts as sent its
+// peer counts as received, whether a signal came before its queue pair
+// paired or after; a signal refused as bad input counts as none; and the
+// counts are no longer reported once the endpoint closes.
+func TestFabricMetrics(t *testing.T) {
+	const (
+		framesSent = "convoy.rdma.frames.sent"
+		framesRecv = "convoy.rdma.frames.received"
+		bytesSent  = "convoy.rdma.bytes.sent"
+		bytesRecv  = "convoy.rdma.bytes.received"
+	)
+	t.Run("transfers", func(t *testing.T) {
+		ma, mb := metrictest.New(t), metrictest.New(t)
+		n := newFabricNet(t, FabricConfig{})
+		a := n.fabricEndpoint(1, func(c *FabricConfig) { c.MeterProvider = ma.Provider })
+		b := n.fabricEndpoint(2, func(c *FabricConfig) { c.MeterProvider = mb.Provider })
+		const streams = 4
+		for s := range streams {
+			pa, pb := openPair(t, a, b, StreamID(s))
+			transfer(t, pa, pb, []int{100, 200})
+			transfer(t, pb, pa, []int{300})
+		}
+		// Per stream, node 1 sends 3 frames: the transfers of 100 and 200
+		// bytes, and the signal that it is ready for the transfer of 300
+		// bytes; it receives 2: node 2's ready signal, and that transfer.
+		// A transfer's bytes are its payload and its data header (hdrLen:
+		// its sequence number, and its immediate value unless that
+		// travels as completion data); a signal counts none. The control
+		// records of the pairing and the credits count as no frames.
+		h := int64(a.hdrLen)
+		want := map[string]int64{
+			framesSent: streams * 3,
+			framesRecv: streams * 2,
+			bytesSent:  streams * (2*h + 300),
+			bytesRecv:  streams * (h + 300),
+		}
+		// Node 2 counts the same frames the other way round.
+		mirror := map[string]string{framesSent: framesRecv, framesRecv: framesSent, bytesSent: bytesRecv, bytesRecv: bytesSent}
+		gotA, gotB := ma.Sums(t), mb.Sums(t)
+		for name, w := range want {
+			if gotA[name] != w {
+				t.Errorf("node 1: %s = %d, want %d", name, gotA[name], w)
+			}
+			if gotB[mirror[name]] != w {
+				t.Errorf("node 2: %s = %d, want %d (node 1's %s)", mirror[name], gotB[mirror[name]], w, name)
+			}
+		}
+		// The frame counts are reported until the endpoint closes.
+		must(t, a.Close())
+		gotA = ma.Sums(t)
+		for name := range want {
+			if v, ok := gotA[name]; ok {
+				t.Errorf("after Close: %s = %d, want it no longer reported", name, v)
+			}
+		}
+	})
+	t.Run("signals before pairing", func(t *testing.T) {
+		m := metrictest.New(t)
+		n := newPairNetMetered(t, m.Provider) // node 2's metrics
+		a := n.open(n.lo, "a")
+		for i := range 3 {
+			must(t, a.qp.Signal(uint64(i)))
+		}
+		n.deliver(n.lo) // node 2 has no queue pair: the signals wait
+		b := n.open(n.hi, "b")
+		for i := range 2 {
+			must(t, b.qp.Signal(uint64(10+i)))
+		}
+		n.deliver(n.hi) // a pairs with b and takes b's signals
+		if got := m.Sum(t, framesRecv); got != 0 {
+			t.Errorf("before b paired: %s = %d, want 0 (the signals wait for the pairing)", framesRecv, got)
+		}
+		n.deliver(n.lo) // b learns the pairing and takes a's signals
+		b.r.waitCount("signal", 3)
+		// Node 2 sent its 2 signals, and received node 1's 3, which came
+		// before it paired; signals count no bytes.
+		for name, w := range map[string]int64{framesSent: 2, framesRecv: 3, bytesSent: 0, bytesRecv: 0} {
+			if got := m.Sum(t, name); got != w {
+				t.Errorf("node 2: %s = %d, want %d", name, got, w)
+			}
+		}
+		// A signal that repeats a sequence number b delivered is refused:
+		// b fails, and the signal counts as no frame received.
+		r := ctrlRecord{typ: ctrlSignal, stream: 7, a: 1, b: 99}
+		n.hi.mu.Lock()
+		q, pending, err := n.hi.recordLocked(r)
+		n.hi.mu.Unlock()
+		must(t, err)
+		if q == nil {
+			t.Fatal("the repeated signal went to no queue pair")
+		}
+		q.apply(r, pending)
+		b.r.waitFailed(ErrProtocol)
+		if got := m.Sum(t, framesRecv); got != 3 {
+			t.Errorf("after a refused signal: %s = %d, want 3", framesRecv, got)
+		}
+		if got := m.Sum(t, "convoy.rdma.rejected.frames", "reason", "malformed"); got != 1 {
+			t.Errorf("rejected frames (malformed) = %d, want 1", got)
+		}
+	})
 }
 
 func TestFabricUnreachable(t *testing.T) {
