@@ -458,6 +458,15 @@ func TestStreamWorkers(t *testing.T) {
 			defer close(served)
 			s.serve(bufio.NewReader(server))
 		}()
+		ended := false
+		defer func() {
+			// Also when a check fails: the bubble must end with no
+			// goroutine left.
+			if !ended {
+				conn.Close()
+				<-served
+			}
+		}()
 		br := bufio.NewReader(conn)
 		send := func(first, count uint64) error {
 			var b []byte
@@ -484,6 +493,9 @@ func TestStreamWorkers(t *testing.T) {
 				t.Fatal(err)
 			}
 			answer(map[uint64]bool{tag: true})
+			// The worker waits for the next request before it comes
+			// (else the stream may rightly start another for it).
+			synctest.Wait()
 		}
 		if w := workers(); w != 1 {
 			t.Fatalf("%d workers after requests one at a time, want 1", w)
@@ -512,6 +524,7 @@ func TestStreamWorkers(t *testing.T) {
 		if w := workers(); w < 1 || w > k {
 			t.Fatalf("%d workers after %d requests at once, want 1 to %d", w, k, k)
 		}
+		ended = true
 		conn.Close()
 		<-served
 		if w := workers(); w != 0 {
