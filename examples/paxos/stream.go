@@ -224,19 +224,14 @@ func (s *stream) next(ctx context.Context, br *bufio.Reader, limit int, wg *sync
 			return s.skip(br, size, wire.Response{Status: http.StatusServiceUnavailable, Body: []byte(errAtCapacity.Error()), RetryAfter: s.n.opts.RetryAfter})
 		}
 	}
-	release := func() {
-		if charge > 0 {
-			s.n.admit.Release(charge)
-		}
-	}
 	frame, _, err := wire.ReadFrame(br, limit, nil)
 	if err != nil {
-		release()
+		s.release(charge)
 		return false
 	}
 	req, err := wire.DecodeRequest(frame)
 	if err != nil {
-		release()
+		s.release(charge)
 		t, ok := wire.Tag(frame)
 		if !ok {
 			return false // nothing to answer: the client is not speaking the protocol
@@ -257,10 +252,18 @@ func (s *stream) next(ctx context.Context, br *bufio.Reader, limit int, wg *sync
 		wg.Go(func() { s.worker(ctx, j) })
 	case <-ctx.Done():
 		s.serving.Add(-1)
-		release()
+		s.release(charge)
 		return false
 	}
 	return true
+}
+
+// release gives back a request's admission charge (none if zero: the
+// frame was too short to be a request).
+func (s *stream) release(charge int) {
+	if charge > 0 {
+		s.n.admit.Release(charge)
+	}
 }
 
 // streamJob is a request for a worker, and the admission charge it
@@ -279,9 +282,7 @@ func (s *stream) worker(ctx context.Context, j streamJob) {
 	defer idle.Stop()
 	for {
 		resp := s.n.serveRequest(ctx, j.req)
-		if j.charge > 0 {
-			s.n.admit.Release(j.charge)
-		}
+		s.release(j.charge)
 		s.serving.Add(-1)
 		s.respond(resp)
 		if len(s.sem) > streamKeptWorkers {
