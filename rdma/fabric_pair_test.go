@@ -173,20 +173,30 @@ func TestFabricPairLowerClosesFirst(t *testing.T) {
 	}
 }
 
-// Signals sent before the pairing is known wait for it and arrive in
-// order, on both sides.
-func TestFabricPairSignalsBeforePairing(t *testing.T) {
-	n := newPairNet(t)
-	a := n.open(n.lo, "a")
+// signalBeforePairing opens queue pair a on node 1, which signals 0, 1
+// and 2 before node 2 has one, then b on node 2, which signals 10 and 11;
+// it delivers node 2's records, so that a pairs and takes b's signals,
+// but not yet node 1's: b has yet to learn of the pairing.
+func signalBeforePairing(t *testing.T, n *pairNet) (a, b qpEnd) {
+	t.Helper()
+	a = n.open(n.lo, "a")
 	for i := range 3 {
 		must(t, a.qp.Signal(uint64(i)))
 	}
 	n.deliver(n.lo) // node 2 has no queue pair: the signals wait
-	b := n.open(n.hi, "b")
+	b = n.open(n.hi, "b")
 	for i := range 2 {
 		must(t, b.qp.Signal(uint64(10+i)))
 	}
 	n.deliver(n.hi) // a pairs and takes b's signals
+	return a, b
+}
+
+// Signals sent before the pairing is known wait for it and arrive in
+// order, on both sides.
+func TestFabricPairSignalsBeforePairing(t *testing.T) {
+	n := newPairNet(t)
+	a, b := signalBeforePairing(t, n)
 	n.deliver(n.lo) // b learns the pairing and takes a's
 	if !paired(a, b) {
 		t.Fatal("a and b did not pair")

@@ -259,16 +259,7 @@ func TestFabricMetrics(t *testing.T) {
 	t.Run("signals before pairing", func(t *testing.T) {
 		m := metrictest.New(t)
 		n := newPairNetMetered(t, m.Provider) // node 2's metrics
-		a := n.open(n.lo, "a")
-		for i := range 3 {
-			must(t, a.qp.Signal(uint64(i)))
-		}
-		n.deliver(n.lo) // node 2 has no queue pair: the signals wait
-		b := n.open(n.hi, "b")
-		for i := range 2 {
-			must(t, b.qp.Signal(uint64(10+i)))
-		}
-		n.deliver(n.hi) // a pairs with b and takes b's signals
+		_, b := signalBeforePairing(t, n)
 		if got := m.Sum(t, framesRecv); got != 0 {
 			t.Errorf("before b paired: %s = %d, want 0 (the signals wait for the pairing)", framesRecv, got)
 		}
