@@ -45,7 +45,11 @@ in the same run with one Pebble instance per member writing at once:
 the throughput ceiling (records appended in synced batches of 1000, and
 durable throughput over it), and the latency floor (one record per
 synced write, each instance at the latency run's total message rate, and
-durable p50 over its p50).
+durable p50 over its p50). A third line says where a message's time goes
+on its sender: the members trace one message in 8 of each sender's in the
+latency run, and it gives the medians of the time from when the member
+sent one until it was ordered, until the member's own log had it on
+disk, and until it was delivered.
 
 Every run opens a fresh group and closes every member at its end. Members
 check as they go that they deliver every sender's messages in the order
@@ -129,6 +133,21 @@ type orderResult struct {
 	SyncedWriteP50Us *float64 `json:"synced_write_p50_us,omitempty"`
 	SyncedWriteP99Us *float64 `json:"synced_write_p99_us,omitempty"`
 	SyncedWriteRatio *float64 `json:"synced_write_ratio,omitempty"`
+	// Durable mode only: where a message's time goes (see orderSteps).
+	Steps *orderSteps `json:"steps,omitempty"`
+}
+
+// orderSteps is where the time of a durable message goes on its sender's
+// member, from one message in stepsTraceEvery of each sender's sent
+// while the latency phase was measured: the medians of the time from
+// when its member's loop took it from Send and stamped it until it
+// was ordered, until the member's own log had it on disk, and until it
+// was delivered, in microseconds.
+type orderSteps struct {
+	Messages       int     `json:"messages"`
+	OrderedP50Us   float64 `json:"ordered_p50_us"`
+	PersistedP50Us float64 `json:"persisted_p50_us"`
+	DeliveredP50Us float64 `json:"delivered_p50_us"`
 }
 
 func runBenchOrder(ctx context.Context, args []string, c *cli) error {
@@ -305,6 +324,19 @@ func (b *orderBench) measure(ctx context.Context, mode convoy.Mode, log *slog.Lo
 	p50, p99 := percentile(lat.latencies, 0.50), percentile(lat.latencies, 0.99)
 	log.Debug("measured", "mode", mode, "msgs_per_sec", tput.msgsPerSec, "latency_samples", len(lat.latencies), "p50", p50, "p99", p99)
 	msgs := round(tput.msgsPerSec, 1)
+	var steps *orderSteps
+	if lat.steps != nil {
+		us := func(step string) (float64, bool) {
+			d, ok := lat.steps.median(step)
+			return round(float64(d)/float64(time.Microsecond), 1), ok
+		}
+		o, ok1 := us("ordered")
+		p, ok2 := us("persisted")
+		d, ok3 := us("delivered")
+		if ok1 && ok2 && ok3 {
+			steps = &orderSteps{Messages: lat.steps.count("delivered"), OrderedP50Us: o, PersistedP50Us: p, DeliveredP50Us: d}
+		}
+	}
 	name := mode.String()
 	var fsyncs *float64
 	if durable {
@@ -322,6 +354,7 @@ func (b *orderBench) measure(ctx context.Context, mode convoy.Mode, log *slog.Lo
 		BytesPerSec:  round(msgs*float64(b.size), 0),
 		P50Us:        round(float64(p50)/float64(time.Microsecond), 1),
 		P99Us:        round(float64(p99)/float64(time.Microsecond), 1),
+		Steps:        steps,
 	}, nil
 }
 
@@ -361,6 +394,10 @@ func (b *orderBench) print(w io.Writer, r orderResult) error {
 		}
 		_, err = fmt.Fprintf(w, "# durable: one synced write of a record, one Pebble instance per member at %d writes/s: p50 %.1f µs, p99 %.1f µs; durable p50 / synced write p50 %s\n",
 			b.latencyRate()*b.senders, *r.SyncedWriteP50Us, *r.SyncedWriteP99Us, ratio)
+	}
+	if err == nil && r.Steps != nil {
+		_, err = fmt.Fprintf(w, "# durable: where the time goes, p50 from the send on the sender (%d messages, one in %d): ordered %.1f µs, on its own disk %.1f µs, delivered %.1f µs\n",
+			r.Steps.Messages, stepsTraceEvery, r.Steps.OrderedP50Us, r.Steps.PersistedP50Us, r.Steps.DeliveredP50Us)
 	}
 	return err
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"path/filepath"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -79,8 +81,9 @@ type orderMember struct {
 // phase calls cancel with its error.
 //
 // With durableDir set, delivery is durable: member i keeps its log in a
-// directory of its own under durableDir.
-func openOrderCluster(ctx context.Context, cancel context.CancelCauseFunc, n, senders int, mode convoy.Mode, beacon time.Duration, latency bool, durableDir string, log *slog.Logger) (_ *orderCluster, err error) {
+// directory of its own under durableDir. With steps set, every member
+// traces one message in stepsTraceEvery of each sender's into it.
+func openOrderCluster(ctx context.Context, cancel context.CancelCauseFunc, n, senders int, mode convoy.Mode, beacon time.Duration, latency bool, durableDir string, steps *messageSteps, log *slog.Logger) (_ *orderCluster, err error) {
 	c := &orderCluster{
 		mode:   mode,
 		start:  time.Now(),
@@ -126,6 +129,13 @@ func openOrderCluster(ctx context.Context, cancel context.CancelCauseFunc, n, se
 		members[i] = convoy.Member{ID: id, Addr: ep.Addr().String()}
 	}
 
+	// The members share one TracerProvider, whose only processor is
+	// steps: it starts no goroutine, and needs no shutdown.
+	var tp *sdktrace.TracerProvider
+	if steps != nil {
+		tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(steps))
+	}
+
 	// Every member waits in Open for the others, so open them together.
 	openCtx, cancelOpen := context.WithTimeout(ctx, openTimeout)
 	defer cancelOpen()
@@ -139,6 +149,9 @@ func openOrderCluster(ctx context.Context, cancel context.CancelCauseFunc, n, se
 			Endpoint:       m.ep,
 			BeaconInterval: beacon,
 			Logger:         groupLog,
+		}
+		if steps != nil {
+			cfg.TracerProvider, cfg.TraceMessages = tp, stepsTraceEvery
 		}
 		if durableDir != "" {
 			cfg.Durable = &convoy.DurableConfig{Dir: filepath.Join(durableDir, fmt.Sprint(m.id))}

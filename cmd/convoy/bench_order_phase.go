@@ -41,6 +41,9 @@ type phaseResult struct {
 	// fsyncsPerSec is, in durable runs, the members' average fsyncs per
 	// second over the whole phase.
 	fsyncsPerSec float64
+	// steps holds, in a durable latency phase, the steps of the sampled
+	// messages sent while the phase was measured; nil otherwise.
+	steps *messageSteps
 }
 
 // phase runs one phase on a fresh group: the senders send for warmup and
@@ -64,7 +67,13 @@ func (b *orderBench) phase(ctx context.Context, s phaseSpec, log *slog.Logger) (
 		}
 		defer os.RemoveAll(dir)
 	}
-	c, err := openOrderCluster(ctx, cancel, b.nodes, b.senders, s.mode, b.beacon, s.latency, dir, log)
+	// A durable latency phase follows sampled messages through their
+	// steps, to show where their time goes.
+	var steps *messageSteps
+	if s.durable && s.latency {
+		steps = newMessageSteps()
+	}
+	c, err := openOrderCluster(ctx, cancel, b.nodes, b.senders, s.mode, b.beacon, s.latency, dir, steps, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -113,6 +122,9 @@ func (b *orderBench) phase(ctx context.Context, s phaseSpec, log *slog.Logger) (
 		return fail(err)
 	}
 	t0, before := time.Now(), c.delivered()
+	if steps != nil {
+		steps.since.Store(t0.UnixNano())
+	}
 	err = c.sleep(ctx, b.duration)
 	after, elapsed := c.delivered(), time.Since(t0)
 	if perr := stopProfile(); err == nil {
@@ -156,7 +168,7 @@ func (b *orderBench) phase(ctx context.Context, s phaseSpec, log *slog.Logger) (
 		return fail(err)
 	}
 
-	res := phaseResult{msgsPerSec: math.Inf(1)}
+	res := phaseResult{msgsPerSec: math.Inf(1), steps: steps}
 	if s.durable {
 		res.fsyncsPerSec = c.fsyncs(ctx) / time.Since(c.start).Seconds()
 	}

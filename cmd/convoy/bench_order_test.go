@@ -86,9 +86,14 @@ func TestBenchOrder(t *testing.T) {
 					t.Errorf("durable line without the synced write baseline:\n%s", out)
 				case math.Abs(*r.SyncedWriteRatio - r.P50Us / *r.SyncedWriteP50Us) > 1e-3:
 					t.Errorf("synced write ratio %v, want %v / %v", *r.SyncedWriteRatio, r.P50Us, *r.SyncedWriteP50Us)
+				// Each message reaches its steps in this order, so their
+				// medians are in it too.
+				case r.Steps == nil || r.Steps.Messages <= 0 || r.Steps.OrderedP50Us <= 0 ||
+					r.Steps.PersistedP50Us < r.Steps.OrderedP50Us || r.Steps.DeliveredP50Us < r.Steps.PersistedP50Us:
+					t.Errorf("durable line without its steps, or steps out of order:\n%s", out)
 				}
-			} else if r.RawPebbleMsgsPerSec != nil || r.SyncedWriteP50Us != nil {
-				t.Errorf("a %s line with a raw Pebble baseline:\n%s", mode, out)
+			} else if r.RawPebbleMsgsPerSec != nil || r.SyncedWriteP50Us != nil || r.Steps != nil {
+				t.Errorf("a %s line with a raw Pebble baseline or steps:\n%s", mode, out)
 			}
 		})
 	}
