@@ -1,22 +1,20 @@
 package main
 
 import (
-	"path/filepath"
-
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/convoy-gcs/convoy"
 	"github.com/convoy-gcs/convoy/rdma"
