@@ -203,13 +203,16 @@ func (l *Log) commit(ops []op) {
 
 	l.mu.Lock()
 	l.mu.queued -= size
+	// The topic entries' mark moves first: Synced and WaitSynced read
+	// synced without the lock, and a caller that sees an entry synced
+	// must see the topic entries queued before it synced too.
+	if topicSynced > l.topicSynced.Load() {
+		l.topicSynced.Store(topicSynced)
+	}
 	if synced > l.synced.Load() {
 		l.synced.Store(synced)
 		close(l.mu.syncCh)
 		l.mu.syncCh = make(chan struct{})
-	}
-	if topicSynced > l.topicSynced.Load() {
-		l.topicSynced.Store(topicSynced)
 	}
 	fn := l.mu.onSynced
 	l.mu.space.Broadcast()
