@@ -283,13 +283,10 @@ func (b *orderBench) run(ctx context.Context, c *cli) error {
 		if err != nil {
 			return fmt.Errorf("synced write baseline: %w", err)
 		}
-		us := func(d time.Duration) *float64 {
-			x := round(float64(d)/float64(time.Microsecond), 1)
-			return &x
-		}
-		results[0].SyncedWriteP50Us, results[0].SyncedWriteP99Us = us(p50), us(p99)
+		p50us, p99us := micros(p50), micros(p99)
+		results[0].SyncedWriteP50Us, results[0].SyncedWriteP99Us = &p50us, &p99us
 		if p50 > 0 {
-			ratio := round(results[0].P50Us / *results[0].SyncedWriteP50Us, 4)
+			ratio := round(results[0].P50Us/p50us, 4)
 			results[0].SyncedWriteRatio = &ratio
 		}
 	}
@@ -326,16 +323,7 @@ func (b *orderBench) measure(ctx context.Context, mode convoy.Mode, log *slog.Lo
 	msgs := round(tput.msgsPerSec, 1)
 	var steps *orderSteps
 	if lat.steps != nil {
-		us := func(step string) (float64, bool) {
-			d, ok := lat.steps.median(step)
-			return round(float64(d)/float64(time.Microsecond), 1), ok
-		}
-		o, ok1 := us("ordered")
-		p, ok2 := us("persisted")
-		d, ok3 := us("delivered")
-		if ok1 && ok2 && ok3 {
-			steps = &orderSteps{Messages: lat.steps.count("delivered"), OrderedP50Us: o, PersistedP50Us: p, DeliveredP50Us: d}
-		}
+		steps = lat.steps.summary()
 	}
 	name := mode.String()
 	var fsyncs *float64
@@ -352,8 +340,8 @@ func (b *orderBench) measure(ctx context.Context, mode convoy.Mode, log *slog.Lo
 		Size:         b.size,
 		MsgsPerSec:   msgs,
 		BytesPerSec:  round(msgs*float64(b.size), 0),
-		P50Us:        round(float64(p50)/float64(time.Microsecond), 1),
-		P99Us:        round(float64(p99)/float64(time.Microsecond), 1),
+		P50Us:        micros(p50),
+		P99Us:        micros(p99),
 		Steps:        steps,
 	}, nil
 }
@@ -400,6 +388,11 @@ func (b *orderBench) print(w io.Writer, r orderResult) error {
 			r.Steps.Messages, stepsTraceEvery, r.Steps.OrderedP50Us, r.Steps.PersistedP50Us, r.Steps.DeliveredP50Us)
 	}
 	return err
+}
+
+// micros returns d in microseconds, rounded to one decimal place.
+func micros(d time.Duration) float64 {
+	return round(float64(d)/float64(time.Microsecond), 1)
 }
 
 // round rounds x to the given number of decimal places.

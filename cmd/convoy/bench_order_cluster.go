@@ -74,18 +74,33 @@ type orderMember struct {
 	bad   bool     // a delivery was wrong: stop checking
 }
 
-// openOrderCluster opens a group of n members in mode. Members with rank
-// below senders get a latency log if latency is set. A failure of the
-// phase calls cancel with its error.
-//
-// With durableDir set, delivery is durable: member i keeps its log in a
-// directory of its own under durableDir. With steps set, every member
-// traces one message in stepsTraceEvery of each sender's into it.
-func openOrderCluster(ctx context.Context, cancel context.CancelCauseFunc, n, senders int, mode convoy.Mode, beacon time.Duration, latency bool, durableDir string, steps *messageSteps, log *slog.Logger) (_ *orderCluster, err error) {
+// orderClusterOptions configures the group openOrderCluster opens.
+type orderClusterOptions struct {
+	// nodes is how many members the group has.
+	nodes int
+	// senders is how many of them send: those of rank below senders.
+	senders int
+	// mode is the group's delivery mode.
+	mode convoy.Mode
+	// beacon is the members' beacon interval.
+	beacon time.Duration
+	// latency gives every sender a latency log, to time its own messages.
+	latency bool
+	// durableDir, if set, makes delivery durable: member i keeps its log
+	// in a directory of its own under durableDir.
+	durableDir string
+	// steps, if set, is where every member traces one message in
+	// stepsTraceEvery of each sender's.
+	steps *messageSteps
+}
+
+// openOrderCluster opens the group o describes. A failure of the phase
+// calls cancel with its error.
+func openOrderCluster(ctx context.Context, cancel context.CancelCauseFunc, o orderClusterOptions, log *slog.Logger) (_ *orderCluster, err error) {
 	c := &orderCluster{
-		mode:   mode,
+		mode:   o.mode,
 		start:  time.Now(),
-		check:  newOrderCheck(n),
+		check:  newOrderCheck(o.nodes),
 		cancel: cancel,
 		failed: make(chan struct{}),
 	}
@@ -102,8 +117,8 @@ func openOrderCluster(ctx context.Context, cancel context.CancelCauseFunc, n, se
 		groupLog = log
 	}
 	book := &addrBook{}
-	members := make([]convoy.Member, n)
-	for i := range n {
+	members := make([]convoy.Member, o.nodes)
+	for i := range o.nodes {
 		id := nodeID(i)
 		ep, err := rdma.ListenTCP(rdma.TCPConfig{
 			ID:         id,
@@ -114,11 +129,11 @@ func openOrderCluster(ctx context.Context, cancel context.CancelCauseFunc, n, se
 		if err != nil {
 			return nil, fmt.Errorf("node %d: %w", id, err)
 		}
-		m := &orderMember{rank: i, id: id, ep: ep, next: make([]uint64, n), progress: make([]atomic.Uint64, n)}
+		m := &orderMember{rank: i, id: id, ep: ep, next: make([]uint64, o.nodes), progress: make([]atomic.Uint64, o.nodes)}
 		for s := range m.next {
 			m.next[s] = 1
 		}
-		if latency && i < senders {
+		if o.latency && i < o.senders {
 			m.lat = &latencyLog{}
 		}
 		c.members = append(c.members, m)
@@ -130,29 +145,29 @@ func openOrderCluster(ctx context.Context, cancel context.CancelCauseFunc, n, se
 	// The members share one TracerProvider, whose only processor is
 	// steps: it starts no goroutine, and needs no shutdown.
 	var tp *sdktrace.TracerProvider
-	if steps != nil {
-		tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(steps))
+	if o.steps != nil {
+		tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(o.steps))
 	}
 
 	// Every member waits in Open for the others, so open them together.
 	openCtx, cancelOpen := context.WithTimeout(ctx, openTimeout)
 	defer cancelOpen()
 	var wg sync.WaitGroup
-	errs := make([]error, n)
+	errs := make([]error, o.nodes)
 	for i, m := range c.members {
 		cfg := convoy.Config{
 			Self:           m.id,
 			Members:        members,
-			Mode:           mode,
+			Mode:           o.mode,
 			Endpoint:       m.ep,
-			BeaconInterval: beacon,
+			BeaconInterval: o.beacon,
 			Logger:         groupLog,
 		}
-		if steps != nil {
+		if o.steps != nil {
 			cfg.TracerProvider, cfg.TraceMessages = tp, stepsTraceEvery
 		}
-		if durableDir != "" {
-			cfg.Durable = &convoy.DurableConfig{Dir: filepath.Join(durableDir, fmt.Sprint(m.id))}
+		if o.durableDir != "" {
+			cfg.Durable = &convoy.DurableConfig{Dir: filepath.Join(o.durableDir, fmt.Sprint(m.id))}
 			m.fsyncs = sdkmetric.NewManualReader()
 			cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(m.fsyncs))
 		}

@@ -71,9 +71,17 @@ func (b *orderBench) phase(ctx context.Context, s phaseSpec, log *slog.Logger) (
 	// steps, to show where their time goes.
 	var steps *messageSteps
 	if s.durable && s.latency {
-		steps = newMessageSteps()
+		steps = &messageSteps{}
 	}
-	c, err := openOrderCluster(ctx, cancel, b.nodes, b.senders, s.mode, b.beacon, s.latency, dir, steps, log)
+	c, err := openOrderCluster(ctx, cancel, orderClusterOptions{
+		nodes:      b.nodes,
+		senders:    b.senders,
+		mode:       s.mode,
+		beacon:     b.beacon,
+		latency:    s.latency,
+		durableDir: dir,
+		steps:      steps,
+	}, log)
 	if err != nil {
 		return fail(err)
 	}

@@ -15,22 +15,20 @@ import (
 const stepsTraceEvery = 8
 
 // messageSteps is an OpenTelemetry span processor that keeps, for the
-// sampled messages the members sent and delivered, how long after it was
-// sent each step of a message's life came on its sender's member: the
-// spans "convoy.message" of Config.TraceMessages, whose events are the
-// steps (sent, ordered, persisted, delivered). A phase gives it to every
-// member through one TracerProvider.
+// sampled messages the members sent and delivered, how long after its
+// send each was ordered, persisted and delivered on its sender's member:
+// the spans "convoy.message" of Config.TraceMessages, whose events are
+// the steps. A phase gives it to every member through one
+// TracerProvider.
 type messageSteps struct {
 	// since ignores the messages sent before it (Unix nanoseconds), so
 	// that only the measured window counts.
 	since atomic.Int64
 	mu    sync.Mutex
-	// steps holds, by step, the times from the send.
-	steps map[string][]time.Duration
-}
-
-func newMessageSteps() *messageSteps {
-	return &messageSteps{steps: make(map[string][]time.Duration)}
+	// ordered, persisted and delivered hold the times from the send to
+	// that step of the messages kept that reached it. Every message kept
+	// was delivered, so delivered has one per message kept.
+	ordered, persisted, delivered []time.Duration
 }
 
 // OnEnd keeps the steps of a message its member sent (its span's first
@@ -44,24 +42,33 @@ func (s *messageSteps) OnEnd(sp sdktrace.ReadOnlySpan) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, e := range ev {
-		s.steps[e.Name] = append(s.steps[e.Name], e.Time.Sub(sp.StartTime()))
+		d := e.Time.Sub(sp.StartTime())
+		switch e.Name {
+		case "ordered":
+			s.ordered = append(s.ordered, d)
+		case "persisted":
+			s.persisted = append(s.persisted, d)
+		case "delivered":
+			s.delivered = append(s.delivered, d)
+		}
 	}
 }
 
-// median returns the median time from a message's send to step, and
-// false if no message kept reached it.
-func (s *messageSteps) median(step string) (time.Duration, bool) {
+// summary returns how many messages were kept and the median time from
+// their send to each step, over those that reached it; nil if some
+// step was reached by none.
+func (s *messageSteps) summary() *orderSteps {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ds := s.steps[step]
-	return percentile(ds, 0.5), len(ds) > 0
-}
-
-// count returns how many messages kept reached step.
-func (s *messageSteps) count(step string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.steps[step])
+	if len(s.ordered) == 0 || len(s.persisted) == 0 || len(s.delivered) == 0 {
+		return nil
+	}
+	return &orderSteps{
+		Messages:       len(s.delivered),
+		OrderedP50Us:   micros(percentile(s.ordered, 0.5)),
+		PersistedP50Us: micros(percentile(s.persisted, 0.5)),
+		DeliveredP50Us: micros(percentile(s.delivered, 0.5)),
+	}
 }
 
 func (*messageSteps) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
