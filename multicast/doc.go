@@ -5,7 +5,7 @@
 // A [Group] has an id, an ordered member list and a root, the only member
 // that sends. The root calls [Group.Send]; every member receives the
 // messages complete and in send order through its [Callbacks]. A message is
-// cut into blocks (1 MiB by default) that travel according to the group's
+// cut into blocks (512 KiB by default) that travel according to the group's
 // [Algorithm]: sequential, chain, binomial tree, or the binomial pipeline
 // (the default), in which receivers relay blocks to each other so that
 // eight replicas cost little more than one. Each member computes its own

@@ -23,9 +23,9 @@ const (
 	// wait for the peer's connection. Long enough for a loaded host, short
 	// enough that a dead peer is reported promptly.
 	DefaultDialTimeout = 5 * time.Second
-	// DefaultUnsentBytes is TCPConfig.UnsentBytes's default: an eighth of
-	// a default block, enough to keep the link busy while the writer
-	// wakes up.
+	// DefaultUnsentBytes is TCPConfig.UnsentBytes's default: a quarter of
+	// a multicast block of the default size, enough to keep the link busy
+	// while the writer wakes up.
 	DefaultUnsentBytes = 128 << 10
 )
 

@@ -83,7 +83,7 @@ func parseMulticastBench(args []string, c *cli) (*multicastBench, error) {
 	algos := fs.String("algos", "sequential,chain,tree,pipeline", "algorithms to run, comma-separated (sequential, chain, tree, pipeline)")
 	nodes := fs.String("nodes", "2,4,8", "group sizes to run, comma-separated, each at least 2")
 	size := fs.String("size", "64MiB", "message size (with a KiB, MiB or GiB suffix, or bytes)")
-	block := fs.String("block", "1MiB", "block size")
+	block := fs.String("block", formatSize(multicast.DefaultBlockBytes), "block size")
 	sockBuf := fs.String("sockbuf", "", "kernel send and receive buffer size of every connection (such as 128KiB); unset leaves the system's automatic tuning")
 	transport := fs.String("transport", transportTCP, "tcp, or fabric: run every measurement on the fabric backend and on tcp (needs a program built with -tags fabric)")
 	b := &multicastBench{}

@@ -599,7 +599,8 @@ func (r *simRun) config(cfg *Config) {
 	cfg.WindowMessages = 256
 	// Each view's multicast groups set aside a block for each sender's
 	// next large message; the load sends none, and a view opened with
-	// 1 MiB blocks costs a member megabytes to clear.
+	// the default blocks (multicast.DefaultBlockBytes) costs a member
+	// megabytes to clear.
 	cfg.BlockBytes = 64 << 10
 	cfg.test.plant = r.plant
 	if r.plan.stateless {
