@@ -211,6 +211,9 @@ func (l *Log) commit(ops []op) {
 	}
 	if synced > l.synced.Load() {
 		l.synced.Store(synced)
+		if l.syncedRaised != nil {
+			l.syncedRaised()
+		}
 		close(l.mu.syncCh)
 		l.mu.syncCh = make(chan struct{})
 	}

@@ -101,6 +101,10 @@ type Log struct {
 	done   chan struct{} // closed when the writer has exited
 	synced atomic.Uint64 // highest index known fsynced; ≤ mu.last
 	fsyncs atomic.Uint64 // synced batches committed (for tests)
+	// syncedRaised, if set (tests), runs on the writer right after a
+	// commit raised synced, before it wakes anyone: what a caller that
+	// reads Synced without the lock may see then. It runs holding mu.
+	syncedRaised func()
 	// durable is the durable mark (SetDurable); durableWritten, owned by
 	// the writer, is the mark its last batch recorded.
 	durable        atomic.Uint64

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -14,6 +15,38 @@ func topicEntryFor(pos uint64) TopicEntry {
 	return TopicEntry{
 		Pos: pos, After: pos / 2, Topic: fmt.Sprintf("t%d", pos%3), Index: pos/3 + 1,
 		Epoch: 1 + pos/10, Sender: pos % 4, Seq: pos * 7, Payload: []byte(fmt.Sprintf("topic payload %d", pos)),
+	}
+}
+
+// TestTopicSyncedBeforeSynced checks that a commit raises the topic
+// entries' synced mark before the entries': Synced and WaitSynced read
+// synced without the lock, so a caller that sees an entry synced must
+// also see synced the topic entries queued before it, which the same
+// batch wrote.
+func TestTopicSyncedBeforeSynced(t *testing.T) {
+	ctx := context.Background()
+	// An idle writer waits an hour for company: the topic entries and
+	// the entry stay queued until PutView's fsync takes them in one batch.
+	l, err := Open(ctx, Options{Dir: "db", FS: vfs.NewMem(), MaxDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for pos := uint64(1); pos <= 20; pos++ {
+		if err := l.AppendTopic(topicEntryFor(pos)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Append(entryFor(1)); err != nil {
+		t.Fatal(err)
+	}
+	var seen [][2]uint64 // (Synced, TopicSynced) as synced rose
+	l.syncedRaised = func() { seen = append(seen, [2]uint64{l.Synced(), l.TopicSynced()}) }
+	if err := l.PutView(ctx, membershipViewFor(7)); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 1 || seen[0] != [2]uint64{1, 20} {
+		t.Fatalf("(Synced, TopicSynced) as synced rose: %v, want [[1 20]] (one batch)", seen)
 	}
 }
 
