@@ -392,6 +392,10 @@ func TestTCPPeerMoved(t *testing.T) {
 	if err := pa.r.waitFailed(ErrConnectionLost); !strings.Contains(err.Error(), "moved to "+moved.Addr().String()) {
 		t.Fatalf("the queue pair to where the peer was: %v", err)
 	}
+	// The peer left behind learns of the drop when its reader sees the
+	// connection close; it forgets the connection before it fails the
+	// queue pairs on it.
+	pb.r.waitFailed(ErrConnectionLost)
 	if got := old.numConns(); got != 0 {
 		t.Fatalf("the peer left behind holds %d connections", got)
 	}
