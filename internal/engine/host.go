@@ -22,8 +22,9 @@ type host interface {
 	etcdWrite(g *Group, wait time.Duration, what string, fn func(ctx context.Context, s *membership.Store) error, done func(error))
 	// spawn runs fn, work of g's that production runs on a goroutine of
 	// its own (Group.spawn), and then runs g's loop, which takes what fn
-	// left in its channels.
-	spawn(g *Group, fn func())
+	// left in its channels. It returns hurry, which runs fn at once if
+	// it has not run yet: the loop calls it before it waits for fn's end.
+	spawn(g *Group, fn func()) (hurry func())
 	// fetch starts a state transfer of g's (membership.StartFetch) and
 	// calls done with its end, in place of a goroutine that runs
 	// membership.Fetch; stop ends it as the end of Fetch's context
@@ -37,17 +38,20 @@ type host interface {
 }
 
 // spawn runs fn on a goroutine of the member's, which Close waits for
-// (member.wg), or as the host schedules it.
-func (g *Group) spawn(fn func()) {
+// (member.wg), or as the host schedules it. The loop calls the returned
+// hurry before it waits for fn's end: on its own goroutine fn needs no
+// help, but a host that runs everything on one goroutine must run fn
+// then, or the wait would never end.
+func (g *Group) spawn(fn func()) (hurry func()) {
 	if g.host != nil {
-		g.host.spawn(g, fn)
-		return
+		return g.host.spawn(g, fn)
 	}
 	g.mem.wg.Add(1)
 	go func() {
 		defer g.mem.wg.Done()
 		fn()
 	}()
+	return func() {}
 }
 
 // startFetch runs a state transfer (membership.Fetch) for view v, with

@@ -548,8 +548,9 @@ func (m *topicMember) etcdWrite(*Group, time.Duration, string, func(context.Cont
 	m.s.t.Fatal("a group with fixed membership writes nothing to etcd")
 }
 
-func (m *topicMember) spawn(*Group, func()) {
+func (m *topicMember) spawn(*Group, func()) func() {
 	m.s.t.Fatal("a group with fixed membership spawns no work")
+	return func() {}
 }
 
 func (m *topicMember) fetch(*Group, membership.FetchConfig, func([][]byte, error)) func() {

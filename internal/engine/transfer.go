@@ -106,7 +106,7 @@ func (r *runner) donate(v *view) {
 	}
 	r.snap = job
 	limit := g.spillBytes()
-	g.spawn(func() {
+	job.hurry = g.spawn(func() {
 		defer close(job.done)
 		for _, p := range parts {
 			if job.stop.Load() {
@@ -146,8 +146,10 @@ type snapJob struct {
 	// left counts the parts not yet handed to the loop.
 	left    int
 	results chan snapshot
-	// done is closed when the goroutine has ended.
-	done chan struct{}
+	// done is closed when the goroutine has ended; hurry is its spawn's
+	// (Group.spawn), called before the loop waits for done.
+	done  chan struct{}
+	hurry func()
 	// stop makes the goroutine skip the parts it has not started;
 	// stopped is the loop's copy.
 	stop    atomic.Bool
@@ -322,6 +324,7 @@ func (r *runner) waitSnapshots() {
 		return
 	}
 	r.stopSnapshot()
+	r.snap.hurry()
 	<-r.snap.done
 	r.snap.end()
 	r.snap = nil
