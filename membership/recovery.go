@@ -105,7 +105,8 @@ type RecoveryDecision struct {
 	// Propose is the recovered view, once Dead and a majority of Voters
 	// have claimed: every valid claimant is a member, in Current's rank
 	// order; the claimants whose log is not the highest join (receive
-	// the state). Nil otherwise.
+	// the state or, if their log is a prefix of the highest, the messages
+	// after it: Suffixes). Nil otherwise.
 	Propose *View
 	// Complete: every voter has claimed (no point waiting for more).
 	Complete bool
@@ -200,6 +201,7 @@ func DecideRecovery(in RecoveryInput) (RecoveryDecision, error) {
 			next.Joining = append(next.Joining, c.Member.ID)
 		}
 	}
+	next.Suffixes = recoverySuffixes(&next, claims, d.Claims)
 	d.Propose = &next
 	return d, nil
 }
@@ -225,5 +227,41 @@ func checkRecovered(in RecoveryInput, v *View) error {
 func sameRecord(a, b *View) bool {
 	return a.Epoch == b.Epoch && a.Start == b.Start && a.Recovered == b.Recovered &&
 		slices.Equal(a.Members, b.Members) && slices.Equal(a.Cut, b.Cut) &&
-		slices.Equal(a.Sent, b.Sent) && slices.Equal(a.Joining, b.Joining)
+		slices.Equal(a.Sent, b.Sent) && slices.Equal(a.Joining, b.Joining) &&
+		slices.Equal(a.Suffixes, b.Suffixes)
+}
+
+// MaxSuffixes bounds the suffix transfers of one view.
+const MaxSuffixes = 200
+
+// recoverySuffixes returns the suffix transfers of next, the recovered
+// view proposed from claims: a joiner whose claim counted (voted: a
+// caught-up member of the failed view whose log took part in it) and
+// whose log holds nothing beyond its claim keeps its log, which is a
+// prefix of the chosen one (the logs of a view's members hold one
+// sequence), and receives only the messages after it from a member that
+// holds the chosen log. So the restart leaves the
+// whole sequence on every such member's disk, also in a group whose
+// members have no state to transfer, where a joiner would otherwise
+// start from nothing and only the chosen log's holders would keep the
+// messages.
+func recoverySuffixes(next *View, claims []Recovery, voted []ID) []Suffix {
+	var donor ID
+	for _, c := range claims {
+		if !slices.Contains(next.Joining, c.Member.ID) {
+			donor = c.Member.ID
+			break
+		}
+	}
+	if donor == 0 {
+		return nil
+	}
+	var out []Suffix
+	for _, c := range claims {
+		if !slices.Contains(next.Joining, c.Member.ID) || !slices.Contains(voted, c.Member.ID) || c.Beyond || c.LogLast > next.Start || len(out) == MaxSuffixes {
+			continue
+		}
+		out = append(out, Suffix{ID: c.Member.ID, From: c.LogLast + 1, Donor: donor})
+	}
+	return out
 }

@@ -41,7 +41,10 @@ func TestDecideRecovery(t *testing.T) {
 		start   uint64
 		members []ID
 		joining []ID
-		wantErr error
+		// suffixes: the joiners that keep their logs and receive the
+		// messages after them.
+		suffixes []Suffix
+		wantErr  error
 	}{
 		{
 			name:   "a majority alive: no recovery",
@@ -63,12 +66,14 @@ func TestDecideRecovery(t *testing.T) {
 			in: RecoveryInput{Current: cur, Registered: regs(fresh(1), fresh(2), fresh(3)),
 				Recoveries: claims(claim(2, 5, 101), claim(3, 5, 103))},
 			needed: true, dead: true, leader: 2, start: 103, members: []ID{2, 3}, joining: []ID{2},
+			suffixes: []Suffix{{ID: 2, From: 102, Donor: 3}},
 		},
 		{
 			name: "highest epoch beats a longer log of an older epoch",
 			in: RecoveryInput{Current: cur, Registered: regs(fresh(1), fresh(2), fresh(3)),
 				Recoveries: claims(claim(1, 0, 100), claim(2, 0, 100), claim(3, 5, 102))},
 			needed: true, dead: true, complete: true, leader: 1, start: 102, members: []ID{1, 2, 3}, joining: []ID{1, 2},
+			suffixes: []Suffix{{ID: 1, From: 101, Donor: 3}, {ID: 2, From: 101, Donor: 3}},
 		},
 		{
 			name: "equal logs all hold the state",
@@ -93,6 +98,8 @@ func TestDecideRecovery(t *testing.T) {
 					Recovery{Epoch: 5, Member: fresh(4), LogEpoch: 5, LogLast: 104, InView: true}),
 			},
 			needed: true, dead: true, leader: 1, start: 101, members: []ID{1, 2, 4}, joining: []ID{1, 4},
+			// The joiner of the failed view keeps no log of its own.
+			suffixes: []Suffix{{ID: 1, From: 101, Donor: 2}},
 		},
 		{
 			name: "a log that went beyond what may stand receives the state",
@@ -111,6 +118,8 @@ func TestDecideRecovery(t *testing.T) {
 			in: RecoveryInput{Current: cur, Registered: regs(fresh(1), fresh(2), fresh(3)),
 				Recoveries: claims(claim(1, 5, 102), claim(2, 0, 100), Recovery{Epoch: 5, Member: fresh(3)})},
 			needed: true, dead: true, leader: 1, start: 102, members: []ID{1, 2, 3}, joining: []ID{2, 3},
+			// The wiped disk holds nothing to keep.
+			suffixes: []Suffix{{ID: 2, From: 101, Donor: 1}},
 		},
 		{
 			name: "a claim of the view's messages ending at its start is refused",
@@ -154,6 +163,9 @@ func TestDecideRecovery(t *testing.T) {
 			if p.Epoch != 6 || !p.Recovered || p.Start != tc.start || !equalIDs(ids, tc.members) || !equalIDs(p.Joining, tc.joining) {
 				t.Fatalf("proposed epoch %d recovered %v start %d members %v joining %v; want 6 true %d %v %v",
 					p.Epoch, p.Recovered, p.Start, ids, p.Joining, tc.start, tc.members, tc.joining)
+			}
+			if !slices.Equal(p.Suffixes, tc.suffixes) {
+				t.Fatalf("proposed suffixes %+v, want %+v", p.Suffixes, tc.suffixes)
 			}
 			if err := validRecord(p); err != nil {
 				t.Fatal(err)

@@ -151,6 +151,7 @@ func TestGroupStepFound(t *testing.T) {
 	}{
 		{1846, stepOptions{noSync: true}, "a stateless member joining a restart of the group dropped the entries its log held back, which its claim had put in the group's sequence: after a power cut of the whole group, no member handed a message reported durable again"},
 		{501393, stepOptions{long: true}, "a member excluded while it snapshotted the state for joiners waited, in its loop, for the snapshot job to end, which the simulation's one goroutine was to run after the loop: the run hung (the simulation's spawn now runs such a job when the loop waits for it)"},
+		{511730, stepOptions{long: true}, "a stateless durable group restarted from the members' logs: the members whose logs were shorter than the chosen one handed their entries to the application and started their logs again at the restart's start, so only the chosen log's holder kept the group's messages on disk; a second power cut took its unsynced durable mark, it rejoined with nothing too, and messages reported durable were on no disk (a recovered view now sends such members the messages their logs lack, Suffixes)"},
 	} {
 		t.Run(fmt.Sprintf("seed=%d", tc.seed), func(t *testing.T) {
 			t.Log(tc.found)

@@ -31,9 +31,6 @@ func suffixStream(epoch uint64, i int) rdma.StreamID {
 	return rdma.StreamID(1<<62 | epoch<<8 | uint64(2+i))
 }
 
-// maxSuffixes bounds the suffix transfers of one view (stream ids).
-const maxSuffixes = 200
-
 // suffixVersion is the first byte of an encoded suffix.
 const suffixVersion = 1
 
@@ -126,7 +123,7 @@ func (r *runner) addSuffixes(next *membership.View, logs map[membership.ID]membe
 	}
 	for _, id := range next.Joining {
 		pos, ok := logs[id]
-		if !ok || pos.Last > next.Start || pos.Last < l.First() || len(next.Suffixes) == maxSuffixes {
+		if !ok || pos.Last > next.Start || pos.Last < l.First() || len(next.Suffixes) == membership.MaxSuffixes {
 			continue
 		}
 		e, err := l.Get(pos.Last)

@@ -630,7 +630,10 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 		r.caughtUp()
 	}
 	if rec.Recovered {
-		r.donate(v) // to the members whose log was not chosen
+		// To the members whose log was not chosen: the state, or the
+		// messages their logs lack.
+		r.donate(v)
+		r.donateSuffixes(v)
 	}
 	g.mem.markReady()
 	return true
