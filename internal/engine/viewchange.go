@@ -400,6 +400,7 @@ func (r *runner) install(rec membership.View) bool {
 	if g.disk != nil {
 		r.announcePersisted() // to the new view's members
 	}
+	caughtUpNow := false
 	if r.restoring {
 		// This member was still waiting for its state: it comes now as of
 		// this view's start, which covers what was held back. Its log
@@ -412,12 +413,28 @@ func (r *runner) install(rec membership.View) bool {
 			r.supersede(r.installingView)
 		}
 		r.dropNextInstall()
-		if g.disk != nil && g.disk.Last() != rec.Start {
-			if err := g.disk.InstallSnapshot(g.ctx, rec.Start, nil); err != nil {
-				g.log.Error("durable log: joining again", "epoch", rec.Epoch, "err", err)
+		if g.cfg.State == nil {
+			// No state comes by transfer without a StateMachine (no donor
+			// serves one): like a joiner of this view (enter), the member
+			// is caught up at once, as of the view's start, with the state
+			// it starts with.
+			if g.disk != nil {
+				if err := g.disk.InstallSnapshot(g.ctx, rec.Start, encodeParts(nil)); err != nil {
+					g.log.Error("durable log: joining again", "epoch", rec.Epoch, "err", err)
+				}
 			}
+			r.applied = max(r.applied, rec.Start)
+			g.delivered.Store(r.applied)
+			r.restoring = false
+			caughtUpNow = true
+		} else {
+			if g.disk != nil && g.disk.Last() != rec.Start {
+				if err := g.disk.InstallSnapshot(g.ctx, rec.Start, nil); err != nil {
+					g.log.Error("durable log: joining again", "epoch", rec.Epoch, "err", err)
+				}
+			}
+			r.fetch(v)
 		}
-		r.fetch(v)
 	}
 	g.m.views.Add(g.ctx, 1)
 	g.m.epoch.Record(g.ctx, int64(rec.Epoch))
@@ -442,9 +459,17 @@ func (r *runner) install(rec membership.View) bool {
 	g.mu.Unlock()
 	r.publish()
 	if !r.restoring {
-		r.onView(publicView(&rec, &old.rec)) // a joiner sees its first view once restored
+		prev := &old.rec
+		if caughtUpNow {
+			prev = nil // its first view, as a joiner's (joined)
+		}
+		r.onView(publicView(&rec, prev)) // a joiner sees its first view once restored
 		r.donate(v)
 		r.donateSuffixes(v)
+	}
+	if caughtUpNow {
+		r.caughtUp()
+		g.mem.markReady()
 	}
 	if v.broken != nil {
 		// Everything waits for the next view.
