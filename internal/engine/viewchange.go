@@ -419,12 +419,11 @@ func (r *runner) install(rec membership.View) bool {
 			// is caught up at once, as of the view's start, with the state
 			// it starts with.
 			if g.disk != nil {
-				if err := g.disk.InstallSnapshot(g.ctx, rec.Start, encodeParts(nil)); err != nil {
+				if err := r.logOwnStateAt(rec.Start); err != nil {
 					g.log.Error("durable log: joining again", "epoch", rec.Epoch, "err", err)
 				}
 			}
-			r.applied = max(r.applied, rec.Start)
-			g.delivered.Store(r.applied)
+			r.stateAtStart(&rec)
 			r.restoring = false
 			caughtUpNow = true
 		} else {
@@ -601,16 +600,14 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 			err = g.disk.InstallSnapshot(g.ctx, rec.Start, nil)
 		case joining:
 			// No transfer follows: the joiner is caught up at once, with
-			// the state it starts with. The snapshot says so (no parts), so
-			// that a restart from this log replays from Start+1 instead of
-			// waiting for a state that will never come. Joining a restart
-			// of the group, it first hands what its claim put in the
-			// group's sequence.
+			// the state it starts with, and its log says so. Joining a
+			// restart of the group, it first hands what its claim put in
+			// the group's sequence.
 			if rec.Recovered {
 				err = r.handClaimed(rec)
 			}
 			if err == nil {
-				err = g.disk.InstallSnapshot(g.ctx, rec.Start, encodeParts(nil))
+				err = r.logOwnStateAt(rec.Start)
 			}
 		case rec.Recovered:
 			err = r.enterRecovered(rec)
@@ -645,10 +642,7 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 		return true
 	}
 	if joining {
-		// Caught up at once, with the state it starts with: that of the
-		// view's start, as a transfer would have left it.
-		r.applied = max(r.applied, rec.Start)
-		g.delivered.Store(r.applied)
+		r.stateAtStart(rec)
 	}
 	r.onView(publicView(rec, nil))
 	if joining {
@@ -662,6 +656,21 @@ func (r *runner) enter(rec *membership.View, rank int) bool {
 	}
 	g.mem.markReady()
 	return true
+}
+
+// logOwnStateAt starts the durable log again at start with a snapshot
+// that has no parts: the member is caught up without a transfer, with
+// the state it starts with, so that a restart from this log replays from
+// start+1 instead of waiting for a state that will never come.
+func (r *runner) logOwnStateAt(start uint64) error {
+	return r.g.disk.InstallSnapshot(r.g.ctx, start, encodeParts(nil))
+}
+
+// stateAtStart records a member caught up without a transfer: its state
+// is that of the view's start, as a transfer would have left it.
+func (r *runner) stateAtStart(rec *membership.View) {
+	r.applied = max(r.applied, rec.Start)
+	r.g.delivered.Store(r.applied)
 }
 
 // onView hands a view to the application, behind the deliveries still
