@@ -153,6 +153,7 @@ func TestGroupStepFound(t *testing.T) {
 		{501393, stepOptions{long: true}, "a member excluded while it snapshotted the state for joiners waited, in its loop, for the snapshot job to end, which the simulation's one goroutine was to run after the loop: the run hung (the simulation's spawn now runs such a job when the loop waits for it)"},
 		{511730, stepOptions{long: true}, "a stateless durable group restarted from the members' logs: the members whose logs were shorter than the chosen one handed their entries to the application and started their logs again at the restart's start, so only the chosen log's holder kept the group's messages on disk; a second power cut took its unsynced durable mark, it rejoined with nothing too, and messages reported durable were on no disk (a recovered view now sends such members the messages their logs lack, Suffixes)"},
 		{513627, stepOptions{long: true}, "in a group without a StateMachine, a member still restoring when the next view installed fetched a snapshot, which no donor serves: after a recovered view's suffix fetch failed across a partition, the fetch stalled for good and the group did not come back whole (such a member is now caught up at once, as of the view's start)"},
+		{517482, stepOptions{long: true}, "the simulation crashed a member of a group without durable logs while every member still took part in the same view of all of them, but a view leaving out the far side of a partition was committed already: the crash left that view without a majority for good (a crash now waits for etcd to show no change under way)"},
 	} {
 		t.Run(fmt.Sprintf("seed=%d", tc.seed), func(t *testing.T) {
 			t.Log(tc.found)
@@ -1269,11 +1270,12 @@ func runStepWith(t testing.TB, seed uint64, opts stepOptions) stepResult {
 			// Without durable logs, a group whose view lost its majority
 			// cannot go on, and a wiped disk does not count toward the
 			// restart of a durable one: such a member crashes only while
-			// every member is up and in the latest view (then the others
-			// are a majority).
+			// every member is up and in the latest view, with no change
+			// of it under way (then the others are a majority of every
+			// view the group can go on to).
 			id := f.who[0][0]
-			if s.members[id].gone() || (!plan.durable || f.kind == "wipe") && !s.c.whole(n) {
-				s.note("skipped: the group is not whole")
+			if s.members[id].gone() || (!plan.durable || f.kind == "wipe") && !s.c.settled(n, s.etcd.srv) {
+				s.note("skipped: the group is not whole, or its view is changing")
 				continue
 			}
 			kind := crashKeepSome

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -501,6 +502,39 @@ func TestChangedSince(t *testing.T) {
 	}
 	if s.ChangedSince("p/", 6) {
 		t.Error("ChangedSince(p/, 6) after a compaction = true")
+	}
+}
+
+// TestPeek reads keys and ranges directly, also while the server is
+// down, when a client's Range fails.
+func TestPeek(t *testing.T) {
+	s, kv := newKV(t)
+	mustPut(t, kv, "p/a", "1")
+	mustPut(t, kv, "p/b", "2")
+	mustPut(t, kv, "q", "3")
+	s.Down()
+	if _, err := kv.Get(context.Background(), "q"); err == nil {
+		t.Fatal("Get while down succeeded")
+	}
+	for _, tc := range []struct {
+		key, end string
+		want     string
+	}{
+		{"q", "", "q=3"},
+		{"r", "", ""},
+		{"p/", clientv3.GetPrefixRangeEnd("p/"), "p/a=1 p/b=2"},
+		{"p/b", "q", "p/b=2"},
+		{"p/c", "q", ""},
+	} {
+		got := s.Peek(tc.key, tc.end)
+		var kvs []string
+		for k, v := range got {
+			kvs = append(kvs, k+"="+string(v))
+		}
+		slices.Sort(kvs)
+		if g := strings.Join(kvs, " "); g != tc.want {
+			t.Errorf("Peek(%q, %q) = %q, want %q", tc.key, tc.end, g, tc.want)
+		}
 	}
 }
 
