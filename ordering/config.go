@@ -48,10 +48,10 @@ func ParseMode(s string) (Mode, error) {
 // Defaults for Config fields left zero.
 const (
 	// DefaultBeaconInterval: an idle member beacons this often. Traffic
-	// and Want make members beacon at once (within BeaconGap), so it
-	// bounds only how far the barriers trail the clock in an idle group,
-	// and sets what an idle group costs (a record to every other member
-	// per interval).
+	// and Want make members beacon at once (within BeaconGap), so it sets
+	// what an idle group costs (a record to every other member per
+	// interval), and, twice over, how far ahead of the clock a beacon
+	// promises (the lead, see the package documentation).
 	DefaultBeaconInterval = 20 * time.Millisecond
 	// DefaultBeaconGap: reactions a little apart, so that a burst of
 	// records is answered once.

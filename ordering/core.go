@@ -86,8 +86,13 @@ type Core struct {
 	cfg   Config
 	now   int64
 	clock hlc
-	seq   uint64 // own messages sent to the group
-	prom  *barrier.Promises
+	// lead is how far ahead of local time a beacon promises (see promise):
+	// twice the beacon interval, so that an idle member's promise stays
+	// ahead of the clock between its beacons, and at most a quarter of
+	// MaxAhead, so that peers apply its records at once.
+	lead Timestamp
+	seq  uint64 // own messages sent to the group
+	prom *barrier.Promises
 	// Exactly one of commit (direct) and tree (aggregated) is set.
 	commit *barrier.Commit
 	tree   *barrier.Tree
@@ -147,6 +152,7 @@ func NewCore(cfg Config, now int64) (*Core, error) {
 	core := &Core{
 		cfg:         c,
 		now:         now,
+		lead:        Timestamp(min(2*c.BeaconInterval, c.MaxAhead/4)),
 		nextSeq:     make([]uint64, c.Members),
 		frontierKey: make([]uint64, c.Members),
 		ahead:       make([][]Record, c.Members),
@@ -184,14 +190,36 @@ func (c *Core) advance(now int64) error {
 	err := c.release()
 	// Promise, for this member's own future messages, the lowest stamp the
 	// clock can still issue.
-	peek := c.clock.peek(c.now)
-	_ = c.prom.Beacon(c.cfg.Self, c.seq, peek)
+	c.promiseOwn(c.clock.peek(c.now))
+	return err
+}
+
+// promiseOwn records, on this member's own channels, that nothing of its
+// own is stamped below p from now on.
+func (c *Core) promiseOwn(p Timestamp) {
+	_ = c.prom.Beacon(c.cfg.Self, c.seq, p)
 	for i := range c.topics {
 		if t := &c.topics[i]; t.subscribed() {
-			_ = c.prom.Beacon(t.slot+c.cfg.Self, t.seq, peek)
+			_ = c.prom.Beacon(t.slot+c.cfg.Self, t.seq, p)
 		}
 	}
-	return err
+}
+
+// promise returns the stamp a beacon multicast now promises: local time
+// plus the lead (or, if the clock is further on, the lowest stamp it can
+// still issue), to which the clock then holds this member's own stamps.
+// A peer's message stamped below the standing promises of the others
+// passes a receiver's frontier as it arrives, without waiting for their
+// beacons in reaction to it: with one sender, the others idle, its
+// messages are ordered in one message delay and committed in two. The
+// cost falls on a member that sends after beaconing: its messages are
+// stamped up to the lead ahead of local time, so the others' frontiers
+// wait for their beacons in reaction to it, as they would without the
+// lead.
+func (c *Core) promise() Timestamp {
+	p := c.clock.lead(c.now, c.lead)
+	c.promiseOwn(p)
+	return p
 }
 
 // limit is the highest stamp a peer's record may carry to be applied
@@ -386,7 +414,11 @@ func (c *Core) step(from int, r Record) error {
 		} else if err := c.prom.Beacon(from, r.Seq, r.TS); err != nil {
 			return err
 		}
-		c.clock.observe(r.TS)
+		if r.Kind == KindData || r.Kind == KindWant {
+			// A promise is not observed: this member's stamps stay below
+			// the others' standing promises (see promise).
+			c.clock.observe(r.TS)
+		}
 		if direct && r.Frontier > c.commit.Announced(from) {
 			_ = c.commit.Announce(from, r.Frontier) // checked above
 			c.frontierKey[from] = max(c.frontierKey[from], key)
@@ -469,9 +501,9 @@ func (c *Core) react() {
 	if silent >= int64(c.cfg.BeaconInterval) || (silent >= int64(c.cfg.BeaconGap) && c.wantsBeacon()) {
 		c.stats.Beacons++
 		if len(c.topics) > 0 {
-			c.multicast(Record{Kind: KindTopicBeacon, Seq: c.seq, TS: c.clock.peek(c.now), Bounds: c.topicBounds()})
+			c.multicast(Record{Kind: KindTopicBeacon, Seq: c.seq, TS: c.promise(), Bounds: c.topicBounds()})
 		} else {
-			c.multicast(Record{Kind: KindBeacon, Seq: c.seq, TS: c.clock.peek(c.now)})
+			c.multicast(Record{Kind: KindBeacon, Seq: c.seq, TS: c.promise()})
 		}
 	}
 	if wantDue {

@@ -30,6 +30,18 @@
 // asks for prompt beacons with [Core.Want], which multicasts a want record
 // ([KindWant]).
 //
+// A beacon promises a lead ahead of local time (twice BeaconInterval, at
+// most a quarter of MaxAhead), and the member's own stamps keep to it;
+// a peer's promise does not move a member's clock, only a peer's message
+// or want does. So with one member sending and the others idle, their
+// standing promises are ahead of its stamps: its message passes each
+// receiver's frontier as it arrives, and total order delivers it one
+// message delay after the send, atomic delivery two (the receivers'
+// announced frontiers), instead of first waiting a round trip for the
+// others' beacons in reaction. The cost falls on a member that sends
+// after it beaconed: its stamps are up to the lead ahead of local time,
+// and its message waits for the others' reactions, as without the lead.
+//
 // Clock skew between members costs latency, never order nor messages: the
 // hybrid clock makes a member's stamps follow every stamp it has seen, and
 // a peer's record stamped more than [Config.MaxAhead] beyond local time

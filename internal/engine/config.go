@@ -55,10 +55,10 @@ const (
 	// DefaultWindowBytes bounds their bytes.
 	DefaultWindowBytes = 64 << 20
 	// DefaultBeaconInterval: an idle member beacons this often. Traffic
-	// and Syncs make members beacon at once (within BeaconGap), so it
-	// bounds only how far the barriers trail the clock in an idle group,
-	// and sets what an idle group costs (a record to every other member
-	// per interval).
+	// and Syncs make members beacon at once (within BeaconGap), so it sets
+	// what an idle group costs (a record to every other member per
+	// interval), and, twice over, how far ahead of the clock a beacon
+	// promises (see package ordering).
 	DefaultBeaconInterval = ordering.DefaultBeaconInterval
 	// DefaultBeaconGap: reactions a little apart, so that a burst of
 	// records is answered once.
