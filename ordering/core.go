@@ -91,8 +91,11 @@ type Core struct {
 	// ahead of the clock between its beacons, and at most a quarter of
 	// MaxAhead, so that peers apply its records at once.
 	lead Timestamp
-	seq  uint64 // own messages sent to the group
-	prom *barrier.Promises
+	// lastOwn is when this member last sent a message of its own (to the
+	// group or on a topic).
+	lastOwn int64
+	seq     uint64 // own messages sent to the group
+	prom    *barrier.Promises
 	// Exactly one of commit (direct) and tree (aggregated) is set.
 	commit *barrier.Commit
 	tree   *barrier.Tree
@@ -153,6 +156,7 @@ func NewCore(cfg Config, now int64) (*Core, error) {
 		cfg:         c,
 		now:         now,
 		lead:        Timestamp(min(2*c.BeaconInterval, c.MaxAhead/4)),
+		lastOwn:     now - int64(c.BeaconInterval),
 		nextSeq:     make([]uint64, c.Members),
 		frontierKey: make([]uint64, c.Members),
 		ahead:       make([][]Record, c.Members),
@@ -215,9 +219,17 @@ func (c *Core) promiseOwn(p Timestamp) {
 // cost falls on a member that sends after beaconing: its messages are
 // stamped up to the lead ahead of local time, so the others' frontiers
 // wait for their beacons in reaction to it, as they would without the
-// lead.
+// lead. So a member that sent a message of its own within the last beacon
+// interval promises no lead: its beacons (those announcing its frontier
+// for its own messages' commit) leave its stamps on its clock, below the
+// others' promises.
 func (c *Core) promise() Timestamp {
-	p := c.clock.lead(c.now, c.lead)
+	var p Timestamp
+	if c.now-c.lastOwn < int64(c.cfg.BeaconInterval) {
+		p = c.clock.peek(c.now)
+	} else {
+		p = c.clock.lead(c.now, c.lead)
+	}
 	c.promiseOwn(p)
 	return p
 }
@@ -271,6 +283,7 @@ func (c *Core) Send(now int64, payload []byte) (uint64, Timestamp) {
 	}
 	c.advance(now)
 	ts := c.clock.stamp(c.now)
+	c.lastOwn = c.now
 	c.seq++
 	if err := c.prom.Hold(c.cfg.Self, c.seq, ts); err != nil {
 		panic(fmt.Sprintf("ordering: own message rejected: %v", err)) // the clock guarantees it cannot be

@@ -8,11 +8,13 @@ import (
 func TestHLC(t *testing.T) {
 	type op struct {
 		observe bool
-		v       int64 // physical time, or the stamp observed
+		lead    Timestamp // a promise this far ahead of physical time
+		v       int64     // physical time, or the stamp observed
 		want    Timestamp
 	}
 	stamp := func(now int64, want Timestamp) op { return op{v: now, want: want} }
 	observe := func(ts int64) op { return op{observe: true, v: ts} }
+	promise := func(now int64, lead, want Timestamp) op { return op{lead: lead, v: now, want: want} }
 	tests := []struct {
 		name string
 		ops  []op
@@ -25,6 +27,9 @@ func TestHLC(t *testing.T) {
 		{"an observed stamp behind physical time", []op{observe(50), stamp(100, 101)}},
 		{"physical time overtakes an observed stamp", []op{observe(500), stamp(100, 501), stamp(1000, 1001)}},
 		{"negative time counts as zero", []op{stamp(-5, 1), stamp(-1, 2)}},
+		{"a promise ahead holds the stamps to it", []op{stamp(100, 101), promise(110, 50, 160), stamp(120, 160), stamp(130, 161), stamp(200, 201)}},
+		{"a promise ahead of a clock further on", []op{observe(500), promise(100, 50, 501), stamp(100, 501)}},
+		{"promises ahead of each other", []op{promise(100, 50, 150), promise(120, 50, 170), promise(120, 10, 170), stamp(150, 170)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -32,6 +37,12 @@ func TestHLC(t *testing.T) {
 			for i, o := range tt.ops {
 				if o.observe {
 					c.observe(Timestamp(o.v))
+					continue
+				}
+				if o.lead > 0 {
+					if got := c.lead(o.v, o.lead); got != o.want {
+						t.Fatalf("op %d: lead(%d, %d) = %d, want %d", i, o.v, o.lead, got, o.want)
+					}
 					continue
 				}
 				p := c.peek(o.v)

@@ -186,6 +186,7 @@ func (c *Core) Publish(now int64, topic int, payload []byte) (uint64, Timestamp,
 	c.advance(now)
 	t := &c.topics[topic-1]
 	ts := c.clock.stamp(c.now)
+	c.lastOwn = c.now
 	t.seq++
 	t.own.add(ts, payload, !t.subscribed())
 	c.maxStamp = max(c.maxStamp, ts)
