@@ -30,17 +30,21 @@
 // asks for prompt beacons with [Core.Want], which multicasts a want record
 // ([KindWant]).
 //
-// A beacon promises a lead ahead of local time (twice BeaconInterval, at
-// most a quarter of MaxAhead), and the member's own stamps keep to it;
-// a peer's promise does not move a member's clock, only a peer's message
-// or want does. So with one member sending and the others idle, their
-// standing promises are ahead of its stamps: its message passes each
-// receiver's frontier as it arrives, and total order delivers it one
-// message delay after the send, atomic delivery two (the receivers'
-// announced frontiers), instead of first waiting a round trip for the
-// others' beacons in reaction. The cost falls on a member that sends
-// after it beaconed: its stamps are up to the lead ahead of local time,
-// and its message waits for the others' reactions, as without the lead.
+// A beacon of a member that has not sent a message of its own for a
+// BeaconInterval promises a lead ahead of local time (twice
+// BeaconInterval, at most a quarter of MaxAhead), and the member's own
+// stamps keep to it; a peer's promise does not move a member's clock,
+// only a peer's message or want does. So with one member sending and the
+// others idle, their standing promises are ahead of its stamps: its
+// message passes each receiver's frontier as it arrives, and total order
+// delivers it one message delay after the send, atomic delivery two (the
+// receivers' announced frontiers), instead of first waiting a round trip
+// for the others' beacons in reaction. The cost falls on a member that
+// sends after such a beacon: its stamps are up to the lead ahead of
+// local time, and its message waits for the others' reactions, as
+// without the lead. A member that is sending promises no lead, so that
+// its beacons (announcing its frontier for its own messages' commit)
+// leave its stamps on its clock.
 //
 // Clock skew between members costs latency, never order nor messages: the
 // hybrid clock makes a member's stamps follow every stamp it has seen, and
