@@ -9,11 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,6 +30,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/convoy-gcs/convoy/etcddev"
+	"github.com/convoy-gcs/convoy/internal/freeport"
 )
 
 // Environment of a re-executed test binary that runs only an etcd server
@@ -1042,7 +1045,14 @@ func testCorrupt(t *testing.T, b *testBackend) {
 func TestSeparateProcess(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	p := startEtcdProcess(t, dir, "")
+	// A port below the ephemeral range: one from it may be taken, while
+	// etcd is down, by any connection of the test run, and etcd could not
+	// come back on it.
+	ports, err := freeport.Pick("127.0.0.1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startEtcdProcess(t, dir, net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])))
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   []string{p.endpoint},
 		DialTimeout: 5 * time.Second,

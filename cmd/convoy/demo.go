@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/convoy-gcs/convoy/etcddev"
+	"github.com/convoy-gcs/convoy/internal/freeport"
 )
 
 const demoUsage = `Usage:
@@ -217,7 +218,7 @@ func (d *demoCmd) run(ctx context.Context, c *cli) (err error) {
 	defer srv.Close()
 	p.say("etcd serves at %s", strings.Join(srv.Endpoints(), ","))
 
-	ports, err := freePorts("127.0.0.1", 2*demoMembers)
+	ports, err := freeport.Pick("127.0.0.1", 2*demoMembers)
 	if err != nil {
 		return err
 	}

@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -287,65 +285,6 @@ func (p *memberProc) doneChan() <-chan struct{} {
 		return nil
 	}
 	return p.done
-}
-
-// freePorts returns n distinct ports free on host, held all at once while
-// they are picked, for processes started next to bind. Where the system
-// says which ports it hands out on its own (Linux), they are drawn below
-// that range: a port from it may be given, before the process binds it,
-// to any outgoing connection or listener on port 0 of the machine, which
-// under a busy test run happens. Only a process that picks ports as
-// explicitly can still take one first.
-func freePorts(host string, n int) ([]int, error) {
-	var ports []int
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	if hi, ok := ephemeralLow(); ok && hi-minPickedPort >= 64*n {
-		for tries := 0; len(ports) < n && tries < 16*n; tries++ {
-			port := minPickedPort + rand.IntN(hi-minPickedPort)
-			if slices.Contains(ports, port) {
-				continue
-			}
-			l, err := net.Listen("tcp", hostPort(host, port))
-			if err != nil {
-				continue // taken
-			}
-			lns = append(lns, l)
-			ports = append(ports, port)
-		}
-	}
-	for len(ports) < n {
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		lns = append(lns, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// minPickedPort is the lowest port freePorts draws: above the ports of
-// well-known services.
-const minPickedPort = 10000
-
-// ephemeralLow returns the lowest port of the range the system hands out
-// for outgoing connections and listeners on port 0, if it says.
-func ephemeralLow() (int, bool) {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0, false
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 0, false
-	}
-	lo, err := strconv.Atoi(f[0])
-	return lo, err == nil
 }
 
 // hostPort joins host and port.

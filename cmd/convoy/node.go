@@ -391,7 +391,7 @@ func openService(ctx context.Context, s nodeSettings, cfg convoy.Config, log *sl
 			MaxStreams:      s.MaxStreams,
 			// A member is the process's main work: after a load, it
 			// returns the memory the load held (paxos.Options.IdleRelease).
-			IdleRelease: 5 * time.Second,
+			IdleRelease: nodeIdleRelease,
 			Logger:      log,
 		})
 		if err != nil {
@@ -569,3 +569,8 @@ func keepHTTPRecord(ctx context.Context, cli *clientv3.Client, key string, rec h
 	}
 	return errors.New("lease lost")
 }
+
+// nodeIdleRelease is how long a member serves no request before it
+// returns the memory its requests held to the system
+// (paxos.Options.IdleRelease).
+const nodeIdleRelease = 5 * time.Second

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/convoy-gcs/convoy/etcddev"
+	"github.com/convoy-gcs/convoy/internal/freeport"
 )
 
 // TestNodeEtcdLogin runs "convoy node" against an etcd with
@@ -35,7 +36,7 @@ func TestNodeEtcdLogin(t *testing.T) {
 		}
 		return path
 	}
-	ports, err := freePorts("127.0.0.1", 1)
+	ports, err := freeport.Pick("127.0.0.1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

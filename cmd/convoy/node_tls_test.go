@@ -18,6 +18,7 @@ import (
 	"github.com/convoy-gcs/convoy/etcddev"
 	kvclient "github.com/convoy-gcs/convoy/examples/paxos/client"
 	"github.com/convoy-gcs/convoy/internal/devcerts"
+	"github.com/convoy-gcs/convoy/internal/freeport"
 	"github.com/convoy-gcs/convoy/rdma"
 )
 
@@ -61,7 +62,7 @@ func TestNodeMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	ports, err := freePorts("127.0.0.1", 2)
+	ports, err := freeport.Pick("127.0.0.1", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestNodeReloadsCertificates(t *testing.T) {
 	certs := t.TempDir()
 	tokenFile, hc := writeCerts(t, certs, 1)
 	etcd := startTestEtcd(t)
-	ports, err := freePorts("127.0.0.1", 1)
+	ports, err := freeport.Pick("127.0.0.1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

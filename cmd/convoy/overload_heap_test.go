@@ -120,7 +120,7 @@ func mustHeapStats(t *testing.T, metrics string) heapStats {
 // them under the race detector; with it off, 89-110 MiB.
 const overloadHeapSlack = 16 << 20
 
-// checkHeapAtRest checks the Go heap of member m overloadRest after the
+// checkHeapAtRest checks the Go heap of member m restAfter after the
 // load, with a state of state bytes, against its share of the bound at
 // rest R₀ + P + (1 + GOGC/100) × (S + D): what it held before the load
 // (within R₀) and (1 + GOGC/100) × (S + D), plus overloadHeapSlack, for
@@ -139,12 +139,12 @@ func checkHeapAtRest(t *testing.T, m *overloadMember, state int64) {
 	inuse := m.restHeap.inuse - m.restHeap.pebble
 	kept := m.restHeap.idle - m.restHeap.released
 	t.Logf("member %d: Go heap before the load: %v; %v after the load: %v; in use but Pebble's %s, %.0f%% of %s, free and not returned %s",
-		m.id, m.idleHeap, overloadRest, m.restHeap, mib(inuse), 100*float64(inuse)/float64(bound), mib(bound), mib(kept))
+		m.id, m.idleHeap, m.restAfter, m.restHeap, mib(inuse), 100*float64(inuse)/float64(bound), mib(bound), mib(kept))
 	if inuse > bound {
 		t.Errorf("member %d: Go heap in use %v after the load (Pebble's memory left out) %s, above %s: %s before the load, (1 + GOGC/100) × (S + D) %s and %s of slack",
-			m.id, overloadRest, mib(inuse), mib(bound), mib(m.idleHeap.inuse-m.idleHeap.pebble), mib(overloadGCFactor*(state+d)), mib(overloadHeapSlack))
+			m.id, m.restAfter, mib(inuse), mib(bound), mib(m.idleHeap.inuse-m.idleHeap.pebble), mib(overloadGCFactor*(state+d)), mib(overloadHeapSlack))
 	}
 	if kept > overloadHeapSlack {
-		t.Errorf("member %d: %v after the load, its runtime holds %s of free heap not returned to the system, above %s", m.id, overloadRest, mib(kept), mib(overloadHeapSlack))
+		t.Errorf("member %d: %v after the load, its runtime holds %s of free heap not returned to the system, above %s", m.id, m.restAfter, mib(kept), mib(overloadHeapSlack))
 	}
 }
