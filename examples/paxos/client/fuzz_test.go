@@ -12,7 +12,6 @@ import (
 	"reflect"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,11 +156,30 @@ func FuzzStreamAnswer(f *testing.F) {
 		// client dials again only to retry, which ends the call. Else
 		// the call ends once the member answered.
 		_, upgrades := upgradeHead(raw)
-		var wg sync.WaitGroup
-		defer wg.Wait()
-		var dials atomic.Int32
+		// net/http may still dial for its pool after the call that
+		// asked for the connection gave up, so a dial can come while
+		// this function returns: over is set, under mu, before the
+		// wait for the served connections, and no dial serves one
+		// after it.
+		var (
+			wg    sync.WaitGroup
+			mu    sync.Mutex
+			over  bool
+			dials int
+		)
+		defer func() {
+			mu.Lock()
+			over = true
+			mu.Unlock()
+			wg.Wait()
+		}()
 		tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
-			if n := dials.Add(1); upgrades && n > 1 {
+			mu.Lock()
+			defer mu.Unlock()
+			if over {
+				return nil, errors.New("the call is over")
+			}
+			if dials++; upgrades && dials > 1 {
 				cancel()
 				return nil, errors.New("no more connections")
 			}
