@@ -2,9 +2,9 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -923,21 +923,33 @@ func (c *vsCluster) settled(n int, srv *etcdsim.Server) bool {
 		return false
 	}
 	v, _ := c.live()[0].lastView()
-	var cur struct {
-		Epoch uint64 `json:"epoch"`
+	st, err := observe(srv, c.prefix)
+	if err != nil {
+		c.t.Fatalf("reading etcd's state: %v", err)
 	}
-	key := c.prefix + "view"
-	if raw, ok := srv.Peek(key, "")[key]; !ok || json.Unmarshal(raw, &cur) != nil || cur.Epoch != v.Epoch {
-		return false
-	}
-	for _, dir := range []string{"suspects/", "reports/"} {
-		from := fmt.Sprintf("%s%s%020d/", c.prefix, dir, v.Epoch)
-		if len(srv.Peek(from, clientv3.GetPrefixRangeEnd(from))) > 0 {
-			return false
-		}
-	}
-	return true
+	return st.Current.Epoch == v.Epoch && len(st.Suspects) == 0 && len(st.Reports) == 0
 }
+
+// observe reads the group's state in etcd (srv) as a member's store
+// does, through an observer of the server: also while the server is
+// down, and without changing it.
+func observe(srv *etcdsim.Server, prefix string) (membership.State, error) {
+	store, err := membership.NewStoreOn(clientv3.NewKVFromKVClient(srv.Observer(), nil), observerLease{},
+		membership.StoreConfig{Prefix: prefix, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return membership.State{}, err
+	}
+	return store.State(context.Background())
+}
+
+// observerLease is the lease of a store that only reads: it puts no
+// leased key, and never closes it.
+type observerLease struct{}
+
+func (observerLease) ID() clientv3.LeaseID         { return 0 }
+func (observerLease) Done() <-chan struct{}        { return nil }
+func (observerLease) Err() error                   { return nil }
+func (observerLease) Revoke(context.Context) error { return nil }
 
 // live returns the members running now, by ID.
 func (c *vsCluster) live() []*vsNode {

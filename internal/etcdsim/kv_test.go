@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
@@ -12,6 +11,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // newKV returns a server and a clientv3.KV on it.
@@ -505,36 +506,83 @@ func TestChangedSince(t *testing.T) {
 	}
 }
 
-// TestPeek reads keys and ranges directly, also while the server is
-// down, when a client's Range fails.
-func TestPeek(t *testing.T) {
+// TestObserver reads keys and ranges through an observer, also while
+// the server is down, when a client's Get fails, and leaves the
+// revision where it was; it refuses writes.
+func TestObserver(t *testing.T) {
+	ctx := context.Background()
 	s, kv := newKV(t)
 	mustPut(t, kv, "p/a", "1")
 	mustPut(t, kv, "p/b", "2")
-	mustPut(t, kv, "q", "3")
+	rev := mustPut(t, kv, "q", "3")
 	s.Down()
-	if _, err := kv.Get(context.Background(), "q"); err == nil {
+	if _, err := kv.Get(ctx, "q"); err == nil {
 		t.Fatal("Get while down succeeded")
 	}
+	obs := clientv3.NewKVFromKVClient(s.Observer(), nil)
+	keys := func(kvs []*mvccpb.KeyValue) string {
+		var out []string
+		for _, kv := range kvs {
+			out = append(out, string(kv.Key)+"="+string(kv.Value))
+		}
+		return strings.Join(out, " ")
+	}
 	for _, tc := range []struct {
-		key, end string
-		want     string
+		key  string
+		opts []clientv3.OpOption
+		want string
 	}{
-		{"q", "", "q=3"},
-		{"r", "", ""},
-		{"p/", clientv3.GetPrefixRangeEnd("p/"), "p/a=1 p/b=2"},
-		{"p/b", "q", "p/b=2"},
-		{"p/c", "q", ""},
+		{"q", nil, "q=3"},
+		{"r", nil, ""},
+		{"p/", []clientv3.OpOption{clientv3.WithPrefix()}, "p/a=1 p/b=2"},
+		{"p/b", []clientv3.OpOption{clientv3.WithRange("q")}, "p/b=2"},
+		{"p/c", []clientv3.OpOption{clientv3.WithRange("q")}, ""},
 	} {
-		got := s.Peek(tc.key, tc.end)
-		var kvs []string
-		for k, v := range got {
-			kvs = append(kvs, k+"="+string(v))
+		resp, err := obs.Get(ctx, tc.key, tc.opts...)
+		if err != nil {
+			t.Fatalf("observer Get(%q): %v", tc.key, err)
 		}
-		slices.Sort(kvs)
-		if g := strings.Join(kvs, " "); g != tc.want {
-			t.Errorf("Peek(%q, %q) = %q, want %q", tc.key, tc.end, g, tc.want)
+		if g := keys(resp.Kvs); g != tc.want || resp.Header.Revision != rev {
+			t.Errorf("observer Get(%q) = %q at %d, want %q at %d", tc.key, g, resp.Header.Revision, tc.want, rev)
 		}
+	}
+	for _, tc := range []struct {
+		cmp  clientv3.Cmp
+		want string
+	}{
+		{clientv3.Compare(clientv3.ModRevision("q"), "=", rev), "p/a=1 p/b=2"},
+		{clientv3.Compare(clientv3.ModRevision("q"), "<", rev), "q=3"},
+	} {
+		resp, err := obs.Txn(ctx).If(tc.cmp).
+			Then(clientv3.OpGet("p/", clientv3.WithPrefix())).
+			Else(clientv3.OpGet("q")).Commit()
+		if err != nil {
+			t.Fatalf("observer Txn: %v", err)
+		}
+		if g := keys(resp.Responses[0].GetResponseRange().Kvs); g != tc.want || resp.Header.Revision != rev {
+			t.Errorf("observer Txn = %q at %d, want %q at %d", g, resp.Header.Revision, tc.want, rev)
+		}
+	}
+	for name, write := range map[string]func() error{
+		"Put":    func() error { _, err := obs.Put(ctx, "q", "4"); return err },
+		"Delete": func() error { _, err := obs.Delete(ctx, "q"); return err },
+		"Txn put": func() error {
+			_, err := obs.Txn(ctx).Then(clientv3.OpGet("q"), clientv3.OpPut("q", "4")).Commit()
+			return err
+		},
+		"nested Txn put": func() error {
+			_, err := obs.Txn(ctx).Else(clientv3.OpTxn(nil, nil, []clientv3.Op{clientv3.OpPut("q", "4")})).Commit()
+			return err
+		},
+		"Compact": func() error { _, err := obs.Compact(ctx, rev); return err },
+	} {
+		if err := write(); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("observer %s: %v, want PermissionDenied", name, err)
+		}
+	}
+	s.Up()
+	if resp, err := kv.Get(ctx, "q"); err != nil || keys(resp.Kvs) != "q=3" || resp.Header.Revision != rev {
+		t.Errorf("Get after the observer's writes: %v, %v; want q=3 at %d", resp, err, rev)
 	}
 }
 

@@ -169,20 +169,6 @@ func (s *Server) ChangedSince(prefix string, rev int64) bool {
 	return s.mu.kv.changedSince(prefix, rev)
 }
 
-// Peek returns the keys in [key, end) and their values now (end empty:
-// key alone), even while the server is down: a simulation asks it about
-// the state it let come about, to decide which faults to draw.
-func (s *Server) Peek(key, end string) map[string][]byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	resp := s.rangeLocked(&pb.RangeRequest{Key: []byte(key), RangeEnd: []byte(end)})
-	out := make(map[string][]byte, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		out[string(kv.Key)] = kv.Value
-	}
-	return out
-}
-
 // enterLocked checks that a call may go on: its context is live and
 // the server up. REQUIRES: s.mu.
 func (s *Server) enterLocked(ctx context.Context) error {
