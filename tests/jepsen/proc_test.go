@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/convoy-gcs/convoy/internal/freeport"
 )
 
 // exitTimeout bounds the wait for a process killed with SIGKILL to be
@@ -136,12 +138,8 @@ const lowestPort = 20000
 
 func newPorts() *ports {
 	hi := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil && n > lowestPort+1000 {
-				hi = n
-			}
-		}
+	if n, ok := freeport.EphemeralLow(); ok && n > lowestPort+1000 {
+		hi = n
 	}
 	return &ports{used: make(map[int]bool), r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))), hi: hi}
 }
