@@ -54,8 +54,9 @@
 // version, node id). Frames have a 24-byte header (type, reserved zero
 // bytes, length, stream, immediate) described in frame.go. One writer
 // goroutine per connection gathers queued frames into vectored writes; one
-// reader goroutine reads headers into a fixed array and payloads straight
-// into posted buffers. Bad input from a peer (oversized frame, unknown type,
+// reader goroutine reads through a 64 KiB buffer, so that the frames that
+// arrived together take one read, and a payload that long or longer goes
+// from the socket straight into its posted buffer. Bad input from a peer (oversized frame, unknown type,
 // non-zero reserved bytes, data for a stream never opened) closes the
 // connection with a *ProtocolError; a transfer with no posted buffer fails
 // only its queue pair. Frames for streams closed here are dropped, and

@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -11,25 +12,27 @@ const (
 	// fillChunk is how much of a transfer the reader copies into a receive
 	// buffer between checks that its queue pair is still open.
 	fillChunk = 256 << 10
-	// discardBufLen is the size of the buffer that swallows payloads
-	// nobody will receive.
-	discardBufLen = 64 << 10
+	// readBufLen is the size of a connection's read buffer: the frames
+	// that arrived together are taken from the socket in one read, and a
+	// small frame's header and payload in one. A payload at least this
+	// long goes from the socket straight into its receive buffer, past
+	// what was buffered of it.
+	readBufLen = 64 << 10
 )
 
-// connReader reads frames from one connection. Headers go into a fixed
-// array and payloads straight into the posted receive buffers.
+// connReader reads frames from one connection, through a buffer. Headers
+// go into a fixed array and payloads into the posted receive buffers.
 type connReader struct {
 	c          *tcpConn
-	nc         net.Conn
+	br         *bufio.Reader
 	maxPayload int
 	hdr        [frameHeaderLen]byte
-	discardBuf []byte // allocated on first use
 }
 
 // readLoop is a connection's reader goroutine.
 func (c *tcpConn) readLoop(nc net.Conn) {
 	defer c.ep.wg.Done()
-	r := connReader{c: c, nc: nc, maxPayload: c.ep.cfg.maxPayload()}
+	r := connReader{c: c, br: bufio.NewReaderSize(nc, readBufLen), maxPayload: c.ep.cfg.maxPayload()}
 	err := r.loop()
 	c.shutdown(&connError{peer: c.peer, cause: err}, err)
 }
@@ -40,7 +43,7 @@ func (r *connReader) loop() error {
 	c := r.c
 	m := c.ep.metrics
 	for {
-		if _, err := io.ReadFull(r.nc, r.hdr[:]); err != nil {
+		if _, err := io.ReadFull(r.br, r.hdr[:]); err != nil {
 			return readError(err)
 		}
 		h, err := decodeFrameHeader(r.hdr[:], r.maxPayload)
@@ -126,7 +129,7 @@ func (r *connReader) fill(q *tcpQP, buf []byte) error {
 			return r.discard(len(buf))
 		}
 		k := min(len(buf), fillChunk)
-		if _, err := io.ReadFull(r.nc, buf[:k]); err != nil {
+		if _, err := io.ReadFull(r.br, buf[:k]); err != nil {
 			return readError(err)
 		}
 		buf = buf[k:]
@@ -136,15 +139,11 @@ func (r *connReader) fill(q *tcpQP, buf []byte) error {
 
 // discard reads and drops n payload bytes.
 func (r *connReader) discard(n int) error {
-	if n > 0 && r.discardBuf == nil {
-		r.discardBuf = make([]byte, discardBufLen)
-	}
-	for n > 0 {
-		k := min(n, len(r.discardBuf))
-		if _, err := io.ReadFull(r.nc, r.discardBuf[:k]); err != nil {
-			return readError(err)
+	if _, err := r.br.Discard(n); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF // in the middle of a frame
 		}
-		n -= k
+		return readError(err)
 	}
 	return nil
 }
