@@ -28,6 +28,11 @@ func (s *Server) Range(ctx context.Context, r *pb.RangeRequest, _ ...grpc.CallOp
 	if err := s.enterLocked(ctx); err != nil {
 		return nil, err
 	}
+	return s.checkedRangeLocked(r)
+}
+
+// checkedRangeLocked checks and runs a Range. REQUIRES: s.mu.
+func (s *Server) checkedRangeLocked(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	if err := checkRange(r); err != nil {
 		return nil, err
 	}
@@ -91,6 +96,11 @@ func (s *Server) Txn(ctx context.Context, r *pb.TxnRequest, _ ...grpc.CallOption
 	if err := s.enterLocked(ctx); err != nil {
 		return nil, err
 	}
+	return s.checkedTxnLocked(r)
+}
+
+// checkedTxnLocked checks and runs a Txn. REQUIRES: s.mu.
+func (s *Server) checkedTxnLocked(r *pb.TxnRequest) (*pb.TxnResponse, error) {
 	if err := checkTxn(r, s.cfg.MaxTxnOps); err != nil {
 		return nil, err
 	}

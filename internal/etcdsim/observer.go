@@ -26,18 +26,9 @@ func (o observer) Range(ctx context.Context, r *pb.RangeRequest, _ ...grpc.CallO
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
-	s := o.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := checkRange(r); err != nil {
-		return nil, err
-	}
-	if err := s.checkRevLocked(r.Revision); err != nil {
-		return nil, err
-	}
-	resp := s.rangeLocked(r)
-	resp.Header.RaftTerm = s.mu.term
-	return resp, nil
+	o.s.mu.Lock()
+	defer o.s.mu.Unlock()
+	return o.s.checkedRangeLocked(r)
 }
 
 // Txn runs a transaction whose branches hold only ranges, as Server.Txn
@@ -49,20 +40,9 @@ func (o observer) Txn(ctx context.Context, r *pb.TxnRequest, _ ...grpc.CallOptio
 	if !readOnly(r) {
 		return nil, errObserverWrite
 	}
-	s := o.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := checkTxn(r, s.cfg.MaxTxnOps); err != nil {
-		return nil, err
-	}
-	path := s.comparePathLocked(r)
-	if _, err := s.checkPathLocked(r, path); err != nil {
-		return nil, err
-	}
-	resp := &pb.TxnResponse{}
-	s.runTxnLocked(r, path, resp)
-	resp.Header = s.headerLocked(s.mu.kv.rev)
-	return resp, nil
+	o.s.mu.Lock()
+	defer o.s.mu.Unlock()
+	return o.s.checkedTxnLocked(r)
 }
 
 // readOnly reports whether every operation of r, in either branch and in
