@@ -55,11 +55,12 @@
 // bytes, length, stream, immediate) described in frame.go. One writer
 // goroutine per connection gathers queued frames into vectored writes; one
 // reader goroutine reads through a 64 KiB buffer, so that the frames that
-// arrived together take one read, and a payload that long or longer goes
-// from the socket straight into its posted buffer. Bad input from a peer (oversized frame, unknown type,
-// non-zero reserved bytes, data for a stream never opened) closes the
-// connection with a *ProtocolError; a transfer with no posted buffer fails
-// only its queue pair. Frames for streams closed here are dropped, and
+// arrived together take one read, while a large payload's reads of 64 KiB
+// or more go from the socket straight into its posted buffer. Bad input
+// from a peer (oversized frame, unknown type, non-zero reserved bytes,
+// data for a stream never opened) closes the connection with a
+// *ProtocolError; a transfer with no posted buffer fails only its queue
+// pair. Frames for streams closed here are dropped, and
 // signals for streams not yet opened wait for Open, both within bounds.
 //
 // fabric: each pair of nodes has a control connection (the lower id

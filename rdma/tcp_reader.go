@@ -14,9 +14,9 @@ const (
 	fillChunk = 256 << 10
 	// readBufLen is the size of a connection's read buffer: the frames
 	// that arrived together are taken from the socket in one read, and a
-	// small frame's header and payload in one. A payload at least this
-	// long goes from the socket straight into its receive buffer, past
-	// what was buffered of it.
+	// small frame's header and payload in one. Past what was buffered,
+	// a payload's reads of at least this many bytes go from the socket
+	// straight into its receive buffer; shorter ones are copied.
 	readBufLen = 64 << 10
 )
 

@@ -46,8 +46,10 @@ func (s *Server) checkedRangeLocked(r *pb.RangeRequest) (*pb.RangeResponse, erro
 
 // RangeStream is not simulated: it fails with codes.Unimplemented.
 func (s *Server) RangeStream(context.Context, *pb.RangeRequest, ...grpc.CallOption) (grpc.ServerStreamingClient[pb.RangeStreamResponse], error) {
-	return nil, status.Error(codes.Unimplemented, "etcdsim: RangeStream is not simulated")
+	return nil, errRangeStream
 }
+
+var errRangeStream = status.Error(codes.Unimplemented, "etcdsim: RangeStream is not simulated")
 
 // Put writes r.Key in a revision of its own. A lease that does not exist
 // fails with rpctypes.ErrGRPCLeaseNotFound.

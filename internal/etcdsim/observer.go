@@ -23,8 +23,8 @@ var errObserverWrite = status.Error(codes.PermissionDenied, "etcdsim: an observe
 
 // Range reads as Server.Range does, whether or not the server is up.
 func (o observer) Range(ctx context.Context, r *pb.RangeRequest, _ ...grpc.CallOption) (*pb.RangeResponse, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, status.FromContextError(err).Err()
+	if err := ctxError(ctx); err != nil {
+		return nil, err
 	}
 	o.s.mu.Lock()
 	defer o.s.mu.Unlock()
@@ -34,8 +34,8 @@ func (o observer) Range(ctx context.Context, r *pb.RangeRequest, _ ...grpc.CallO
 // Txn runs a transaction whose branches hold only ranges, as Server.Txn
 // does, whether or not the server is up; one that would write fails.
 func (o observer) Txn(ctx context.Context, r *pb.TxnRequest, _ ...grpc.CallOption) (*pb.TxnResponse, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, status.FromContextError(err).Err()
+	if err := ctxError(ctx); err != nil {
+		return nil, err
 	}
 	if !readOnly(r) {
 		return nil, errObserverWrite
@@ -66,7 +66,7 @@ func readOnly(r *pb.TxnRequest) bool {
 
 // RangeStream is not simulated: it fails with codes.Unimplemented.
 func (observer) RangeStream(context.Context, *pb.RangeRequest, ...grpc.CallOption) (grpc.ServerStreamingClient[pb.RangeStreamResponse], error) {
-	return nil, status.Error(codes.Unimplemented, "etcdsim: RangeStream is not simulated")
+	return nil, errRangeStream
 }
 
 // Put fails: an observer only reads.

@@ -169,11 +169,20 @@ func (s *Server) ChangedSince(prefix string, rev int64) bool {
 	return s.mu.kv.changedSince(prefix, rev)
 }
 
+// ctxError returns, as the gRPC status a client gets, why ctx is done;
+// nil while it is live.
+func ctxError(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return status.FromContextError(err).Err()
+	}
+	return nil
+}
+
 // enterLocked checks that a call may go on: its context is live and
 // the server up. REQUIRES: s.mu.
 func (s *Server) enterLocked(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return status.FromContextError(err).Err()
+	if err := ctxError(ctx); err != nil {
+		return err
 	}
 	if s.mu.down {
 		return ErrUnavailable
