@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Pick returns n distinct ports free on host, held all at once while
@@ -21,6 +22,29 @@ import (
 // under a busy test run happens. Only a process that picks ports as
 // explicitly can still take one first.
 func Pick(host string, n int) ([]int, error) {
+	return NewPicker(host).Pick(n)
+}
+
+// Picker picks ports as Pick does, and never one it handed out before:
+// for a run whose processes stop and start again on the ports they had,
+// where a port handed out earlier may belong to a process that is down
+// for now. It is safe for concurrent use.
+type Picker struct {
+	host string
+	mu   sync.Mutex
+	used map[int]bool
+}
+
+// NewPicker returns a Picker of ports free on host.
+func NewPicker(host string) *Picker {
+	return &Picker{host: host, used: make(map[int]bool)}
+}
+
+// Pick returns n distinct ports free on host, as the package's Pick
+// does, none of them handed out by p before.
+func (p *Picker) Pick(n int) ([]int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	var ports []int
 	var lns []net.Listener
 	defer func() {
@@ -28,13 +52,13 @@ func Pick(host string, n int) ([]int, error) {
 			l.Close()
 		}
 	}()
-	if hi, ok := EphemeralLow(); ok && hi-MinPicked >= 64*n {
+	if hi, ok := EphemeralLow(); ok && hi-MinPicked >= 64*(n+len(p.used)) {
 		for tries := 0; len(ports) < n && tries < 16*n; tries++ {
 			port := MinPicked + rand.IntN(hi-MinPicked)
-			if slices.Contains(ports, port) {
+			if p.used[port] || slices.Contains(ports, port) {
 				continue
 			}
-			l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+			l, err := net.Listen("tcp", net.JoinHostPort(p.host, strconv.Itoa(port)))
 			if err != nil {
 				continue // taken
 			}
@@ -42,13 +66,23 @@ func Pick(host string, n int) ([]int, error) {
 			ports = append(ports, port)
 		}
 	}
-	for len(ports) < n {
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	// Ports the system picks: the ones picked so far stay held, so none
+	// comes twice in this call.
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 16*n {
+			return nil, fmt.Errorf("finding a free port: the system gave %d ports handed out before", tries)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(p.host, "0"))
 		if err != nil {
 			return nil, fmt.Errorf("finding a free port: %w", err)
 		}
 		lns = append(lns, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		if port := l.Addr().(*net.TCPAddr).Port; !p.used[port] {
+			ports = append(ports, port)
+		}
+	}
+	for _, port := range ports {
+		p.used[port] = true
 	}
 	return ports, nil
 }

@@ -35,3 +35,28 @@ func TestPick(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestPickerNeverRepeats picks one port at a time, each released before
+// the next, as many times as make a repeat all but certain for picks
+// without memory (below the ephemeral range of Linux's default, 22,768
+// ports: a repeat among 400 draws in about 97 of 100 runs); once about
+// 355 ports were handed out, the picker takes the system's own.
+func TestPickerNeverRepeats(t *testing.T) {
+	p := NewPicker("127.0.0.1")
+	seen := map[int]bool{}
+	for range 400 {
+		ports, err := p.Pick(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ports) != 1 {
+			t.Fatalf("%d ports, want 1", len(ports))
+		}
+		for _, port := range ports {
+			if seen[port] {
+				t.Fatalf("port %d handed out twice", port)
+			}
+			seen[port] = true
+		}
+	}
+}

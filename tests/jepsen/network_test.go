@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/convoy-gcs/convoy/internal/freeport"
 	"github.com/convoy-gcs/convoy/internal/netns"
 	"github.com/convoy-gcs/convoy/tests/jepsen/schedule"
 )
@@ -39,8 +40,8 @@ const dialTimeout = time.Second
 // member member, host members+i-1 etcd member i, and the last host the
 // clients and the harness's own requests, which no fault cuts off.
 type network struct {
-	sw      *netns.Switch // nil on loopback
-	ports   *ports        // on loopback: the ports handed out so far
+	sw      *netns.Switch    // nil on loopback
+	ports   *freeport.Picker // on loopback: hands out each port once
 	members int
 	etcd    int
 	// dial makes the connections of clients and of the harness.
@@ -72,7 +73,7 @@ func newNetwork(ctx context.Context, members, etcd int, loopback bool) (*network
 		}
 	}
 	if why != "" {
-		n.ports = newPorts()
+		n.ports = freeport.NewPicker("127.0.0.1")
 		n.dial = (&net.Dialer{Timeout: dialTimeout}).DialContext
 		return n, why, nil
 	}
@@ -155,7 +156,7 @@ func (n *network) hostAddr(h, p int) string {
 // transport listens on, fixed for the run.
 func (n *network) memberAddrs(id int) (http, transport string, err error) {
 	if n.sw == nil {
-		http, err = n.ports.addr()
+		http, err = freeAddr(n.ports)
 		return http, "127.0.0.1:0", err
 	}
 	h := n.memberHost(id)
@@ -165,10 +166,10 @@ func (n *network) memberAddrs(id int) (http, transport string, err error) {
 // etcdAddrs returns the client and peer addresses of etcd member i.
 func (n *network) etcdAddrs(i int) (client, peer string, err error) {
 	if n.sw == nil {
-		if client, err = n.ports.addr(); err != nil {
+		if client, err = freeAddr(n.ports); err != nil {
 			return "", "", err
 		}
-		peer, err = n.ports.addr()
+		peer, err = freeAddr(n.ports)
 		return client, peer, err
 	}
 	h := n.etcdHost(i)

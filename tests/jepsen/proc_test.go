@@ -3,7 +3,6 @@ package jepsen
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -123,52 +122,14 @@ func (p *proc) unexpectedExit() error {
 	return fmt.Errorf("%v exited on its own: %w", p, p.err)
 }
 
-// ports hands out loopback ports below the kernel's ephemeral range, so
-// that no outgoing connection takes one while the process that listens
-// on it is down: a member restarts on the port it had.
-type ports struct {
-	mu   sync.Mutex
-	used map[int]bool
-	r    *rand.Rand
-	hi   int // first port of the ephemeral range
-}
-
-// lowestPort is the lowest port handed out.
-const lowestPort = 20000
-
-func newPorts() *ports {
-	hi := 32768
-	if n, ok := freeport.EphemeralLow(); ok && n > lowestPort+1000 {
-		hi = n
-	}
-	return &ports{used: make(map[int]bool), r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))), hi: hi}
-}
-
-// take returns a port that is free now and was not handed out before.
-func (ps *ports) take() (int, error) {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	for range 1000 {
-		p := lowestPort + ps.r.IntN(ps.hi-lowestPort)
-		if ps.used[p] {
-			continue
-		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		ps.used[p] = true
-		return p, nil
-	}
-	return 0, errors.New("no free port found below the ephemeral range")
-}
-
-// addr returns a free loopback address.
-func (ps *ports) addr() (string, error) {
-	p, err := ps.take()
+// freeAddr returns a loopback address whose port ps never handed out
+// before: below the kernel's ephemeral range, so that no outgoing
+// connection takes it while the process that listens on it is down, and
+// a member restarts on the port it had.
+func freeAddr(ps *freeport.Picker) (string, error) {
+	p, err := ps.Pick(1)
 	if err != nil {
 		return "", err
 	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), nil
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p[0])), nil
 }
