@@ -41,7 +41,10 @@ func NewPicker(host string) *Picker {
 }
 
 // Pick returns n distinct ports free on host, as the package's Pick
-// does, none of them handed out by p before.
+// does, none of them handed out by p before. Once p has handed out so
+// many that fewer than one port in 64 below the system's range would be
+// left to draw from, it takes ports the system picks, as Pick does where
+// the system does not say its range.
 func (p *Picker) Pick(n int) ([]int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -68,9 +71,9 @@ func (p *Picker) Pick(n int) ([]int, error) {
 	}
 	// Ports the system picks: the ones picked so far stay held, so none
 	// comes twice in this call.
-	for tries := 0; len(ports) < n; tries++ {
-		if tries == 16*n {
-			return nil, fmt.Errorf("finding a free port: the system gave %d ports handed out before", tries)
+	for repeats := 0; len(ports) < n; {
+		if repeats == 16*n {
+			return nil, fmt.Errorf("finding a free port: the system picked %d ports handed out before", repeats)
 		}
 		l, err := net.Listen("tcp", net.JoinHostPort(p.host, "0"))
 		if err != nil {
@@ -79,6 +82,8 @@ func (p *Picker) Pick(n int) ([]int, error) {
 		lns = append(lns, l)
 		if port := l.Addr().(*net.TCPAddr).Port; !p.used[port] {
 			ports = append(ports, port)
+		} else {
+			repeats++
 		}
 	}
 	for _, port := range ports {
