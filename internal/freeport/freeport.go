@@ -92,6 +92,16 @@ func (p *Picker) Pick(n int) ([]int, error) {
 	return ports, nil
 }
 
+// Addr returns host:port for one port picked as Pick(1) picks it, for
+// a process started next to listen on.
+func (p *Picker) Addr() (string, error) {
+	ports, err := p.Pick(1)
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(p.host, strconv.Itoa(ports[0])), nil
+}
+
 // MinPicked is the lowest port Pick draws: above the ports of
 // well-known services.
 const MinPicked = 10000

@@ -60,3 +60,34 @@ func TestPickerNeverRepeats(t *testing.T) {
 		}
 	}
 }
+
+// TestPickerAddr: Addr gives an address on the picker's host, free to
+// listen on, whose port the picker does not hand out again.
+func TestPickerAddr(t *testing.T) {
+	p := NewPicker("127.0.0.1")
+	addr, err := p.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "127.0.0.1" {
+		t.Errorf("host %q, want 127.0.0.1", host)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("%s is not free: %v", addr, err)
+	}
+	l.Close()
+	for range 100 {
+		ports, err := p.Pick(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strconv.Itoa(ports[0]) == port {
+			t.Fatalf("port %s handed out again after Addr", port)
+		}
+	}
+}

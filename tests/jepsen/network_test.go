@@ -156,7 +156,7 @@ func (n *network) hostAddr(h, p int) string {
 // transport listens on, fixed for the run.
 func (n *network) memberAddrs(id int) (http, transport string, err error) {
 	if n.sw == nil {
-		http, err = freeAddr(n.ports)
+		http, err = n.ports.Addr()
 		return http, "127.0.0.1:0", err
 	}
 	h := n.memberHost(id)
@@ -166,10 +166,10 @@ func (n *network) memberAddrs(id int) (http, transport string, err error) {
 // etcdAddrs returns the client and peer addresses of etcd member i.
 func (n *network) etcdAddrs(i int) (client, peer string, err error) {
 	if n.sw == nil {
-		if client, err = freeAddr(n.ports); err != nil {
+		if client, err = n.ports.Addr(); err != nil {
 			return "", "", err
 		}
-		peer, err = freeAddr(n.ports)
+		peer, err = n.ports.Addr()
 		return client, peer, err
 	}
 	h := n.etcdHost(i)

@@ -3,16 +3,12 @@ package jepsen
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/convoy-gcs/convoy/internal/freeport"
 )
 
 // exitTimeout bounds the wait for a process killed with SIGKILL to be
@@ -120,16 +116,4 @@ func (p *proc) unexpectedExit() error {
 		return fmt.Errorf("%v exited on its own", p)
 	}
 	return fmt.Errorf("%v exited on its own: %w", p, p.err)
-}
-
-// freeAddr returns a loopback address whose port ps never handed out
-// before: below the kernel's ephemeral range, so that no outgoing
-// connection takes it while the process that listens on it is down, and
-// a member restarts on the port it had.
-func freeAddr(ps *freeport.Picker) (string, error) {
-	p, err := ps.Pick(1)
-	if err != nil {
-		return "", err
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p[0])), nil
 }
