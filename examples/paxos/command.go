@@ -13,9 +13,18 @@ import (
 // times existed, so that the logs they left decode and apply as they
 // did. A member skips commands of other versions (as malformed) rather
 // than guess.
+//
+// A delivery carries one command or, from version 3 on, a batch of them:
+// the version byte 3, the number of commands (a uvarint, at least 1),
+// then each command as a length-prefixed field in version 1 or 2. A
+// member applies a batch's commands in order, all at the delivery's
+// index; members that predate batches skip one as malformed, so every
+// member of a group must understand batches before any member sends
+// one.
 const (
-	commandVersion   = 2
-	commandVersionV1 = 1
+	commandVersion      = 2
+	commandVersionV1    = 1
+	commandVersionBatch = 3
 )
 
 // Bounds of a command. They are constants, not options: every member must
@@ -118,9 +127,69 @@ func encodeCommand(c command) []byte {
 	return b
 }
 
+// encodeBatch returns the wire form of a batch of commands (one or more)
+// applied in order at one delivery.
+func encodeBatch(cs []command) []byte {
+	n := 1 + binary.MaxVarintLen64
+	for _, c := range cs {
+		n += batchedBytes(c)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, commandVersionBatch)
+	b = binary.AppendUvarint(b, uint64(len(cs)))
+	for _, c := range cs {
+		b = appendField(b, encodeCommand(c))
+	}
+	return b
+}
+
+// batchedBytes bounds what c adds to a batch.
+func batchedBytes(c command) int {
+	return 2 + 6*binary.MaxVarintLen64 + len(c.id) + len(c.key) + len(c.value) + len(c.old) + 1
+}
+
 func appendField(b, f []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(f)))
 	return append(b, f...)
+}
+
+// decodeCommands parses a delivery's payload, one command or a batch, and
+// appends its commands to dst. A batch holds single commands only; if
+// any of them is malformed, so is the batch, and nothing is appended.
+func decodeCommands(dst []command, b []byte) ([]command, error) {
+	if len(b) == 0 || b[0] != commandVersionBatch {
+		c, err := decodeCommand(b)
+		if err != nil {
+			return dst, err
+		}
+		return append(dst, c), nil
+	}
+	d := decoder{b: b[1:]}
+	n, k := binary.Uvarint(d.b)
+	switch {
+	case k <= 0:
+		return dst, fmt.Errorf("%w: batch: bad count", errMalformed)
+	case n == 0 || n > uint64(len(d.b)):
+		// Every command takes at least a byte.
+		return dst, fmt.Errorf("%w: batch of %d commands in %d bytes", errMalformed, n, len(d.b))
+	}
+	d.b = d.b[k:]
+	start := len(dst)
+	for i := range int(n) {
+		f := d.field("batched command", len(b))
+		if d.err != nil {
+			return dst[:start], d.err
+		}
+		c, err := decodeCommand(f)
+		if err != nil {
+			return dst[:start], fmt.Errorf("batched command %d: %w", i, err)
+		}
+		dst = append(dst, c)
+	}
+	if len(d.b) > 0 {
+		return dst[:start], fmt.Errorf("%w: %d bytes after the batch", errMalformed, len(d.b))
+	}
+	return dst, nil
 }
 
 // decodeCommand parses a command. It checks every length against what is

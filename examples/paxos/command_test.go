@@ -119,3 +119,107 @@ func FuzzDecodeCommand(f *testing.F) {
 		}
 	})
 }
+
+func TestBatchRoundTrip(t *testing.T) {
+	for _, n := range []int{1, 2, len(commandSeeds)} {
+		b := encodeBatch(commandSeeds[:n])
+		if b[0] != commandVersionBatch {
+			t.Fatalf("version %d, want %d", b[0], commandVersionBatch)
+		}
+		dst := []command{{op: opBarrier, id: "before"}}
+		got, err := decodeCommands(dst, b)
+		if err != nil {
+			t.Fatalf("%d commands: %v", n, err)
+		}
+		if len(got) != 1+n || got[0].id != "before" {
+			t.Fatalf("%d commands: decoded %d after the 1 there", n, len(got)-1)
+		}
+		for i, c := range got[1:] {
+			if !sameCommand(c, commandSeeds[i]) {
+				t.Errorf("command %d of %d: decoded %+v, want %+v", i, n, c, commandSeeds[i])
+			}
+		}
+	}
+	// A single command decodes as a delivery of one.
+	got, err := decodeCommands(nil, encodeCommand(commandSeeds[0]))
+	if err != nil || len(got) != 1 || !sameCommand(got[0], commandSeeds[0]) {
+		t.Fatalf("single command: %+v, %v", got, err)
+	}
+}
+
+// TestDecodeBatchRejects: a malformed batch, or one holding a malformed
+// command, is an error wrapping errMalformed and appends nothing.
+func TestDecodeBatchRejects(t *testing.T) {
+	put := encodeCommand(commandSeeds[0])
+	del := encodeCommand(commandSeeds[3])
+	batch := func(count int, cmds ...[]byte) []byte {
+		b := binary.AppendUvarint([]byte{commandVersionBatch}, uint64(count))
+		for _, c := range cmds {
+			b = appendField(b, c)
+		}
+		return b
+	}
+	two := batch(2, put, del)
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"version only", []byte{commandVersionBatch}},
+		{"no commands", batch(0)},
+		{"count above the commands", batch(3, put, del)},
+		{"count above the bytes", batch(1<<20, put)},
+		{"count overflowing", []byte{commandVersionBatch, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
+		{"a batch in a batch", batch(2, put, two)},
+		{"a malformed command", batch(2, put, put[:len(put)-1])},
+		{"an empty command", batch(2, put, nil)},
+		{"truncated", two[:len(two)-1]},
+		{"trailing byte", append(bytes.Clone(two), 0)},
+		{"command length beyond the batch", append(binary.AppendUvarint([]byte{commandVersionBatch, 1}, 1<<40), put...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := []command{{op: opBarrier, id: "before"}}
+			got, err := decodeCommands(dst, tc.b)
+			if !errors.Is(err, errMalformed) {
+				t.Fatalf("decoded %+v, err %v; want errMalformed", got, err)
+			}
+			if len(got) != 1 {
+				t.Fatalf("appended %d commands", len(got)-1)
+			}
+		})
+	}
+}
+
+// FuzzDecodeCommands: decoding a delivery, one command or a batch, never
+// panics, and whatever decodes encodes back to the same commands.
+func FuzzDecodeCommands(f *testing.F) {
+	f.Add(encodeBatch(commandSeeds))
+	f.Add(encodeBatch(commandSeeds[:1]))
+	f.Add(encodeCommand(commandSeeds[0]))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cs, err := decodeCommands(nil, b)
+		if err != nil {
+			if !errors.Is(err, errMalformed) {
+				t.Fatalf("error %v does not wrap errMalformed", err)
+			}
+			if len(cs) != 0 {
+				t.Fatalf("%d commands with an error", len(cs))
+			}
+			return
+		}
+		if len(cs) == 0 {
+			t.Fatal("no commands and no error")
+		}
+		again, err := decodeCommands(nil, encodeBatch(cs))
+		if err != nil {
+			t.Fatalf("re-encoding %+v: %v", cs, err)
+		}
+		if len(again) != len(cs) {
+			t.Fatalf("re-encoded %d commands as %d", len(cs), len(again))
+		}
+		for i := range cs {
+			if !sameCommand(again[i], cs[i]) {
+				t.Fatalf("re-encoded %+v as %+v", cs[i], again[i])
+			}
+		}
+	})
+}

@@ -57,14 +57,16 @@
 //
 // and the connection then carries binary request and response frames
 // (package wire), many requests in flight at once, each answer tagged
-// with its request; the member reads and writes them in batches. The
+// with its request; the member reads and writes them in batches, and
+// sends the writes that arrive together to the group as one message (up
+// to 64 writes or 3 KiB of their frames; see "Commands on the wire"). The
 // answers are the HTTP API's, status codes included; a write's issued
 // time travels in its request frame (wire.Request.Issued), as its request
 // id does. The Go client uses streams with client.WithStreams. A member
 // serves at most Options.MaxStreams streams (an upgrade beyond them
-// gets 503 with Retry-After); a stream serves at most 1,024 requests at
-// once (beyond that the member stops reading it, and TCP holds the client
-// back), and
+// gets 503 with Retry-After); a stream serves at most 1,024 requests or
+// batches of writes at once (beyond that the member stops reading it, and
+// TCP holds the client back), and
 // buffers at most 256 KiB of answers the client has not read, and one
 // answer more; a frame above the largest command gets 413, a malformed
 // one 400, one beyond the member's capacity 503 with the response's
@@ -258,7 +260,11 @@
 // the version 1 commands of logs written before it. Decoding checks every
 // length against the bytes left and against fixed bounds (MaxKeyBytes,
 // MaxRequestIDBytes); a member skips a malformed command, which every
-// member does alike. A member of an older version skips version 2
-// commands as malformed: the members of a group must be upgraded
-// together, not one by one.
+// member does alike. A delivery carries one command or a batch (version
+// 3: a count, then each command as a length-prefixed field): the writes
+// of a stream that arrive together go to the group as one message,
+// applied in order at one delivery index, which their answers share. A
+// member of an older version skips version 2 commands and batches as
+// malformed: the members of a group must be upgraded together, not one
+// by one.
 package paxos

@@ -431,7 +431,7 @@ func TestHTTPWaitingRequests(t *testing.T) {
 		done := start(t, n, f, put)
 		// Another member applied it, and this one gets that state.
 		other := newState(n.log)
-		other.apply(7, put.putPayload())
+		other.apply(nil, 7, put.putPayload())
 		var parts [][]byte
 		for p := range 2 {
 			var b strings.Builder

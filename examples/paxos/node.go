@@ -191,6 +191,9 @@ type Node struct {
 	admit *admit.Metered
 	state *state
 	wait  *pending
+	// effects is deliver's buffer; deliver runs on the group's one
+	// delivery goroutine.
+	effects []effect
 	// maybeSentWait is the constant of that name, shorter in tests.
 	maybeSentWait time.Duration
 	// now is the member's clock (time.Now; another in tests): it stamps
@@ -319,10 +322,11 @@ func (n *Node) Close() error {
 // deliver applies a delivery and answers the requests waiting for it.
 // It runs on the group's delivery goroutine.
 func (n *Node) deliver(d convoy.Delivery) {
-	a, ok := n.state.apply(d.Index, d.Payload)
-	if ok {
+	n.effects = n.state.apply(n.effects[:0], d.Index, d.Payload)
+	for _, a := range n.effects {
 		n.wait.complete(a.cmd.id, a.cmd.issued, a.res)
 	}
+	clear(n.effects)
 }
 
 // onView follows the member's views. Once it is excluded, the commands
@@ -362,38 +366,85 @@ func (n *Node) submit(ctx context.Context, c command) (result, error) {
 }
 
 func (n *Node) submitWait(ctx context.Context, c command) (result, error) {
-	ch, err := n.wait.add(c.id, c.issued)
-	if err != nil {
-		return result{}, err
+	var o [1]outcome
+	n.submitAll(ctx, []command{c}, o[:])
+	return o[0].res, o[0].err
+}
+
+// submitBatch sends the writes cs in one message, a batch applied at one
+// delivery, and returns their outcomes in order, as submit returns each.
+func (n *Node) submitBatch(ctx context.Context, cs []command) []outcome {
+	out := make([]outcome, len(cs))
+	n.submitAll(ctx, cs, out)
+	for i := range out {
+		if out[i].err == nil && out[i].res.expired {
+			out[i] = outcome{err: errExpired}
+		}
 	}
-	_, sendErr := n.g.Send(ctx, encodeCommand(c))
+	return out
+}
+
+// submitAll sends cs, one command or a batch, and waits for each of them
+// to be applied, putting their outcomes in out.
+func (n *Node) submitAll(ctx context.Context, cs []command, out []outcome) {
+	chs := make([]chan outcome, len(cs))
+	var send []command
+	for i, c := range cs {
+		ch, err := n.wait.add(c.id, c.issued)
+		if err != nil {
+			out[i].err = err
+			continue
+		}
+		chs[i] = ch
+		send = append(send, c)
+	}
+	var payload []byte
+	switch len(send) {
+	case 0:
+		return
+	case 1:
+		payload = encodeCommand(send[0])
+	default:
+		payload = encodeBatch(send)
+	}
+	_, sendErr := n.g.Send(ctx, payload)
 	if sendErr != nil && !maybeSent(sendErr) {
-		n.wait.remove(c.id, ch)
-		return result{}, sendErr
+		for i, ch := range chs {
+			if ch != nil {
+				n.wait.remove(cs[i].id, ch)
+				out[i].err = sendErr
+			}
+		}
+		return
 	}
 	if sendErr != nil {
-		// The command may still be applied: it is answered if so while
-		// the request lasts, up to a bound (a retry with the same
+		// The commands may still be applied: each is answered if so
+		// while the request lasts, up to a bound (a retry with the same
 		// request id learns the result anyway).
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, n.maybeSentWait)
 		defer cancel()
 	}
-	select {
-	case o := <-ch:
-		return o.res, o.err
-	case <-ctx.Done():
+	for i, ch := range chs {
+		if ch == nil {
+			continue
+		}
+		select {
+		case out[i] = <-ch:
+			continue
+		case <-ctx.Done():
+		}
+		n.wait.remove(cs[i].id, ch)
+		select {
+		case out[i] = <-ch: // applied meanwhile
+			continue
+		default:
+		}
+		out[i].err = ctx.Err()
+		if sendErr != nil {
+			out[i].err = sendErr
+		}
 	}
-	n.wait.remove(c.id, ch)
-	select {
-	case o := <-ch: // applied meanwhile
-		return o.res, o.err
-	default:
-	}
-	if sendErr != nil {
-		return result{}, sendErr
-	}
-	return result{}, ctx.Err()
 }
 
 // issuedTime returns the issued time of a write that carries issued (0:

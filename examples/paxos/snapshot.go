@@ -16,11 +16,13 @@ import (
 )
 
 // snapshotVersion is the first byte of every snapshot part. Restore
-// reads parts of version 1 too, which members wrote before issued times
-// existed: a state without clock or floor, whose results have no issued
-// time.
+// reads parts of the earlier versions too, which members wrote before
+// batches of commands existed (version 2: no result has a position in a
+// batch) and before issued times existed (version 1: a state without
+// clock or floor, whose results have no issued time either).
 const (
-	snapshotVersion   = 2
+	snapshotVersion   = 3
+	snapshotVersionV2 = 2
 	snapshotVersionV1 = 1
 )
 
@@ -77,8 +79,9 @@ func (s *state) snapshot(w io.Writer, part, of int) error {
 // Format: the version byte; uvarints applied, part, of, clock, floor; a
 // uvarint count of keys, each a length-prefixed key and value; a uvarint
 // count of results, each a length-prefixed request id, a uvarint index,
-// a uvarint issued time (0: none) and an ok byte. Version 1 has no clock,
-// floor or issued times.
+// a uvarint position in the delivery's batch, a uvarint issued time (0:
+// none) and an ok byte. Version 2 has no positions; version 1 no clock,
+// floor or issued times either.
 func (c *checkpoint) Snapshot(w io.Writer, part, of int) error {
 	if of < 1 || part < 0 || part >= of {
 		return fmt.Errorf("paxos: snapshot part %d of %d", part, of)
@@ -121,6 +124,7 @@ func (c *checkpoint) Snapshot(w io.Writer, part, of int) error {
 		if partOf(k.id, of) == part {
 			buf = appendField(buf[:0], []byte(k.id))
 			buf = binary.AppendUvarint(buf, k.res.index)
+			buf = binary.AppendUvarint(buf, uint64(k.pos))
 			buf = binary.AppendUvarint(buf, uint64(k.issued))
 			ok := byte(0)
 			if k.res.ok {
@@ -156,13 +160,15 @@ func (s *state) restore(parts []io.Reader) error {
 				errBadSnapshot, i, h.applied, h.clock, h.floor, first.applied, first.clock, first.floor)
 		}
 	}
-	slices.SortFunc(order, func(a, b entry) int { return cmp.Compare(a.index, b.index) })
-	// Each write has an index of its own: two kept results at one index
-	// make no state, and the order they would be evicted in is not
+	slices.SortFunc(order, func(a, b entry) int {
+		return cmp.Or(cmp.Compare(a.index, b.index), cmp.Compare(a.pos, b.pos))
+	})
+	// Each write has an index and position of its own: two kept results
+	// at one make no state, and the order they would be evicted in is not
 	// defined.
 	for i := 1; i < len(order); i++ {
-		if order[i].index == order[i-1].index {
-			return fmt.Errorf("%w: kept results %q and %q both at index %d", errBadSnapshot, order[i-1].id, order[i].id, order[i].index)
+		if a, b := order[i-1], order[i]; a.index == b.index && a.pos == b.pos {
+			return fmt.Errorf("%w: kept results %q and %q both at index %d, position %d", errBadSnapshot, a.id, b.id, b.index, b.pos)
 		}
 	}
 	s.mu.Lock()
@@ -190,10 +196,10 @@ func readPart(r *bufio.Reader, i, of int, data *btree.BTreeG[pair], results *btr
 	if err != nil {
 		return h, unexpected(err)
 	}
-	if v != snapshotVersion && v != snapshotVersionV1 {
+	if v != snapshotVersion && v != snapshotVersionV2 && v != snapshotVersionV1 {
 		return h, fmt.Errorf("version %d", v)
 	}
-	// applied, part, of, then clock and floor in version 2
+	// applied, part, of, then clock and floor from version 2 on
 	hdr := []uint64{0, 0, 0, 0, 0}
 	if v == snapshotVersionV1 {
 		hdr = hdr[:3]
@@ -207,7 +213,7 @@ func readPart(r *bufio.Reader, i, of int, data *btree.BTreeG[pair], results *btr
 		return h, fmt.Errorf("it says it is part %d of %d", hdr[1], hdr[2])
 	}
 	h.applied = hdr[0]
-	if v == snapshotVersion {
+	if v != snapshotVersionV1 {
 		if hdr[3] > math.MaxInt64 || hdr[4] > hdr[3] {
 			return h, fmt.Errorf("clock %d, floor %d", hdr[3], hdr[4])
 		}
@@ -244,8 +250,13 @@ func readPart(r *bufio.Reader, i, of int, data *btree.BTreeG[pair], results *btr
 		if err != nil {
 			return h, unexpected(err)
 		}
-		var issued uint64
+		var pos, issued uint64
 		if v == snapshotVersion {
+			if pos, err = binary.ReadUvarint(r); err != nil {
+				return h, unexpected(err)
+			}
+		}
+		if v != snapshotVersionV1 {
 			if issued, err = binary.ReadUvarint(r); err != nil {
 				return h, unexpected(err)
 			}
@@ -254,11 +265,11 @@ func readPart(r *bufio.Reader, i, of int, data *btree.BTreeG[pair], results *btr
 		if err != nil {
 			return h, unexpected(err)
 		}
-		if len(id) == 0 || ok > 1 || index == 0 || index > h.applied || issued > uint64(h.clock) || results.Has(kept{id: string(id)}) {
+		if len(id) == 0 || ok > 1 || index == 0 || index > h.applied || pos > math.MaxUint32 || issued > uint64(h.clock) || results.Has(kept{id: string(id)}) {
 			return h, fmt.Errorf("result of %q: bad or repeated", id)
 		}
-		results.ReplaceOrInsert(kept{id: string(id), issued: int64(issued), res: result{index: index, ok: ok == 1}})
-		*order = append(*order, entry{index: index, issued: int64(issued), id: string(id)})
+		results.ReplaceOrInsert(kept{id: string(id), issued: int64(issued), res: result{index: index, ok: ok == 1}, pos: uint32(pos)})
+		*order = append(*order, entry{index: index, pos: uint32(pos), issued: int64(issued), id: string(id)})
 	}
 	if _, err := r.ReadByte(); err != io.EOF {
 		return h, errors.New("data after the part")

@@ -71,6 +71,8 @@ type state struct {
 		// results evicted before they expired: a write issued at or
 		// before floor may be a retry of one of them, and is not applied.
 		clock, floor int64
+		// batch is apply's buffer for the commands of a delivery.
+		batch []command
 	}
 }
 
@@ -91,6 +93,9 @@ type kept struct {
 	// issued is the write's issued time (0: none, a version 1 command).
 	issued int64
 	res    result
+	// pos is the write's position in its delivery's batch (0 for a
+	// delivery of one command): with res.index, it orders the results.
+	pos uint32
 }
 
 func keptLess(a, b kept) bool { return a.id < b.id }
@@ -109,12 +114,13 @@ type effect struct {
 	res result
 }
 
-// apply applies the delivery at index. It returns false for a delivery
-// it ignores: one at or below the applied index, or a malformed payload
-// (logged; it still counts as applied, as on every other member). A write
-// whose request id has a kept result is not applied again: apply returns
-// that result. A write that expired (see RequestLifetime) is not applied
-// either: apply returns a result that says so.
+// apply applies the delivery at index, one command or a batch of them in
+// order, and appends their effects to dst. It appends nothing for a
+// delivery it ignores: one at or below the applied index, or a malformed
+// payload (logged; it still counts as applied, as on every other
+// member). A write whose request id has a kept result is not applied
+// again: its effect carries that result. A write that expired (see
+// RequestLifetime) is not applied either: its result says so.
 //
 // Why no write is applied twice, if all the attempts of one request carry
 // the same issued time t: while the result of an attempt is kept, the
@@ -125,31 +131,42 @@ type effect struct {
 // back either, so every later attempt, issued at t ≤ floor, expires.
 // Commands of version 1 carry no issued time: they never expire, do not
 // move the clock, and are deduplicated within the window only, as before.
-func (s *state) apply(index uint64, payload []byte) (effect, bool) {
+func (s *state) apply(dst []effect, index uint64, payload []byte) []effect {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if index <= s.mu.applied {
-		return effect{}, false
+		return dst
 	}
 	s.mu.applied = index
-	c, err := decodeCommand(payload)
+	cs, err := decodeCommands(s.mu.batch[:0], payload)
+	s.mu.batch = cs[:0]
 	if err != nil {
-		s.log.Warn("skipping a malformed command", "index", index, "bytes", len(payload), "err", err)
-		return effect{}, false
+		s.log.Warn("skipping a malformed delivery", "index", index, "bytes", len(payload), "err", err)
+		return dst
 	}
+	for pos, c := range cs {
+		dst = append(dst, s.applyLocked(index, uint32(pos), c))
+	}
+	clear(cs)
+	return dst
+}
+
+// applyLocked applies command c, at position pos of the delivery at
+// index. REQUIRES: s.mu held for writing.
+func (s *state) applyLocked(index uint64, pos uint32, c command) effect {
 	s.mu.clock = max(s.mu.clock, c.issued)
 	// Whatever the command, the clock may have moved: the results it
-	// expired go now, so that the state after each delivery (and in a
+	// expired go now, so that the state after each command (and in a
 	// snapshot) keeps only unexpired ones.
 	defer s.evictLocked()
 	if c.op == opBarrier {
-		return effect{cmd: c, res: result{index: index, ok: true}}, true
+		return effect{cmd: c, res: result{index: index, ok: true}}
 	}
 	if k, ok := s.mu.results.Get(kept{id: c.id}); ok {
-		return effect{cmd: c, res: k.res}, true
+		return effect{cmd: c, res: k.res}
 	}
 	if c.issued > 0 && (s.expiredLocked(c.issued) || c.issued <= s.mu.floor) {
-		return effect{cmd: c, res: result{index: index, expired: true}}, true
+		return effect{cmd: c, res: result{index: index, expired: true}}
 	}
 	r := result{index: index, ok: true}
 	switch c.op { // one descent of the tree each, but for a CAS that writes
@@ -164,9 +181,9 @@ func (s *state) apply(index uint64, payload []byte) (effect, bool) {
 			s.mu.data.ReplaceOrInsert(pair{key: c.key, value: c.value})
 		}
 	}
-	s.mu.results.ReplaceOrInsert(kept{id: c.id, issued: c.issued, res: r})
-	s.mu.order.push(entry{index: r.index, issued: c.issued, id: c.id})
-	return effect{cmd: c, res: r}, true
+	s.mu.results.ReplaceOrInsert(kept{id: c.id, issued: c.issued, res: r, pos: pos})
+	s.mu.order.push(entry{index: r.index, pos: pos, issued: c.issued, id: c.id})
+	return effect{cmd: c, res: r}
 }
 
 // expiredLocked reports whether a write issued at issued (> 0, at most
@@ -224,6 +241,7 @@ func (s *state) resultOf(id string) (result, bool) {
 // entry is one kept result in eviction order.
 type entry struct {
 	index  uint64
+	pos    uint32
 	issued int64
 	id     string
 }

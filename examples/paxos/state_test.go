@@ -232,7 +232,7 @@ func TestStateApply(t *testing.T) {
 				s.window = tc.window
 			}
 			for i, d := range tc.steps {
-				a, applied := s.apply(d.index, d.payload)
+				a, applied := applyOne(s, d.index, d.payload)
 				if applied != d.applied || a.res != d.res {
 					t.Fatalf("step %d (index %d): applied=%v %+v, want applied=%v %+v", i, d.index, applied, a.res, d.applied, d.res)
 				}
@@ -288,8 +288,8 @@ func (s *state) dump() string {
 	})
 	for _, e := range s.mu.order.all() {
 		k, _ := s.mu.results.Get(kept{id: e.id})
-		fmt.Fprintf(&b, "result %q issued %d %+v\n", e.id, k.issued, k.res)
-		if e.issued != k.issued || e.index != k.res.index {
+		fmt.Fprintf(&b, "result %q issued %d pos %d %+v\n", e.id, k.issued, k.pos, k.res)
+		if e.issued != k.issued || e.index != k.res.index || e.pos != k.pos {
 			fmt.Fprintf(&b, "in order as %+v\n", e)
 		}
 	}
@@ -318,7 +318,7 @@ func filled(n int) *state {
 		if i == n/2 {
 			p = put("big", "big", strings.Repeat("b", 100<<10)) // read in pieces
 		}
-		s.apply(uint64(i), p)
+		s.apply(nil, uint64(i), p)
 	}
 	return s
 }
@@ -371,8 +371,8 @@ func TestSnapshotRestore(t *testing.T) {
 				{1003, put("fresh", "key-2", "x")},
 			}
 			for _, m := range more {
-				a1, ok1 := orig.apply(m.index, m.payload)
-				a2, ok2 := got.apply(m.index, m.payload)
+				a1, ok1 := applyOne(orig, m.index, m.payload)
+				a2, ok2 := applyOne(got, m.index, m.payload)
 				if ok1 != ok2 || a1.res != a2.res {
 					t.Fatalf("index %d: original %v %+v, restored %v %+v", m.index, ok1, a1.res, ok2, a2.res)
 				}
@@ -467,9 +467,9 @@ func TestCheckpoint(t *testing.T) {
 	}()
 	for i := uint64(at + 1); i <= at+more; i++ {
 		k := fmt.Sprintf("key-%d", i%300)
-		s.apply(i, put(fmt.Sprintf("later-%d", i), k, "changed"))
+		s.apply(nil, i, put(fmt.Sprintf("later-%d", i), k, "changed"))
 		if i%3 == 0 {
-			s.apply(i, del(fmt.Sprintf("gone-%d", i), k)) // ignored: index applied
+			s.apply(nil, i, del(fmt.Sprintf("gone-%d", i), k)) // ignored: index applied
 		}
 	}
 	parts := <-done
@@ -506,7 +506,7 @@ func filledIssued(n int) *state {
 		case 2:
 			p = delAt(id, issuedAt(i, n), k)
 		}
-		s.apply(uint64(i), p)
+		s.apply(nil, uint64(i), p)
 	}
 	return s
 }
@@ -565,8 +565,8 @@ func TestSnapshotRestoreIssued(t *testing.T) {
 			}
 			for i, m := range more {
 				index := uint64(n + 1 + i)
-				a1, ok1 := orig.apply(index, m.payload)
-				a2, ok2 := got.apply(index, m.payload)
+				a1, ok1 := applyOne(orig, index, m.payload)
+				a2, ok2 := applyOne(got, index, m.payload)
 				if !ok1 || ok1 != ok2 || a1.res != a2.res {
 					t.Fatalf("index %d: original %v %+v, restored %v %+v", index, ok1, a1.res, ok2, a2.res)
 				}
@@ -593,36 +593,48 @@ func issuedOf(t *testing.T, s *state, id string) int64 {
 	return k.issued
 }
 
-// TestRestoreVersion1: parts in the format of members from before issued
-// times still restore: a state without clock or floor whose results have
-// no issued time.
-func TestRestoreVersion1(t *testing.T) {
-	orig := filled(1000)
-	for of := 1; of <= 3; of++ {
-		parts := make([][]byte, of)
-		for p := range of {
-			parts[p] = snapshotV1(orig, p, of)
-		}
-		got := filledIssued(100)
-		got.window = orig.window
-		if err := got.restore(readers(parts)); err != nil {
-			t.Fatalf("%d parts: %v", of, err)
-		}
-		if a, b := got.dump(), orig.dump(); a != b {
-			t.Fatalf("%d parts: restored state differs: %s", of, firstDiff(a, b))
+// TestRestoreOldVersions: parts in the formats of members from before
+// batches (version 2: no positions) and before issued times (version 1:
+// a state without clock or floor whose results have no issued time
+// either) still restore.
+func TestRestoreOldVersions(t *testing.T) {
+	for _, tc := range []struct {
+		version byte
+		orig    *state
+	}{
+		{snapshotVersionV1, filled(1000)},
+		{snapshotVersionV2, filledIssued(2000)},
+	} {
+		for of := 1; of <= 3; of++ {
+			parts := make([][]byte, of)
+			for p := range of {
+				parts[p] = snapshotOld(tc.orig, tc.version, p, of)
+			}
+			got := filled(100)
+			got.window = tc.orig.window
+			if err := got.restore(readers(parts)); err != nil {
+				t.Fatalf("version %d, %d parts: %v", tc.version, of, err)
+			}
+			if a, b := got.dump(), tc.orig.dump(); a != b {
+				t.Fatalf("version %d, %d parts: restored state differs: %s", tc.version, of, firstDiff(a, b))
+			}
 		}
 	}
 }
 
-// snapshotV1 writes part of of s's state (without issued times) in the
-// format of version 1.
-func snapshotV1(s *state, part, of int) []byte {
+// snapshotOld writes part of of s's state (without batches; for version
+// 1, without issued times) in the format of version 1 or 2.
+func snapshotOld(s *state, version byte, part, of int) []byte {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	b := []byte{snapshotVersionV1}
+	b := []byte{version}
 	b = binary.AppendUvarint(b, s.mu.applied)
 	b = binary.AppendUvarint(b, uint64(part))
 	b = binary.AppendUvarint(b, uint64(of))
+	if version == snapshotVersionV2 {
+		b = binary.AppendUvarint(b, uint64(s.mu.clock))
+		b = binary.AppendUvarint(b, uint64(s.mu.floor))
+	}
 	var keys, results []byte
 	var nk, nr uint64
 	s.mu.data.Ascend(func(p pair) bool {
@@ -638,6 +650,9 @@ func snapshotV1(s *state, part, of int) []byte {
 			nr++
 			results = appendField(results, []byte(k.id))
 			results = binary.AppendUvarint(results, k.res.index)
+			if version == snapshotVersionV2 {
+				results = binary.AppendUvarint(results, uint64(k.issued))
+			}
 			ok := byte(0)
 			if k.res.ok {
 				ok = 1
@@ -672,7 +687,7 @@ func BenchmarkApply(b *testing.B) {
 	index := uint64(0)
 	for i := range DedupeWindow {
 		index++
-		if _, ok := s.apply(index, payload(i)); !ok {
+		if _, ok := applyOne(s, index, payload(i)); !ok {
 			b.Fatal("not applied")
 		}
 	}
@@ -683,8 +698,145 @@ func BenchmarkApply(b *testing.B) {
 	b.ResetTimer()
 	for _, p := range payloads {
 		index++
-		if _, ok := s.apply(index, p); !ok {
+		if _, ok := applyOne(s, index, p); !ok {
 			b.Fatal("not applied")
 		}
+	}
+}
+
+// applyOne applies a delivery of one command (not a batch) and returns
+// its effect, and whether it was applied.
+func applyOne(s *state, index uint64, payload []byte) (effect, bool) {
+	es := s.apply(nil, index, payload)
+	if len(es) > 1 {
+		panic(fmt.Sprintf("a delivery of %d commands", len(es)))
+	}
+	if len(es) == 0 {
+		return effect{}, false
+	}
+	return es[0], true
+}
+
+// batchOf returns the batch of the commands, each encoded as put and the
+// others do.
+func batchOf(t *testing.T, payloads ...[]byte) []byte {
+	t.Helper()
+	cs := make([]command, len(payloads))
+	for i, p := range payloads {
+		c, err := decodeCommand(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs[i] = c
+	}
+	return encodeBatch(cs)
+}
+
+// TestStateApplyBatch: a batch's commands apply in order at its index,
+// each with its own result: a repeated request id within the batch gets
+// the first one's, and eviction goes by position within the batch.
+func TestStateApplyBatch(t *testing.T) {
+	s := newState(slog.New(slog.DiscardHandler))
+	s.window = 3
+	applyOne(s, 1, put("r0", "a", "0"))
+	b := batchOf(t,
+		put("r1", "a", "1"),
+		cas("r2", "a", str("1"), "2"),
+		put("r1", "x", "a retry: not applied"),
+		del("r3", "a"),
+		put("r4", "b", "4"),
+	)
+	es := s.apply(nil, 2, b)
+	want := []result{ok(2), ok(2), ok(2), ok(2), ok(2)}
+	if len(es) != len(want) {
+		t.Fatalf("%d effects, want %d", len(es), len(want))
+	}
+	for i, e := range es {
+		if e.res != want[i] {
+			t.Errorf("command %d (%s %s): %+v, want %+v", i, e.cmd.op, e.cmd.id, e.res, want[i])
+		}
+	}
+	if got := s.apply(nil, 2, b); len(got) != 0 {
+		t.Errorf("the batch again at its index: %d effects", len(got))
+	}
+	if _, found, _ := s.get("a"); found {
+		t.Error("key a exists after the batch deleted it")
+	}
+	if _, found, _ := s.get("x"); found {
+		t.Error("the retry within the batch was applied")
+	}
+	if v, _, _ := s.get("b"); string(v) != "4" {
+		t.Errorf("b = %q, want 4", v)
+	}
+	// Window 3: r0 went first, then r1, in batch order.
+	if got, want := s.kept(), []string{"r2", "r3", "r4"}; !slices.Equal(got, want) {
+		t.Errorf("kept %v, want %v", got, want)
+	}
+	if got := s.apply(nil, 3, []byte{commandVersionBatch, 2, 0}); len(got) != 0 {
+		t.Errorf("a malformed batch: %d effects", len(got))
+	}
+	if s.appliedIndex() != 3 {
+		t.Errorf("applied %d after a malformed batch at 3", s.appliedIndex())
+	}
+}
+
+// TestSnapshotRestoreBatches: results kept from batches, several at one
+// index, restore with their positions, evict in the same order as the
+// original's, and decide later deliveries alike.
+func TestSnapshotRestoreBatches(t *testing.T) {
+	const n = 400
+	fill := func() *state {
+		s := newState(slog.New(slog.DiscardHandler))
+		s.window = 500
+		id := 0
+		for i := 1; i <= n; i++ {
+			var ps [][]byte
+			for range 1 + i%4 {
+				id++
+				k := fmt.Sprintf("key-%d", id%300)
+				if id%3 == 0 {
+					ps = append(ps, del(fmt.Sprintf("r%d", id), k))
+				} else {
+					ps = append(ps, put(fmt.Sprintf("r%d", id), k, strings.Repeat("v", id%40)))
+				}
+			}
+			s.apply(nil, uint64(i), batchOf(t, ps...))
+		}
+		return s
+	}
+	for of := 1; of <= 3; of++ {
+		t.Run(fmt.Sprintf("parts=%d", of), func(t *testing.T) {
+			orig := fill()
+			got := filled(7)
+			got.window = orig.window
+			if err := got.restore(readers(snapshotParts(t, orig, of))); err != nil {
+				t.Fatal(err)
+			}
+			if a, b := got.dump(), orig.dump(); a != b {
+				t.Fatalf("restored state differs: %s", firstDiff(a, b))
+			}
+			kept := orig.kept()
+			more := batchOf(t,
+				put(kept[0], "key-1", "a kept one"),
+				put("r1", "key-1", "evicted"),
+				put("fresh-1", "key-2", "x"),
+				put("fresh-2", "key-3", "y"),
+			)
+			for i, p := range [][]byte{more, put("fresh-3", "key-4", "z")} {
+				index := uint64(n + 1 + i)
+				e1, e2 := orig.apply(nil, index, p), got.apply(nil, index, p)
+				if len(e1) != len(e2) || len(e1) == 0 {
+					t.Fatalf("index %d: %d effects on the original, %d restored", index, len(e1), len(e2))
+				}
+				for j := range e1 {
+					if e1[j].res != e2[j].res {
+						t.Errorf("index %d, command %d: original %+v, restored %+v", index, j, e1[j].res, e2[j].res)
+					}
+				}
+			}
+			if a, b := got.dump(), orig.dump(); a != b {
+				t.Fatalf("states differ after more deliveries: %s", firstDiff(a, b))
+			}
+		})
 	}
 }

@@ -24,9 +24,9 @@ import (
 // streamMaxBuffered bytes and one answer more, and the one being written,
 // each of a capacity at most twice that.
 const (
-	// streamMaxInFlight bounds the requests of one stream being served at
-	// once: beyond it the stream reads no more until one is answered, and
-	// TCP holds the client back.
+	// streamMaxInFlight bounds the workers of one stream, each serving a
+	// request or a batch of writes: beyond it the stream reads no more
+	// until one is answered, and TCP holds the client back.
 	streamMaxInFlight = 1024
 	// streamMaxBuffered bounds the answers waiting to be written: beyond
 	// it the requests that finish wait for the writer. A write's answer
@@ -41,6 +41,12 @@ const (
 	// streamKeptWorkers bounds the workers of a stream that wait for
 	// another request: beyond it, a worker ends once it answered.
 	streamKeptWorkers = 32
+	// streamMaxBatch bounds the writes one worker sends as one message
+	// (see stream.next), and streamBatchBytes their frames' bytes: a
+	// batch stays within the group's path for small messages
+	// (convoy.Config's defaults carry messages up to 4 KiB there).
+	streamMaxBatch   = 64
+	streamBatchBytes = 3 << 10
 )
 
 // handleStream upgrades the connection to a stream of binary requests
@@ -131,7 +137,11 @@ func (n *Node) closeStreams() {
 
 // stream is one upgraded connection: a reader that decodes requests and
 // hands each to a worker (at most streamMaxInFlight at once), and a
-// writer that sends the answers in batches, as they come.
+// writer that sends the answers in batches, as they come. Writes whose
+// frames arrived together go to one worker, which sends them to the group
+// as one message (a batch of commands): at saturation a client's
+// connection carries many at once, and each message costs the group the
+// same whatever it holds.
 //
 // A worker serves requests one after the other until none came for
 // streamWorkerIdle (or, once it answered, if the stream has more than
@@ -191,59 +201,25 @@ func (s *stream) serve(br *bufio.Reader) {
 	wg.Wait()
 }
 
-// next reads the next request and hands it to a worker (wg counts the
-// workers), or answers it at once: 413 above limit bytes, 400 if
-// malformed, 503 if the member is at capacity. It returns false once the
-// stream must end.
+// next reads the next request, or the next writes that arrived together
+// (see gatherWrites), and hands them to a worker (wg counts the workers),
+// or answers a request at once: 413 above limit bytes, 400 if malformed,
+// 503 if the member is at capacity. It returns false once the stream
+// must end.
 func (s *stream) next(ctx context.Context, br *bufio.Reader, limit int, wg *sync.WaitGroup) bool {
-	// The frame's length, tag and op come first: the request takes its
-	// place (or is refused) before its frame is read.
-	head, err := br.Peek(4)
-	if err != nil {
-		return false
+	req, charge, queued, ok := s.read(br, limit)
+	if !ok || !queued {
+		return ok
 	}
-	size := int(binary.BigEndian.Uint32(head))
-	if size > limit {
-		return s.skip(br, size, wire.Response{Status: http.StatusRequestEntityTooLarge, Body: fmt.Appendf(nil, "request of %d bytes, limit %d", size, limit)})
+	j := streamJob{reqs: []wire.Request{req}, charges: []int{charge}}
+	more := true
+	if isWrite(req.Op) {
+		more = s.gatherWrites(br, limit, &j)
 	}
-	charge := 0
-	// A frame shorter than the smallest request (a tag, an op, flags and
-	// empty fields) is read and answered below, without a place: it holds
-	// less than a request's fixed fields.
-	if size >= wire.RequestBytes(&wire.Request{})-4 {
-		// The length, the tag, the op.
-		if head, err = br.Peek(4 + 8 + 1); err != nil {
-			return false
-		}
-		// A read holds its frame; a write its frame and its command.
-		charge = size
-		if op := wire.Op(head[4+8]); op != wire.OpGet && op != wire.OpGetStale {
-			charge = 2 * size
-		}
-		if !s.n.admit.Admit(charge, streamCapacity) {
-			return s.skip(br, size, wire.Response{Status: http.StatusServiceUnavailable, Body: []byte(errAtCapacity.Error()), RetryAfter: s.n.opts.RetryAfter})
-		}
-	}
-	frame, _, err := wire.ReadFrame(br, limit, nil)
-	if err != nil {
-		s.release(charge)
-		return false
-	}
-	req, err := wire.DecodeRequest(frame)
-	if err != nil {
-		s.release(charge)
-		t, ok := wire.Tag(frame)
-		if !ok {
-			return false // nothing to answer: the client is not speaking the protocol
-		}
-		s.respond(wire.Response{Tag: t, Status: http.StatusBadRequest, Body: []byte(err.Error())})
-		return true
-	}
-	j := streamJob{req: req, charge: charge}
-	s.serving.Add(1)
+	s.serving.Add(int64(len(j.reqs)))
 	select {
 	case s.work <- j:
-		return true
+		return more
 	default:
 	}
 	select {
@@ -251,11 +227,101 @@ func (s *stream) next(ctx context.Context, br *bufio.Reader, limit int, wg *sync
 	case s.sem <- struct{}{}:
 		wg.Go(func() { s.worker(ctx, j) })
 	case <-ctx.Done():
-		s.serving.Add(-1)
-		s.release(charge)
+		s.serving.Add(-int64(len(j.reqs)))
+		for _, c := range j.charges {
+			s.release(c)
+		}
 		return false
 	}
+	return more
+}
+
+// gatherWrites adds to j, which holds a write, the writes that follow it
+// whose frames the reader holds whole already, up to streamMaxBatch
+// requests and streamBatchBytes of frames. It returns false once the
+// stream must end.
+func (s *stream) gatherWrites(br *bufio.Reader, limit int, j *streamJob) bool {
+	bytes := wire.RequestBytes(&j.reqs[0])
+	for len(j.reqs) < streamMaxBatch {
+		// Peek waits for bytes the reader lacks: only those it holds.
+		if br.Buffered() < 4+8+1 {
+			return true
+		}
+		head, err := br.Peek(4 + 8 + 1)
+		if err != nil {
+			return true
+		}
+		size := 4 + int(binary.BigEndian.Uint32(head))
+		if size > br.Buffered() || bytes+size > streamBatchBytes || !isWrite(wire.Op(head[4+8])) {
+			return true
+		}
+		req, charge, queued, ok := s.read(br, limit)
+		if !ok {
+			return false
+		}
+		if queued {
+			j.reqs = append(j.reqs, req)
+			j.charges = append(j.charges, charge)
+			bytes += size
+		}
+	}
 	return true
+}
+
+// isWrite reports whether op changes the state: a write, which goes to
+// the group.
+func isWrite(op wire.Op) bool {
+	return op == wire.OpPut || op == wire.OpDelete || op == wire.OpCAS
+}
+
+// read reads the next request. It answers at once (queued false) one
+// above limit bytes (413), malformed (400), or for which the member is at
+// capacity (503); it returns the others with their admission charge. ok
+// is false once the stream must end.
+func (s *stream) read(br *bufio.Reader, limit int) (req wire.Request, charge int, queued, ok bool) {
+	// The frame's length, tag and op come first: the request takes its
+	// place (or is refused) before its frame is read.
+	head, err := br.Peek(4)
+	if err != nil {
+		return req, 0, false, false
+	}
+	size := int(binary.BigEndian.Uint32(head))
+	if size > limit {
+		return req, 0, false, s.skip(br, size, wire.Response{Status: http.StatusRequestEntityTooLarge, Body: fmt.Appendf(nil, "request of %d bytes, limit %d", size, limit)})
+	}
+	// A frame shorter than the smallest request (a tag, an op, flags and
+	// empty fields) is read and answered below, without a place: it holds
+	// less than a request's fixed fields.
+	if size >= wire.RequestBytes(&wire.Request{})-4 {
+		// The length, the tag, the op.
+		if head, err = br.Peek(4 + 8 + 1); err != nil {
+			return req, 0, false, false
+		}
+		// A read holds its frame; a write its frame and its command.
+		charge = size
+		if op := wire.Op(head[4+8]); op != wire.OpGet && op != wire.OpGetStale {
+			charge = 2 * size
+		}
+		if !s.n.admit.Admit(charge, streamCapacity) {
+			return req, 0, false, s.skip(br, size, wire.Response{Status: http.StatusServiceUnavailable, Body: []byte(errAtCapacity.Error()), RetryAfter: s.n.opts.RetryAfter})
+		}
+	}
+	frame, _, err := wire.ReadFrame(br, limit, nil)
+	if err != nil {
+		s.release(charge)
+		return req, 0, false, false
+	}
+	req, err = wire.DecodeRequest(frame)
+	if err != nil {
+		s.release(charge)
+		t, ok := wire.Tag(frame)
+		if !ok {
+			return req, 0, false, false // nothing to answer: the client is not speaking the protocol
+		}
+		s.respond(wire.Response{Tag: t, Status: http.StatusBadRequest, Body: []byte(err.Error())})
+		return req, 0, false, true
+	}
+	return req, charge, true, true
 }
 
 // release gives back a request's admission charge (none if zero: the
@@ -266,14 +332,14 @@ func (s *stream) release(charge int) {
 	}
 }
 
-// streamJob is a request for a worker, and the admission charge it
-// releases once served.
+// streamJob is a request for a worker, or writes it sends as one
+// message, and the admission charge each releases once served.
 type streamJob struct {
-	req    wire.Request
-	charge int
+	reqs    []wire.Request
+	charges []int
 }
 
-// worker serves j, then the requests handed to it, until none came for
+// worker serves j, then the jobs handed to it, until none came for
 // streamWorkerIdle, the stream has more than streamKeptWorkers workers,
 // or the reader ended.
 func (s *stream) worker(ctx context.Context, j streamJob) {
@@ -281,10 +347,7 @@ func (s *stream) worker(ctx context.Context, j streamJob) {
 	idle := time.NewTimer(streamWorkerIdle)
 	defer idle.Stop()
 	for {
-		resp := s.n.serveRequest(ctx, j.req)
-		s.release(j.charge)
-		s.serving.Add(-1)
-		s.respond(resp)
+		s.serve1(ctx, j)
 		if len(s.sem) > streamKeptWorkers {
 			return
 		}
@@ -299,6 +362,20 @@ func (s *stream) worker(ctx context.Context, j streamJob) {
 			return
 		}
 	}
+}
+
+// serve1 serves job j and answers each of its requests.
+func (s *stream) serve1(ctx context.Context, j streamJob) {
+	answer := func(i int, resp wire.Response) {
+		s.release(j.charges[i])
+		s.serving.Add(-1)
+		s.respond(resp)
+	}
+	if len(j.reqs) == 1 {
+		answer(0, s.n.serveRequest(ctx, j.reqs[0]))
+		return
+	}
+	s.n.serveWrites(ctx, j.reqs, answer)
 }
 
 // skip reads past the next frame, of size bytes, and answers it with
@@ -410,13 +487,59 @@ func (n *Node) serveRequest(ctx context.Context, req wire.Request) wire.Response
 		resp.Status, resp.Body = http.StatusOK, value
 		return resp
 	}
+	var resp1 wire.Response
+	n.serveWrites(ctx, []wire.Request{req}, func(_ int, r wire.Response) { resp1 = r })
+	return resp1
+}
+
+// serveWrites carries out writes, sending those that are well formed to
+// the group as one message, and answers each (answer gets its position
+// in reqs), as serveRequest does.
+func (n *Node) serveWrites(ctx context.Context, reqs []wire.Request, answer func(int, wire.Response)) {
+	cs := make([]command, 0, len(reqs))
+	which := make([]int, 0, len(reqs))
+	for i, req := range reqs {
+		c, resp, ok := n.writeCommand(req)
+		if !ok {
+			answer(i, resp)
+			continue
+		}
+		cs = append(cs, c)
+		which = append(which, i)
+	}
+	if len(cs) == 0 {
+		return
+	}
+	var outs []outcome
+	if len(cs) == 1 {
+		res, err := n.submit(ctx, cs[0])
+		outs = []outcome{{res: res, err: err}}
+	} else {
+		outs = n.submitBatch(ctx, cs)
+	}
+	for k, o := range outs {
+		i := which[k]
+		answer(i, n.writeAnswer(reqs[i], cs[k], o))
+	}
+}
+
+// writeCommand returns the command of write req, or, if it cannot go to
+// the group, the answer to it and false.
+func (n *Node) writeCommand(req wire.Request) (command, wire.Response, bool) {
+	resp := wire.Response{Tag: req.Tag}
+	if req.Key == "" {
+		resp.Status, resp.Body = http.StatusBadRequest, []byte("empty key")
+		return command{}, resp, false
+	}
 	id := req.ID
 	if id == "" {
 		id = "server-" + rand.Text()
 	}
 	issued, err := n.issuedTime(req.Issued)
 	if err != nil {
-		return failErr(err)
+		n.logFailure(req.Op.String(), req.Key, err)
+		resp.Status, resp.Body = uint16(statusOf(err)), []byte(err.Error())
+		return command{}, resp, false
 	}
 	c := command{id: id, issued: issued, key: req.Key}
 	switch req.Op {
@@ -428,16 +551,26 @@ func (n *Node) serveRequest(ctx context.Context, req wire.Request) wire.Response
 		c.op, c.value, c.hasOld, c.old = opCAS, req.Value, req.HasOld, req.Old
 	}
 	if len(c.value) > n.opts.MaxValueBytes || len(c.old) > n.opts.MaxValueBytes {
-		return fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("a value is above %d bytes", n.opts.MaxValueBytes))
+		resp.Status, resp.Body = http.StatusRequestEntityTooLarge, fmt.Appendf(nil, "a value is above %d bytes", n.opts.MaxValueBytes)
+		return command{}, resp, false
 	}
-	res, err := n.submit(ctx, c)
-	if err != nil {
-		return failErr(err)
+	return c, resp, true
+}
+
+// writeAnswer returns the answer to write req, sent as c, given its
+// outcome.
+func (n *Node) writeAnswer(req wire.Request, c command, o outcome) wire.Response {
+	resp := wire.Response{Tag: req.Tag}
+	if o.err != nil {
+		n.logFailure(req.Op.String(), req.Key, o.err)
+		resp.Status, resp.Body = uint16(statusOf(o.err)), []byte(o.err.Error())
+		return resp
 	}
-	resp.Index = res.index
-	if c.op == opDelete && !res.ok {
-		return fail(http.StatusNotFound, "not found")
+	resp.Index = o.res.index
+	if c.op == opDelete && !o.res.ok {
+		resp.Status, resp.Body = http.StatusNotFound, []byte("not found")
+		return resp
 	}
-	resp.Status, resp.OK = http.StatusOK, c.op == opCAS && res.ok
+	resp.Status, resp.OK = http.StatusOK, c.op == opCAS && o.res.ok
 	return resp
 }

@@ -532,3 +532,60 @@ func TestStreamWorkers(t *testing.T) {
 		}
 	})
 }
+
+// TestStreamBatch: writes that arrive together go to the group as one
+// message, applied at one index, each answered under its own tag; a
+// read ends the batch, and a write the member refuses (a value above
+// MaxValueBytes) is answered alone while the others go on.
+func TestStreamBatch(t *testing.T) {
+	n, srv := localServer(t, Options{MaxValueBytes: 64}, nil)
+	conn, br := rawStream(t, srv)
+	var all []byte
+	req := func(r wire.Request) { all = wire.AppendRequest(all, &r) }
+	for i := range 8 {
+		req(wire.Request{Tag: uint64(1 + i), Op: wire.OpPut, Key: fmt.Sprintf("k%d", i), ID: fmt.Sprintf("id-%d", i), Value: []byte("v")})
+	}
+	req(wire.Request{Tag: 9, Op: wire.OpPut, Key: "big", ID: "id-big", Value: make([]byte, 65)})
+	req(wire.Request{Tag: 10, Op: wire.OpDelete, Key: "k0", ID: "id-del"})
+	req(wire.Request{Tag: 11, Op: wire.OpGet, Key: "none"})
+	req(wire.Request{Tag: 12, Op: wire.OpPut, Key: "after", ID: "id-after", Value: []byte("w")})
+	req(wire.Request{Tag: 13, Op: wire.OpCAS, Key: "after", ID: "id-cas", HasOld: true, Old: []byte("w"), Value: []byte("x")})
+	// One write: the loopback connection delivers it whole, and the
+	// member reads it at once.
+	if _, err := conn.Write(all); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]wire.Response{}
+	for range 13 {
+		r := readResponse(t, br)
+		got[r.Tag] = r
+	}
+	first := got[1].Index
+	for tag := uint64(1); tag <= 10; tag++ {
+		r := got[tag]
+		want := uint16(http.StatusOK)
+		if tag == 9 {
+			want = http.StatusRequestEntityTooLarge
+		}
+		if r.Status != want {
+			t.Errorf("tag %d: status %d (%s), want %d", tag, r.Status, r.Body, want)
+		}
+		if tag != 9 && r.Index != first {
+			t.Errorf("tag %d: applied at %d, the batch's first write at %d", tag, r.Index, first)
+		}
+	}
+	if r := got[11]; r.Status != http.StatusNotFound {
+		t.Errorf("the read of a missing key: %d %q, want 404", r.Status, r.Body)
+	}
+	// Requests in flight at once are served in no set order: the second
+	// batch may apply before the first.
+	if a, c := got[12], got[13]; a.Status != http.StatusOK || c.Status != http.StatusOK || !c.OK || a.Index != c.Index || a.Index == first {
+		t.Errorf("the writes after the read: %+v, %+v; want both applied at one index other than %d, the cas swapping", a, c, first)
+	}
+	if _, found, _ := n.state.get("k0"); found {
+		t.Error("k0 exists: the delete in the batch after its put did not apply after it")
+	}
+	if v, _, _ := n.state.get("after"); string(v) != "x" {
+		t.Errorf("after = %q, want x", v)
+	}
+}
