@@ -88,16 +88,17 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("machine %+v, settings %+v", res.Machine, res.Settings)
 	}
 	// The nosync systems run only workload a; the services (convoy-kv and
-	// kv-local, with streams and with HTTP requests, and etcd) workload e; the physical limits are two rows of
-	// their own.
+	// kv-local, with streams and with HTTP requests, etcd, and the shared
+	// log) workloads e and g; the physical limits are two rows of their
+	// own.
 	want := []string{
 		"a/convoy", "a/etcd", "a/raft", "a/dragonboat",
 		"a/convoy-nosync", "a/etcd-nosync", "a/raft-nosync", "a/dragonboat-nosync",
 		"c/convoy", "c/etcd", "c/raft", "c/dragonboat",
 		"d/convoy", "d/etcd", "d/raft", "d/dragonboat",
-		"e/convoy-kv", "e/convoy-kv-http", "e/etcd", "e/kv-local", "e/kv-local-http",
+		"e/convoy-kv", "e/convoy-kv-http", "e/etcd", "e/kv-local", "e/kv-local-http", "e/convoy-log",
 		"f/pebble-3x", "f/fsync",
-		"g/convoy-kv", "g/convoy-kv-http", "g/etcd", "g/kv-local", "g/kv-local-http", "g/floor",
+		"g/convoy-kv", "g/convoy-kv-http", "g/etcd", "g/kv-local", "g/kv-local-http", "g/convoy-log", "g/floor",
 	}
 	var got []string
 	for _, s := range res.Summary {

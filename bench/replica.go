@@ -24,8 +24,10 @@ func runReplica(ctx context.Context, args []string, log *slog.Logger) error {
 			return runKVReplica(ctx, a, ready, log)
 		case "kv-local":
 			return runKVLocalReplica(ctx, a, ready, log)
+		case "log":
+			return runLogReplica(ctx, a, ready, log)
 		default:
-			return fmt.Errorf("-kind %q: want convoy, etcd, raft, kv or kv-local", a.Kind)
+			return fmt.Errorf("-kind %q: want convoy, etcd, raft, kv, kv-local or log", a.Kind)
 		}
 	})
 }

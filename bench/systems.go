@@ -61,6 +61,7 @@ func allSystems() []system {
 		{name: "dragonboat", kind: "dragonboat", binary: "dragonboat", engine: true, durable: true, reference: "convoy", dial: dialConvoy},
 		{name: "kv-local", kind: "kv-local", replicas: 1, service: true, durable: false, reference: "convoy-kv", dial: dialKVStreams},
 		{name: "kv-local-http", kind: "kv-local", replicas: 1, service: true, durable: false, reference: "convoy-kv", dial: dialKVHTTP},
+		{name: "convoy-log", kind: "log", views: true, service: true, durable: true, reference: "convoy-kv", dial: dialLogHTTP},
 		{name: "convoy-nosync", kind: "convoy", engine: true, durable: false, reference: "convoy-nosync", dial: dialConvoy},
 		{name: "etcd-nosync", kind: "etcd", engine: true, durable: false, reference: "convoy-nosync", dial: dialEtcd},
 		{name: "raft-nosync", kind: "raft", engine: true, durable: false, reference: "convoy-nosync", dial: dialConvoy},
