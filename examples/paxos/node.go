@@ -371,8 +371,9 @@ func (n *Node) submitWait(ctx context.Context, c command) (result, error) {
 	return o[0].res, o[0].err
 }
 
-// submitBatch sends the writes cs in one message, a batch applied at one
-// delivery, and returns their outcomes in order, as submit returns each.
+// submitBatch sends the writes cs in one message (a batch applied at one
+// delivery, or the command alone if it is one), and returns their
+// outcomes in order, as submit returns each.
 func (n *Node) submitBatch(ctx context.Context, cs []command) []outcome {
 	out := make([]outcome, len(cs))
 	n.submitAll(ctx, cs, out)

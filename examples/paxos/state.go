@@ -145,6 +145,11 @@ func (s *state) apply(dst []effect, index uint64, payload []byte) []effect {
 		return dst
 	}
 	for pos, c := range cs {
+		if len(cs) > 1 {
+			// A value the store keeps would hold the whole batch's
+			// payload in memory, as long as it is kept.
+			c.value = bytes.Clone(c.value)
+		}
 		dst = append(dst, s.applyLocked(index, uint32(pos), c))
 	}
 	clear(cs)

@@ -43,8 +43,8 @@ const (
 	streamKeptWorkers = 32
 	// streamMaxBatch bounds the writes one worker sends as one message
 	// (see stream.next), and streamBatchBytes their frames' bytes: a
-	// batch stays within the group's path for small messages
-	// (convoy.Config's defaults carry messages up to 4 KiB there).
+	// batch stays within the group's path for small messages, which
+	// carries messages up to 4 KiB (multicast.DefaultSmallThreshold).
 	streamMaxBatch   = 64
 	streamBatchBytes = 3 << 10
 )
@@ -347,7 +347,7 @@ func (s *stream) worker(ctx context.Context, j streamJob) {
 	idle := time.NewTimer(streamWorkerIdle)
 	defer idle.Stop()
 	for {
-		s.serve1(ctx, j)
+		s.serveJob(ctx, j)
 		if len(s.sem) > streamKeptWorkers {
 			return
 		}
@@ -364,8 +364,8 @@ func (s *stream) worker(ctx context.Context, j streamJob) {
 	}
 }
 
-// serve1 serves job j and answers each of its requests.
-func (s *stream) serve1(ctx context.Context, j streamJob) {
+// serveJob serves job j and answers each of its requests.
+func (s *stream) serveJob(ctx context.Context, j streamJob) {
 	answer := func(i int, resp wire.Response) {
 		s.release(j.charges[i])
 		s.serving.Add(-1)
@@ -510,14 +510,7 @@ func (n *Node) serveWrites(ctx context.Context, reqs []wire.Request, answer func
 	if len(cs) == 0 {
 		return
 	}
-	var outs []outcome
-	if len(cs) == 1 {
-		res, err := n.submit(ctx, cs[0])
-		outs = []outcome{{res: res, err: err}}
-	} else {
-		outs = n.submitBatch(ctx, cs)
-	}
-	for k, o := range outs {
+	for k, o := range n.submitBatch(ctx, cs) {
 		i := which[k]
 		answer(i, n.writeAnswer(reqs[i], cs[k], o))
 	}
