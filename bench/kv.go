@@ -29,10 +29,27 @@ const (
 )
 
 // runKVReplica runs one member of the replicated key-value store of
-// examples/paxos as "convoy node -app kv" runs it: a member of a group
-// whose views live in etcd (a.Etcd), durable when a.Durable, serving the
-// store's HTTP API on a.Client.
+// examples/paxos as "convoy node -app kv" runs it (see runMember).
 func runKVReplica(ctx context.Context, a replica.Args, ready func() error, log *slog.Logger) error {
+	return runMember(ctx, a, ready, log, func(ctx context.Context, cfg convoy.Config) (member, error) {
+		n, err := paxos.Open(ctx, cfg, paxos.Options{Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		return n, nil
+	})
+}
+
+// member is a service's member: its HTTP API, and Close.
+type member interface {
+	Handler() http.Handler
+	Close() error
+}
+
+// runMember runs the member that open returns as "convoy node" runs a
+// service's members: in a group whose views live in etcd (a.Etcd),
+// durable when a.Durable, serving the service's HTTP API on a.Client.
+func runMember(ctx context.Context, a replica.Args, ready func() error, log *slog.Logger, open func(context.Context, convoy.Config) (member, error)) error {
 	l, err := net.Listen("tcp", a.Client)
 	if err != nil {
 		return err
@@ -53,7 +70,7 @@ func runKVReplica(ctx context.Context, a replica.Args, ready func() error, log *
 	}
 	openCtx, cancelOpen := context.WithTimeout(ctx, kvOpenTimeout)
 	defer cancelOpen()
-	n, err := paxos.Open(openCtx, cfg, paxos.Options{Logger: log})
+	n, err := open(openCtx, cfg)
 	if err != nil {
 		return err
 	}
@@ -127,15 +144,11 @@ func dialKVService(addrs []string, conns int, streams bool) *serviceClients {
 	hc := &http.Client{Transport: t}
 	k := &serviceClients{transport: t}
 	for i := range conns {
-		var urls []string
-		for j := range addrs {
-			urls = append(urls, "http://"+addrs[(i+j)%len(addrs)])
-		}
 		opts := []kvclient.Option{kvclient.WithHTTPClient(hc)}
 		if streams {
 			opts = append(opts, kvclient.WithStreams())
 		}
-		k.clients = append(k.clients, kvclient.New(urls, opts...))
+		k.clients = append(k.clients, kvclient.New(memberURLs(addrs, i), opts...))
 	}
 	return k
 }
@@ -153,4 +166,14 @@ func (k *serviceClients) Close() error {
 	}
 	k.transport.CloseIdleConnections()
 	return nil
+}
+
+// memberURLs returns the base URLs of the members at addrs, from member
+// i (modulo their number) on: client i tries them in that order.
+func memberURLs(addrs []string, i int) []string {
+	var urls []string
+	for j := range addrs {
+		urls = append(urls, "http://"+addrs[(i+j)%len(addrs)])
+	}
+	return urls
 }

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 
 	"github.com/convoy-gcs/convoy"
@@ -14,35 +12,15 @@ import (
 )
 
 // runLogReplica runs one member of the shared log of examples/log as
-// "convoy node -app log" runs it: a member of a group whose views live
-// in etcd (a.Etcd), durable when a.Durable, serving the log's HTTP API on
-// a.Client.
+// "convoy node -app log" runs it (see runMember).
 func runLogReplica(ctx context.Context, a replica.Args, ready func() error, log *slog.Logger) error {
-	l, err := net.Listen("tcp", a.Client)
-	if err != nil {
-		return err
-	}
-	defer l.Close()
-	if a.Etcd == "" {
-		return errors.New("-etcd is required: the group keeps its views there")
-	}
-	cfg := convoy.Config{
-		Self:           convoy.NodeID(a.ID),
-		Etcd:           &convoy.EtcdConfig{Endpoints: []string{a.Etcd}, Prefix: kvViewsPrefix},
-		Addr:           a.Peers[a.ID-1],
-		InitialMembers: len(a.Peers),
-		Logger:         log,
-	}
-	if a.Durable {
-		cfg.Durable = &convoy.DurableConfig{Dir: a.Dir}
-	}
-	openCtx, cancelOpen := context.WithTimeout(ctx, kvOpenTimeout)
-	defer cancelOpen()
-	n, err := sharedlog.Open(openCtx, cfg, sharedlog.Options{Logger: log})
-	if err != nil {
-		return err
-	}
-	return serveHTTP(ctx, l, n.Handler(), n, ready, log)
+	return runMember(ctx, a, ready, log, func(ctx context.Context, cfg convoy.Config) (member, error) {
+		n, err := sharedlog.Open(ctx, cfg, sharedlog.Options{Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		return n, nil
+	})
 }
 
 // logClients is conns clients of the shared log's Go client (package
@@ -60,11 +38,7 @@ func dialLogHTTP(_ context.Context, addrs []string, conns int) (client, error) {
 	hc := &http.Client{Transport: t}
 	c := &logClients{transport: t}
 	for i := range conns {
-		var urls []string
-		for j := range addrs {
-			urls = append(urls, "http://"+addrs[(i+j)%len(addrs)])
-		}
-		c.clients = append(c.clients, logclient.New(urls, logclient.WithHTTPClient(hc)))
+		c.clients = append(c.clients, logclient.New(memberURLs(addrs, i), logclient.WithHTTPClient(hc)))
 	}
 	return c, nil
 }
