@@ -31,12 +31,8 @@ const (
 // runKVReplica runs one member of the replicated key-value store of
 // examples/paxos as "convoy node -app kv" runs it (see runMember).
 func runKVReplica(ctx context.Context, a replica.Args, ready func() error, log *slog.Logger) error {
-	return runMember(ctx, a, ready, log, func(ctx context.Context, cfg convoy.Config) (member, error) {
-		n, err := paxos.Open(ctx, cfg, paxos.Options{Logger: log})
-		if err != nil {
-			return nil, err
-		}
-		return n, nil
+	return runMember(ctx, a, ready, log, func(ctx context.Context, cfg convoy.Config) (*paxos.Node, error) {
+		return paxos.Open(ctx, cfg, paxos.Options{Logger: log})
 	})
 }
 
@@ -49,7 +45,7 @@ type member interface {
 // runMember runs the member that open returns as "convoy node" runs a
 // service's members: in a group whose views live in etcd (a.Etcd),
 // durable when a.Durable, serving the service's HTTP API on a.Client.
-func runMember(ctx context.Context, a replica.Args, ready func() error, log *slog.Logger, open func(context.Context, convoy.Config) (member, error)) error {
+func runMember[M member](ctx context.Context, a replica.Args, ready func() error, log *slog.Logger, open func(context.Context, convoy.Config) (M, error)) error {
 	l, err := net.Listen("tcp", a.Client)
 	if err != nil {
 		return err

@@ -14,12 +14,8 @@ import (
 // runLogReplica runs one member of the shared log of examples/log as
 // "convoy node -app log" runs it (see runMember).
 func runLogReplica(ctx context.Context, a replica.Args, ready func() error, log *slog.Logger) error {
-	return runMember(ctx, a, ready, log, func(ctx context.Context, cfg convoy.Config) (member, error) {
-		n, err := sharedlog.Open(ctx, cfg, sharedlog.Options{Logger: log})
-		if err != nil {
-			return nil, err
-		}
-		return n, nil
+	return runMember(ctx, a, ready, log, func(ctx context.Context, cfg convoy.Config) (*sharedlog.Node, error) {
+		return sharedlog.Open(ctx, cfg, sharedlog.Options{Logger: log})
 	})
 }
 

@@ -98,8 +98,17 @@ type command struct {
 
 // encodeCommand returns c's wire form.
 func encodeCommand(c command) []byte {
-	n := 2 + 5*binary.MaxVarintLen64 + len(c.id) + len(c.key) + len(c.value) + len(c.old) + 1
-	b := make([]byte, 0, n)
+	return appendCommand(make([]byte, 0, commandBytes(c)), c)
+}
+
+// commandBytes bounds the size of c's wire form: the version, op and cas
+// flags bytes, four length prefixes, the issued time and the fields.
+func commandBytes(c command) int {
+	return 3 + 5*binary.MaxVarintLen64 + len(c.id) + len(c.key) + len(c.value) + len(c.old)
+}
+
+// appendCommand appends c's wire form to b.
+func appendCommand(b []byte, c command) []byte {
 	if c.issued > 0 {
 		b = append(b, commandVersion, byte(c.op))
 		b = appendField(b, []byte(c.id))
@@ -130,22 +139,19 @@ func encodeCommand(c command) []byte {
 // encodeBatch returns the wire form of a batch of commands (one or more)
 // applied in order at one delivery.
 func encodeBatch(cs []command) []byte {
-	n := 1 + binary.MaxVarintLen64
+	n, largest := 1+binary.MaxVarintLen64, 0
 	for _, c := range cs {
-		n += batchedBytes(c)
+		largest = max(largest, commandBytes(c))
+		n += binary.MaxVarintLen64 + commandBytes(c)
 	}
 	b := make([]byte, 0, n)
 	b = append(b, commandVersionBatch)
 	b = binary.AppendUvarint(b, uint64(len(cs)))
+	scratch := make([]byte, 0, largest)
 	for _, c := range cs {
-		b = appendField(b, encodeCommand(c))
+		b = appendField(b, appendCommand(scratch[:0], c))
 	}
 	return b
-}
-
-// batchedBytes bounds what c adds to a batch.
-func batchedBytes(c command) int {
-	return 2 + 6*binary.MaxVarintLen64 + len(c.id) + len(c.key) + len(c.value) + len(c.old) + 1
 }
 
 func appendField(b, f []byte) []byte {

@@ -358,17 +358,8 @@ func (n *Node) restored() {
 // ends, or this member cannot tell any more. A command that expired
 // before it was applied ends with errExpired.
 func (n *Node) submit(ctx context.Context, c command) (result, error) {
-	res, err := n.submitWait(ctx, c)
-	if err == nil && res.expired {
-		return result{}, errExpired
-	}
-	return res, err
-}
-
-func (n *Node) submitWait(ctx context.Context, c command) (result, error) {
-	var o [1]outcome
-	n.submitAll(ctx, []command{c}, o[:])
-	return o[0].res, o[0].err
+	o := n.submitBatch(ctx, []command{c})[0]
+	return o.res, o.err
 }
 
 // submitBatch sends the writes cs in one message (a batch applied at one

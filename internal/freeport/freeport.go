@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,7 +57,7 @@ func (p *Picker) Pick(n int) ([]int, error) {
 	if hi, ok := EphemeralLow(); ok && hi-MinPicked >= 64*(n+len(p.used)) {
 		for tries := 0; len(ports) < n && tries < 16*n; tries++ {
 			port := MinPicked + rand.IntN(hi-MinPicked)
-			if p.used[port] || slices.Contains(ports, port) {
+			if p.used[port] {
 				continue
 			}
 			l, err := net.Listen("tcp", net.JoinHostPort(p.host, strconv.Itoa(port)))
@@ -67,6 +66,7 @@ func (p *Picker) Pick(n int) ([]int, error) {
 			}
 			lns = append(lns, l)
 			ports = append(ports, port)
+			p.used[port] = true
 		}
 	}
 	// Ports the system picks: the ones picked so far stay held, so none
@@ -82,12 +82,10 @@ func (p *Picker) Pick(n int) ([]int, error) {
 		lns = append(lns, l)
 		if port := l.Addr().(*net.TCPAddr).Port; !p.used[port] {
 			ports = append(ports, port)
+			p.used[port] = true
 		} else {
 			repeats++
 		}
-	}
-	for _, port := range ports {
-		p.used[port] = true
 	}
 	return ports, nil
 }
