@@ -242,10 +242,12 @@
 // The state machine implements convoy.StateMachine: a snapshot is cut
 // into parts by a hash of each key (and of each kept request id); every
 // part carries the applied index; Restore replaces the whole state. The
-// keys and kept results live in copy-on-write B-trees (google/btree), so
+// keys live in a copy-on-write B-tree (google/btree) and the kept
+// results in a queue whose entries are never written once pushed, so
 // the state machine is a convoy.Checkpointer too: a checkpoint is a
-// clone of both trees, taken between two deliveries at no cost, and the
-// group writes snapshots from it while deliveries go on.
+// clone of the tree and a slice of the queue, taken between two
+// deliveries at no cost, and the group writes snapshots from it while
+// deliveries go on.
 // Joiners receive the state this way. A member that restarts on its
 // durable directory rebuilds its state from its log — the log's snapshot,
 // if Group().Snapshot kept one, then the entries after it — and the group

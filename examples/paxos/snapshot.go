@@ -11,6 +11,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/google/btree"
 )
@@ -42,26 +43,29 @@ func partOf(key string, of int) int {
 	return int(h.Sum64() % uint64(of))
 }
 
-// checkpoint is the state as of a point: clones of the state's trees,
-// which the deliveries applied since do not change. It is the state
-// machine's convoy.StateSnapshot.
+// checkpoint is the state as of a point: a clone of the state's tree of
+// keys and a view of its queue of kept results, which the deliveries
+// applied since do not change. It is the state machine's
+// convoy.StateSnapshot.
 type checkpoint struct {
 	applied      uint64
 	clock, floor int64
 	data         *btree.BTreeG[pair]
-	results      *btree.BTreeG[kept]
+	// results are the kept results, oldest first.
+	results []kept
 }
 
 // checkpoint returns the state as it is now. It costs next to nothing:
-// the trees' nodes are shared until either side changes them.
+// the tree's nodes are shared until either side changes them, and the
+// queue's entries are never written once pushed.
 func (s *state) checkpoint() *checkpoint {
-	// Clone marks both trees copy-on-write: a change, so under the
-	// write lock.
+	// Clone marks the tree copy-on-write: a change, so under the write
+	// lock.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return &checkpoint{
 		applied: s.mu.applied, clock: s.mu.clock, floor: s.mu.floor,
-		data: s.mu.data.Clone(), results: s.mu.results.Clone(),
+		data: s.mu.data.Clone(), results: s.mu.order.view(),
 	}
 }
 
@@ -86,19 +90,14 @@ func (c *checkpoint) Snapshot(w io.Writer, part, of int) error {
 	if of < 1 || part < 0 || part >= of {
 		return fmt.Errorf("paxos: snapshot part %d of %d", part, of)
 	}
-	var keys, ids uint64
+	var keys uint64
 	c.data.Ascend(func(p pair) bool {
 		if partOf(p.key, of) == part {
 			keys++
 		}
 		return true
 	})
-	c.results.Ascend(func(k kept) bool {
-		if partOf(k.id, of) == part {
-			ids++
-		}
-		return true
-	})
+	results := keptInPart(c.results, part, of)
 	bw := bufio.NewWriter(w)
 	var buf []byte
 	buf = append(buf, snapshotVersion)
@@ -118,24 +117,34 @@ func (c *checkpoint) Snapshot(w io.Writer, part, of int) error {
 		}
 		return true
 	})
-	buf = binary.AppendUvarint(buf[:0], ids)
+	buf = binary.AppendUvarint(buf[:0], uint64(len(results)))
 	bw.Write(buf)
-	c.results.Ascend(func(k kept) bool {
-		if partOf(k.id, of) == part {
-			buf = appendField(buf[:0], []byte(k.id))
-			buf = binary.AppendUvarint(buf, k.res.index)
-			buf = binary.AppendUvarint(buf, uint64(k.pos))
-			buf = binary.AppendUvarint(buf, uint64(k.issued))
-			ok := byte(0)
-			if k.res.ok {
-				ok = 1
-			}
-			buf = append(buf, ok)
-			bw.Write(buf)
+	for _, k := range results {
+		buf = appendField(buf[:0], []byte(k.id))
+		buf = binary.AppendUvarint(buf, k.res.index)
+		buf = binary.AppendUvarint(buf, uint64(k.pos))
+		buf = binary.AppendUvarint(buf, uint64(k.issued))
+		ok := byte(0)
+		if k.res.ok {
+			ok = 1
 		}
-		return true
-	})
+		buf = append(buf, ok)
+		bw.Write(buf)
+	}
 	return bw.Flush()
+}
+
+// keptInPart returns the kept results of ks whose request ids hash to
+// part `part` of `of`, in request id order.
+func keptInPart(ks []kept, part, of int) []kept {
+	var out []kept
+	for _, k := range ks {
+		if partOf(k.id, of) == part {
+			out = append(out, k)
+		}
+	}
+	slices.SortFunc(out, func(a, b kept) int { return strings.Compare(a.id, b.id) })
+	return out
 }
 
 // Release does nothing: the clones go with the checkpoint.
@@ -145,8 +154,8 @@ func (c *checkpoint) Release() {}
 // parts of one snapshot, in order). On error the state is unchanged.
 func (s *state) restore(parts []io.Reader) error {
 	data := btree.NewG(btreeDegree, pairLess)
-	results := btree.NewG(btreeDegree, keptLess)
-	var order []entry
+	results := make(map[string]kept)
+	var order []kept
 	var first partHeader
 	for i, p := range parts {
 		h, err := readPart(bufio.NewReader(p), i, len(parts), data, results, &order)
@@ -160,15 +169,15 @@ func (s *state) restore(parts []io.Reader) error {
 				errBadSnapshot, i, h.applied, h.clock, h.floor, first.applied, first.clock, first.floor)
 		}
 	}
-	slices.SortFunc(order, func(a, b entry) int {
-		return cmp.Or(cmp.Compare(a.index, b.index), cmp.Compare(a.pos, b.pos))
+	slices.SortFunc(order, func(a, b kept) int {
+		return cmp.Or(cmp.Compare(a.res.index, b.res.index), cmp.Compare(a.pos, b.pos))
 	})
 	// Each write has an index and position of its own: two kept results
 	// at one make no state, and the order they would be evicted in is not
 	// defined.
 	for i := 1; i < len(order); i++ {
-		if a, b := order[i-1], order[i]; a.index == b.index && a.pos == b.pos {
-			return fmt.Errorf("%w: kept results %q and %q both at index %d, position %d", errBadSnapshot, a.id, b.id, b.index, b.pos)
+		if a, b := order[i-1], order[i]; a.res.index == b.res.index && a.pos == b.pos {
+			return fmt.Errorf("%w: kept results %q and %q both at index %d, position %d", errBadSnapshot, a.id, b.id, b.res.index, b.pos)
 		}
 	}
 	s.mu.Lock()
@@ -190,7 +199,7 @@ type partHeader struct {
 
 // readPart decodes part i of of into data, results and order and returns
 // its header.
-func readPart(r *bufio.Reader, i, of int, data *btree.BTreeG[pair], results *btree.BTreeG[kept], order *[]entry) (partHeader, error) {
+func readPart(r *bufio.Reader, i, of int, data *btree.BTreeG[pair], results map[string]kept, order *[]kept) (partHeader, error) {
 	var h partHeader
 	v, err := r.ReadByte()
 	if err != nil {
@@ -265,11 +274,12 @@ func readPart(r *bufio.Reader, i, of int, data *btree.BTreeG[pair], results *btr
 		if err != nil {
 			return h, unexpected(err)
 		}
-		if len(id) == 0 || ok > 1 || index == 0 || index > h.applied || pos > math.MaxUint32 || issued > uint64(h.clock) || results.Has(kept{id: string(id)}) {
+		if _, repeated := results[string(id)]; len(id) == 0 || ok > 1 || index == 0 || index > h.applied || pos > math.MaxUint32 || issued > uint64(h.clock) || repeated {
 			return h, fmt.Errorf("result of %q: bad or repeated", id)
 		}
-		results.ReplaceOrInsert(kept{id: string(id), issued: int64(issued), res: result{index: index, ok: ok == 1}, pos: uint32(pos)})
-		*order = append(*order, entry{index: index, pos: uint32(pos), issued: int64(issued), id: string(id)})
+		k := kept{id: string(id), issued: int64(issued), res: result{index: index, ok: ok == 1}, pos: uint32(pos)}
+		results[k.id] = k
+		*order = append(*order, k)
 	}
 	if _, err := r.ReadByte(); err != io.EOF {
 		return h, errors.New("data after the part")

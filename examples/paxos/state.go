@@ -3,6 +3,7 @@ package paxos
 import (
 	"bytes"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,11 +46,13 @@ type result struct {
 // run on the group's delivery goroutine; get, snapshot, the accessors and
 // a checkpoint's snapshot may run concurrently with them.
 //
-// The keys and the kept results are copy-on-write B-trees, so that a
-// checkpoint (a clone of both, which costs nothing until either side
-// changes) fixes the state at a point while deliveries go on changing
-// it: snapshots are written from checkpoints, and never hold the state
-// still.
+// The keys are a copy-on-write B-tree, and the kept results a queue
+// whose entries are never written once pushed, so that a checkpoint (a
+// clone of the tree, which costs nothing until either side changes, and
+// a slice of the queue) fixes the state at a point while deliveries go
+// on changing it: snapshots are written from checkpoints, and never hold
+// the state still. The kept results are found by request id through a
+// map, which only apply and resultOf read.
 type state struct {
 	log *slog.Logger
 	// window bounds results (DedupeWindow; smaller in tests).
@@ -61,11 +64,11 @@ type state struct {
 		// applied is the index of the last delivery applied; deliveries
 		// at or below it are ignored.
 		applied uint64
-		// results holds the results of recent writes by request id;
-		// order lists the same ids by increasing index, oldest first, so
-		// that eviction is the same on every member.
-		results *btree.BTreeG[kept]
+		// order holds the results of recent writes by increasing index
+		// and position, oldest first, so that eviction is the same on
+		// every member; results indexes the same by request id.
 		order   fifo
+		results map[string]kept
 		// clock is the latest issued time of the well-formed commands
 		// applied (0: none yet), and floor the latest issued time of the
 		// results evicted before they expired: a write issued at or
@@ -87,7 +90,7 @@ type pair struct {
 
 func pairLess(a, b pair) bool { return a.key < b.key }
 
-// kept is the kept result of a request, in request id order.
+// kept is the kept result of a request.
 type kept struct {
 	id string
 	// issued is the write's issued time (0: none, a version 1 command).
@@ -98,12 +101,10 @@ type kept struct {
 	pos uint32
 }
 
-func keptLess(a, b kept) bool { return a.id < b.id }
-
 func newState(log *slog.Logger) *state {
 	s := &state{log: log, window: DedupeWindow}
 	s.mu.data = btree.NewG(btreeDegree, pairLess)
-	s.mu.results = btree.NewG(btreeDegree, keptLess)
+	s.mu.results = make(map[string]kept)
 	return s
 }
 
@@ -167,7 +168,7 @@ func (s *state) applyLocked(index uint64, pos uint32, c command) effect {
 	if c.op == opBarrier {
 		return effect{cmd: c, res: result{index: index, ok: true}}
 	}
-	if k, ok := s.mu.results.Get(kept{id: c.id}); ok {
+	if k, ok := s.mu.results[c.id]; ok {
 		return effect{cmd: c, res: k.res}
 	}
 	if c.issued > 0 && (s.expiredLocked(c.issued) || c.issued <= s.mu.floor) {
@@ -186,8 +187,9 @@ func (s *state) applyLocked(index uint64, pos uint32, c command) effect {
 			s.mu.data.ReplaceOrInsert(pair{key: c.key, value: c.value})
 		}
 	}
-	s.mu.results.ReplaceOrInsert(kept{id: c.id, issued: c.issued, res: r, pos: pos})
-	s.mu.order.push(entry{index: r.index, pos: pos, issued: c.issued, id: c.id})
+	k := kept{id: c.id, issued: c.issued, res: r, pos: pos}
+	s.mu.results[c.id] = k
+	s.mu.order.push(k)
 	return effect{cmd: c, res: r}
 }
 
@@ -208,11 +210,11 @@ func (s *state) evictLocked() {
 			break
 		}
 		s.mu.order.pop()
-		s.mu.results.Delete(kept{id: e.id})
+		delete(s.mu.results, e.id)
 	}
 	for s.mu.order.len() > s.window {
 		e := s.mu.order.pop()
-		s.mu.results.Delete(kept{id: e.id})
+		delete(s.mu.results, e.id)
 		if e.issued > 0 && !s.expiredLocked(e.issued) {
 			s.mu.floor = max(s.mu.floor, e.issued)
 		}
@@ -239,42 +241,37 @@ func (s *state) appliedIndex() uint64 {
 func (s *state) resultOf(id string) (result, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	k, ok := s.mu.results.Get(kept{id: id})
+	k, ok := s.mu.results[id]
 	return k.res, ok
 }
 
-// entry is one kept result in eviction order.
-type entry struct {
-	index  uint64
-	pos    uint32
-	issued int64
-	id     string
-}
-
-// fifo is a queue of entries.
+// fifo is a queue of kept results. An entry is never written once
+// pushed, not even to clear it when it is popped: the slices view
+// returns stay as they were, whatever the queue does next.
 type fifo struct {
-	items []entry
+	items []kept
 	head  int
 }
 
 func (q *fifo) len() int { return len(q.items) - q.head }
 
-func (q *fifo) push(e entry) { q.items = append(q.items, e) }
+func (q *fifo) push(k kept) { q.items = append(q.items, k) }
 
 // front returns the oldest entry; the queue must not be empty.
-func (q *fifo) front() entry { return q.items[q.head] }
+func (q *fifo) front() kept { return q.items[q.head] }
 
-func (q *fifo) pop() entry {
-	e := q.items[q.head]
-	q.items[q.head] = entry{}
+func (q *fifo) pop() kept {
+	k := q.items[q.head]
 	q.head++
-	// Reuse the front once it is half the slice.
+	// Once the popped front is half the slice, the rest moves to a new
+	// one (views keep the old), and the old goes once no view holds it.
 	if q.head > len(q.items)/2 {
-		q.items = append(q.items[:0], q.items[q.head:]...)
+		q.items = slices.Clone(q.items[q.head:])
 		q.head = 0
 	}
-	return e
+	return k
 }
 
-// all returns the entries, oldest first.
-func (q *fifo) all() []entry { return q.items[q.head:] }
+// view returns the entries, oldest first, as they are now: the queue
+// never changes the slice returned, nor appends to it.
+func (q *fifo) view() []kept { return slices.Clip(q.items[q.head:]) }

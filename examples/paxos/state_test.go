@@ -270,7 +270,7 @@ func (s *state) kept() []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var out []string
-	for _, e := range s.mu.order.all() {
+	for _, e := range s.mu.order.view() {
 		out = append(out, e.id)
 	}
 	return out
@@ -286,15 +286,14 @@ func (s *state) dump() string {
 		fmt.Fprintf(&b, "%q=%q\n", p.key, p.value)
 		return true
 	})
-	for _, e := range s.mu.order.all() {
-		k, _ := s.mu.results.Get(kept{id: e.id})
-		fmt.Fprintf(&b, "result %q issued %d pos %d %+v\n", e.id, k.issued, k.pos, k.res)
-		if e.issued != k.issued || e.index != k.res.index || e.pos != k.pos {
-			fmt.Fprintf(&b, "in order as %+v\n", e)
+	for _, k := range s.mu.order.view() {
+		fmt.Fprintf(&b, "result %q issued %d pos %d %+v\n", k.id, k.issued, k.pos, k.res)
+		if byID, ok := s.mu.results[k.id]; byID != k {
+			fmt.Fprintf(&b, "by id (%t) as %+v\n", ok, byID)
 		}
 	}
-	if s.mu.results.Len() != s.mu.order.len() {
-		fmt.Fprintf(&b, "%d results, %d in order\n", s.mu.results.Len(), s.mu.order.len())
+	if len(s.mu.results) != s.mu.order.len() {
+		fmt.Fprintf(&b, "%d results, %d in order\n", len(s.mu.results), s.mu.order.len())
 	}
 	return b.String()
 }
@@ -586,7 +585,7 @@ func issuedOf(t *testing.T, s *state, id string) int64 {
 	t.Helper()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	k, ok := s.mu.results.Get(kept{id: id})
+	k, ok := s.mu.results[id]
 	if !ok {
 		t.Fatalf("no result kept for %q", id)
 	}
@@ -645,22 +644,19 @@ func snapshotOld(s *state, version byte, part, of int) []byte {
 		}
 		return true
 	})
-	s.mu.results.Ascend(func(k kept) bool {
-		if partOf(k.id, of) == part {
-			nr++
-			results = appendField(results, []byte(k.id))
-			results = binary.AppendUvarint(results, k.res.index)
-			if version == snapshotVersionV2 {
-				results = binary.AppendUvarint(results, uint64(k.issued))
-			}
-			ok := byte(0)
-			if k.res.ok {
-				ok = 1
-			}
-			results = append(results, ok)
+	for _, k := range keptInPart(s.mu.order.view(), part, of) {
+		nr++
+		results = appendField(results, []byte(k.id))
+		results = binary.AppendUvarint(results, k.res.index)
+		if version == snapshotVersionV2 {
+			results = binary.AppendUvarint(results, uint64(k.issued))
 		}
-		return true
-	})
+		ok := byte(0)
+		if k.res.ok {
+			ok = 1
+		}
+		results = append(results, ok)
+	}
 	b = binary.AppendUvarint(b, nk)
 	b = append(b, keys...)
 	b = binary.AppendUvarint(b, nr)

@@ -428,10 +428,9 @@ func TestClientIssued(t *testing.T) {
 			after := time.Now().UnixNano()
 			n.state.mu.RLock()
 			var issued []int64
-			n.state.mu.results.Ascend(func(k kept) bool {
+			for _, k := range n.state.mu.order.view() {
 				issued = append(issued, k.issued)
-				return true
-			})
+			}
 			n.state.mu.RUnlock()
 			if len(issued) != 1 || issued[0] < before || issued[0] > after {
 				t.Fatalf("issued times kept %v, want one from %d to %d", issued, before, after)
