@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"iter"
 	"math"
 	"slices"
 	"strings"
@@ -52,7 +53,7 @@ type checkpoint struct {
 	clock, floor int64
 	data         *btree.BTreeG[pair]
 	// results are the kept results, oldest first.
-	results []kept
+	results fifo
 }
 
 // checkpoint returns the state as it is now. It costs next to nothing:
@@ -97,7 +98,7 @@ func (c *checkpoint) Snapshot(w io.Writer, part, of int) error {
 		}
 		return true
 	})
-	results := keptInPart(c.results, part, of)
+	results := keptInPart(c.results.all(), part, of)
 	bw := bufio.NewWriter(w)
 	var buf []byte
 	buf = append(buf, snapshotVersion)
@@ -136,9 +137,9 @@ func (c *checkpoint) Snapshot(w io.Writer, part, of int) error {
 
 // keptInPart returns the kept results of ks whose request ids hash to
 // part `part` of `of`, in request id order.
-func keptInPart(ks []kept, part, of int) []kept {
+func keptInPart(ks iter.Seq[kept], part, of int) []kept {
 	var out []kept
-	for _, k := range ks {
+	for k := range ks {
 		if partOf(k.id, of) == part {
 			out = append(out, k)
 		}
@@ -184,7 +185,10 @@ func (s *state) restore(parts []io.Reader) error {
 	defer s.mu.Unlock()
 	s.mu.data, s.mu.results, s.mu.applied = data, results, first.applied
 	s.mu.clock, s.mu.floor = first.clock, first.floor
-	s.mu.order = fifo{items: order}
+	s.mu.order = fifo{}
+	for _, k := range order {
+		s.mu.order.push(k)
+	}
 	// Nothing to do for a snapshot of a state with the same window:
 	// apply evicts after every delivery.
 	s.evictLocked()

@@ -2,6 +2,7 @@ package paxos
 
 import (
 	"bytes"
+	"iter"
 	"log/slog"
 	"slices"
 	"sync"
@@ -245,33 +246,73 @@ func (s *state) resultOf(id string) (result, bool) {
 	return k.res, ok
 }
 
-// fifo is a queue of kept results. An entry is never written once
-// pushed, not even to clear it when it is popped: the slices view
-// returns stay as they were, whatever the queue does next.
+// fifoChunk is how many kept results one chunk of a fifo holds.
+const fifoChunk = 1024
+
+// fifo is a queue of kept results, in chunks of fifoChunk allocated as
+// it grows and dropped once popped, so that it never copies its entries.
+// An entry is never written once pushed, not even to clear it when it
+// is popped: the queues view returns stay as they were, whatever this
+// one does next.
 type fifo struct {
-	items []kept
-	head  int
+	// chunks hold the entries, the front at chunks[0][head]; every chunk
+	// but the last is full.
+	chunks [][]kept
+	head   int
+	n      int
 }
 
-func (q *fifo) len() int { return len(q.items) - q.head }
+func (q *fifo) len() int { return q.n }
 
-func (q *fifo) push(k kept) { q.items = append(q.items, k) }
+func (q *fifo) push(k kept) {
+	if len(q.chunks) == 0 || len(q.chunks[len(q.chunks)-1]) == fifoChunk {
+		q.chunks = append(q.chunks, make([]kept, 0, fifoChunk))
+	}
+	last := &q.chunks[len(q.chunks)-1]
+	*last = append(*last, k)
+	q.n++
+}
 
 // front returns the oldest entry; the queue must not be empty.
-func (q *fifo) front() kept { return q.items[q.head] }
+func (q *fifo) front() kept { return q.chunks[0][q.head] }
 
+// pop removes and returns the oldest entry; the queue must not be empty.
 func (q *fifo) pop() kept {
-	k := q.items[q.head]
+	k := q.chunks[0][q.head]
 	q.head++
-	// Once the popped front is half the slice, the rest moves to a new
-	// one (views keep the old), and the old goes once no view holds it.
-	if q.head > len(q.items)/2 {
-		q.items = slices.Clone(q.items[q.head:])
-		q.head = 0
+	q.n--
+	if q.head == fifoChunk {
+		// The chunk goes once no view holds it. The slice of chunks is
+		// not written either (views hold copies of it).
+		q.chunks, q.head = q.chunks[1:], 0
 	}
 	return k
 }
 
-// view returns the entries, oldest first, as they are now: the queue
-// never changes the slice returned, nor appends to it.
-func (q *fifo) view() []kept { return slices.Clip(q.items[q.head:]) }
+// view returns the queue as it is now: a copy that pushes and pops on
+// q never change, and that must not be pushed to or popped from itself.
+func (q *fifo) view() fifo {
+	v := fifo{chunks: slices.Clone(q.chunks), head: q.head, n: q.n}
+	if len(v.chunks) > 0 {
+		// Pushes to q fill its last chunk beyond the view's end.
+		last := &v.chunks[len(v.chunks)-1]
+		*last = slices.Clip(*last)
+	}
+	return v
+}
+
+// all yields the entries, oldest first.
+func (q *fifo) all() iter.Seq[kept] {
+	return func(yield func(kept) bool) {
+		for i, c := range q.chunks {
+			if i == 0 {
+				c = c[q.head:]
+			}
+			for _, k := range c {
+				if !yield(k) {
+					return
+				}
+			}
+		}
+	}
+}

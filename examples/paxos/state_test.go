@@ -270,7 +270,7 @@ func (s *state) kept() []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var out []string
-	for _, e := range s.mu.order.view() {
+	for e := range s.mu.order.all() {
 		out = append(out, e.id)
 	}
 	return out
@@ -286,7 +286,7 @@ func (s *state) dump() string {
 		fmt.Fprintf(&b, "%q=%q\n", p.key, p.value)
 		return true
 	})
-	for _, k := range s.mu.order.view() {
+	for k := range s.mu.order.all() {
 		fmt.Fprintf(&b, "result %q issued %d pos %d %+v\n", k.id, k.issued, k.pos, k.res)
 		if byID, ok := s.mu.results[k.id]; byID != k {
 			fmt.Fprintf(&b, "by id (%t) as %+v\n", ok, byID)
@@ -441,6 +441,71 @@ func firstDiff(a, b string) string {
 		}
 	}
 	return fmt.Sprintf("%d lines vs %d", len(la), len(lb))
+}
+
+// TestFifo: the queue of kept results gives its entries back in order
+// across its chunks, and a view stays as it was however the queue goes
+// on.
+func TestFifo(t *testing.T) {
+	entry := func(i int) kept { return kept{id: fmt.Sprint(i), res: result{index: uint64(i)}} }
+	ids := func(q fifo) []string {
+		var out []string
+		for k := range q.all() {
+			out = append(out, k.id)
+		}
+		if len(out) != q.len() {
+			t.Fatalf("%d entries, len %d", len(out), q.len())
+		}
+		return out
+	}
+	span := func(from, to int) []string {
+		var out []string
+		for i := from; i < to; i++ {
+			out = append(out, fmt.Sprint(i))
+		}
+		return out
+	}
+	var q fifo
+	next, popped := 0, 0
+	push := func(n int) {
+		for range n {
+			q.push(entry(next))
+			next++
+		}
+	}
+	pop := func(n int) {
+		for range n {
+			if k := q.pop(); k != entry(popped) {
+				t.Fatalf("popped %+v, want %+v", k, entry(popped))
+			}
+			popped++
+		}
+	}
+	push(fifoChunk + 5)
+	empty := fifo{}
+	v1 := q.view()
+	pop(fifoChunk - 1)
+	v2 := q.view() // the front is the last entry of the first chunk
+	push(2*fifoChunk + 3)
+	pop(2)
+	v3 := q.view()
+	pop(q.len())
+	push(7)
+	for _, tc := range []struct {
+		name string
+		q    fifo
+		want []string
+	}{
+		{"empty", empty, nil},
+		{"v1", v1, span(0, fifoChunk+5)},
+		{"v2", v2, span(fifoChunk-1, fifoChunk+5)},
+		{"v3", v3, span(fifoChunk+1, 3*fifoChunk+8)},
+		{"queue", q, span(3*fifoChunk+8, 3*fifoChunk+15)},
+	} {
+		if got := ids(tc.q); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %d entries %v..., want %d from %v", tc.name, len(got), got[:min(3, len(got))], len(tc.want), tc.want[:min(1, len(tc.want))])
+		}
+	}
 }
 
 // TestCheckpoint: a checkpoint is the state at its index however much is
@@ -644,7 +709,7 @@ func snapshotOld(s *state, version byte, part, of int) []byte {
 		}
 		return true
 	})
-	for _, k := range keptInPart(s.mu.order.view(), part, of) {
+	for _, k := range keptInPart(s.mu.order.all(), part, of) {
 		nr++
 		results = appendField(results, []byte(k.id))
 		results = binary.AppendUvarint(results, k.res.index)

@@ -428,7 +428,7 @@ func TestClientIssued(t *testing.T) {
 			after := time.Now().UnixNano()
 			n.state.mu.RLock()
 			var issued []int64
-			for _, k := range n.state.mu.order.view() {
+			for k := range n.state.mu.order.all() {
 				issued = append(issued, k.issued)
 			}
 			n.state.mu.RUnlock()
