@@ -50,10 +50,10 @@ type result struct {
 // The keys are a copy-on-write B-tree, and the kept results a queue
 // whose entries are never written once pushed, so that a checkpoint (a
 // clone of the tree, which costs nothing until either side changes, and
-// a slice of the queue) fixes the state at a point while deliveries go
-// on changing it: snapshots are written from checkpoints, and never hold
+// a view of the queue) fixes the state at a point while deliveries go on
+// changing it: snapshots are written from checkpoints, and never hold
 // the state still. The kept results are found by request id through a
-// map, which only apply and resultOf read.
+// map, which checkpoints leave out.
 type state struct {
 	log *slog.Logger
 	// window bounds results (DedupeWindow; smaller in tests).
@@ -252,8 +252,8 @@ const fifoChunk = 1024
 // fifo is a queue of kept results, in chunks of fifoChunk allocated as
 // it grows and dropped once popped, so that it never copies its entries.
 // An entry is never written once pushed, not even to clear it when it
-// is popped: the queues view returns stay as they were, whatever this
-// one does next.
+// is popped: the views it returns stay as they were, whatever it does
+// next.
 type fifo struct {
 	// chunks hold the entries, the front at chunks[0][head]; every chunk
 	// but the last is full.
@@ -282,8 +282,9 @@ func (q *fifo) pop() kept {
 	q.head++
 	q.n--
 	if q.head == fifoChunk {
-		// The chunk goes once no view holds it. The slice of chunks is
-		// not written either (views hold copies of it).
+		// The chunk goes once no view holds it (views hold copies of
+		// the slice of chunks).
+		q.chunks[0] = nil
 		q.chunks, q.head = q.chunks[1:], 0
 	}
 	return k
