@@ -978,10 +978,12 @@ func (n *vsNode) exclusionsLocked() int { return n.excluded }
 // message need only be delivered by one of them.
 func (c *vsCluster) waitAccepted(nodes []*vsNode, stateless bool) {
 	c.t.Helper()
-	want := acceptedLast(nodes)
 	deadline := time.Now().Add(60 * time.Second)
 	for _, n := range nodes {
 		for {
+			// Read again each time: an exclusion that takes effect only
+			// now releases what its incarnation accepted.
+			want := acceptedLast(nodes)
 			missing := missingAccepted(n, want, nodes, stateless)
 			if len(missing) == 0 {
 				break
