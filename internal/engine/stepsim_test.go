@@ -93,10 +93,14 @@ func TestGroupStep(t *testing.T) {
 				}
 				ran.Add(1)
 				seedRan[seed-first].Store(true)
+				// Deferred: a violation ends the seed's goroutine
+				// (t.Fatal).
+				defer func() {
+					if t.Failed() {
+						failed.Add(1)
+					}
+				}()
 				res := runStepWith(t, seed, stepOptions{verbose: *stepSeed != 0, long: *stepLong})
-				if t.Failed() {
-					failed.Add(1)
-				}
 				steps.Add(res.steps)
 				synced.Add(int64(res.synced))
 			})
