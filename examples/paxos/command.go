@@ -141,8 +141,9 @@ func appendCommand(b []byte, c command) []byte {
 func encodeBatch(cs []command) []byte {
 	n, largest := 1+binary.MaxVarintLen64, 0
 	for _, c := range cs {
-		largest = max(largest, commandBytes(c))
-		n += binary.MaxVarintLen64 + commandBytes(c)
+		cn := commandBytes(c)
+		largest = max(largest, cn)
+		n += binary.MaxVarintLen64 + cn
 	}
 	b := make([]byte, 0, n)
 	b = append(b, commandVersionBatch)

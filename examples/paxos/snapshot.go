@@ -155,7 +155,7 @@ func (c *checkpoint) Release() {}
 // parts of one snapshot, in order). On error the state is unchanged.
 func (s *state) restore(parts []io.Reader) error {
 	data := btree.NewG(btreeDegree, pairLess)
-	results := make(map[string]kept)
+	results := make(map[string]result)
 	var order []kept
 	var first partHeader
 	for i, p := range parts {
@@ -203,7 +203,7 @@ type partHeader struct {
 
 // readPart decodes part i of of into data, results and order and returns
 // its header.
-func readPart(r *bufio.Reader, i, of int, data *btree.BTreeG[pair], results map[string]kept, order *[]kept) (partHeader, error) {
+func readPart(r *bufio.Reader, i, of int, data *btree.BTreeG[pair], results map[string]result, order *[]kept) (partHeader, error) {
 	var h partHeader
 	v, err := r.ReadByte()
 	if err != nil {
@@ -282,7 +282,7 @@ func readPart(r *bufio.Reader, i, of int, data *btree.BTreeG[pair], results map[
 			return h, fmt.Errorf("result of %q: bad or repeated", id)
 		}
 		k := kept{id: string(id), issued: int64(issued), res: result{index: index, ok: ok == 1}, pos: uint32(pos)}
-		results[k.id] = k
+		results[k.id] = k.res
 		*order = append(*order, k)
 	}
 	if _, err := r.ReadByte(); err != io.EOF {

@@ -67,9 +67,9 @@ type state struct {
 		applied uint64
 		// order holds the results of recent writes by increasing index
 		// and position, oldest first, so that eviction is the same on
-		// every member; results indexes the same by request id.
+		// every member; results holds the same results by request id.
 		order   fifo
-		results map[string]kept
+		results map[string]result
 		// clock is the latest issued time of the well-formed commands
 		// applied (0: none yet), and floor the latest issued time of the
 		// results evicted before they expired: a write issued at or
@@ -105,7 +105,7 @@ type kept struct {
 func newState(log *slog.Logger) *state {
 	s := &state{log: log, window: DedupeWindow}
 	s.mu.data = btree.NewG(btreeDegree, pairLess)
-	s.mu.results = make(map[string]kept)
+	s.mu.results = make(map[string]result)
 	return s
 }
 
@@ -169,8 +169,8 @@ func (s *state) applyLocked(index uint64, pos uint32, c command) effect {
 	if c.op == opBarrier {
 		return effect{cmd: c, res: result{index: index, ok: true}}
 	}
-	if k, ok := s.mu.results[c.id]; ok {
-		return effect{cmd: c, res: k.res}
+	if kr, ok := s.mu.results[c.id]; ok {
+		return effect{cmd: c, res: kr}
 	}
 	if c.issued > 0 && (s.expiredLocked(c.issued) || c.issued <= s.mu.floor) {
 		return effect{cmd: c, res: result{index: index, expired: true}}
@@ -188,9 +188,8 @@ func (s *state) applyLocked(index uint64, pos uint32, c command) effect {
 			s.mu.data.ReplaceOrInsert(pair{key: c.key, value: c.value})
 		}
 	}
-	k := kept{id: c.id, issued: c.issued, res: r, pos: pos}
-	s.mu.results[c.id] = k
-	s.mu.order.push(k)
+	s.mu.results[c.id] = r
+	s.mu.order.push(kept{id: c.id, issued: c.issued, res: r, pos: pos})
 	return effect{cmd: c, res: r}
 }
 
@@ -242,8 +241,8 @@ func (s *state) appliedIndex() uint64 {
 func (s *state) resultOf(id string) (result, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	k, ok := s.mu.results[id]
-	return k.res, ok
+	r, ok := s.mu.results[id]
+	return r, ok
 }
 
 // fifoChunk is how many kept results one chunk of a fifo holds.

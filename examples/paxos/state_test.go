@@ -288,7 +288,7 @@ func (s *state) dump() string {
 	})
 	for k := range s.mu.order.all() {
 		fmt.Fprintf(&b, "result %q issued %d pos %d %+v\n", k.id, k.issued, k.pos, k.res)
-		if byID, ok := s.mu.results[k.id]; byID != k {
+		if byID, ok := s.mu.results[k.id]; byID != k.res {
 			fmt.Fprintf(&b, "by id (%t) as %+v\n", ok, byID)
 		}
 	}
@@ -650,11 +650,16 @@ func issuedOf(t *testing.T, s *state, id string) int64 {
 	t.Helper()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	k, ok := s.mu.results[id]
-	if !ok {
+	if _, ok := s.mu.results[id]; !ok {
 		t.Fatalf("no result kept for %q", id)
 	}
-	return k.issued
+	for k := range s.mu.order.all() {
+		if k.id == id {
+			return k.issued
+		}
+	}
+	t.Fatalf("the result of %q is not in the eviction queue", id)
+	return 0
 }
 
 // TestRestoreOldVersions: parts in the formats of members from before
