@@ -423,7 +423,7 @@ func runSim(t testing.TB, seed uint64, opts simOptions) {
 		defer bg.Done()
 		sim.run(ctx, 10*time.Millisecond)
 	}()
-	c := &vsCluster{t: t, leaseTTL: 2 * time.Second, sim: sim, prefix: "/sim/", openTimeout: time.Minute, ctx: opening,
+	c := &vsCluster{t: t, leaseTTL: 2 * time.Second, log: testLogger(), sim: sim, prefix: "/sim/", openTimeout: time.Minute, ctx: opening,
 		fabric: rdma.NewMemFabric(rdma.MemOptions{Seed: int64(seed), MaxDelay: plan.maxDelay}),
 		nodes:  make(map[NodeID]*vsNode)}
 	if plan.wire {

@@ -53,7 +53,7 @@ func newSimCluster(t *testing.T) *vsCluster {
 		defer close(done)
 		sim.run(ctx, 10*time.Millisecond)
 	}()
-	c := &vsCluster{t: t, leaseTTL: 2 * time.Second, sim: sim, prefix: "/sim/",
+	c := &vsCluster{t: t, leaseTTL: 2 * time.Second, log: testLogger(), sim: sim, prefix: "/sim/",
 		fabric: rdma.NewMemFabric(rdma.MemOptions{Seed: 1}), nodes: make(map[NodeID]*vsNode)}
 	t.Cleanup(func() {
 		for _, n := range c.live() {

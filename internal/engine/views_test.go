@@ -51,6 +51,8 @@ type vsCluster struct {
 	// wire, if set, carries the views' traffic in place of RDMC over the
 	// fabric (simwire_test.go); the fabric still carries state transfers.
 	wire *simWire
+	// log is the members' logger (clusterLogger).
+	log *slog.Logger
 }
 
 // crashLinks breaks every link of member id, as its death does.
@@ -142,6 +144,9 @@ func newVSClusterOn(t *testing.T, ecfg etcddev.Config) *vsCluster {
 	}
 	c := &vsCluster{t: t, etcd: srv, leaseTTL: 2 * time.Second, fabric: rdma.NewMemFabric(rdma.MemOptions{Seed: 1}),
 		prefix: "/" + strings.ReplaceAll(t.Name(), "/", "_") + "/", nodes: make(map[NodeID]*vsNode)}
+	// Made before the cleanup below is registered, its dump runs after the
+	// members closed, with their last records.
+	c.log = clusterLogger(t)
 	t.Cleanup(func() {
 		c.mu.Lock()
 		nodes := c.nodes
@@ -198,7 +203,7 @@ func (c *vsCluster) open(id NodeID, initial int, opts ...func(*Config)) (*vsNode
 		// Several members, etcd and the load share two cores here: the
 		// timeout leaves room for scheduling delays.
 		HeartbeatInterval: 10 * time.Millisecond, SuspectTimeout: 200 * time.Millisecond,
-		State: n.state, Logger: testLogger(),
+		State: n.state, Logger: c.log,
 		OnView: func(v View) {
 			n.mu.Lock()
 			n.addLocked(vsEvent{view: &v})
@@ -851,7 +856,60 @@ func sameState(t testing.TB, nodes ...*vsNode) {
 	}
 }
 
-// testLogger logs to stderr when CONVOY_TEST_LOG is set.
+// clusterLogger returns the logger of a cluster's members: testLogger's
+// when CONVOY_TEST_LOG is set; otherwise the last records at info and
+// above are kept in memory and written to the test's log if it fails, so
+// that a failure seen once (under load, on another machine) says what the
+// group did: who was suspected and why, which views came and went.
+func clusterLogger(t testing.TB) *slog.Logger {
+	if l := testLogger(); l != nil {
+		return l
+	}
+	ring := &logRing{lines: make([]string, 4096)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the members' last log records:\n%s", ring.String())
+		}
+	})
+	return slog.New(slog.NewTextHandler(ring, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// logRing keeps the last len(lines) records written to it, one per Write
+// (as slog's handlers write them).
+type logRing struct {
+	mu      sync.Mutex
+	lines   []string
+	next    int
+	dropped int
+}
+
+func (r *logRing) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lines[r.next] != "" {
+		r.dropped++
+	}
+	r.lines[r.next] = string(p)
+	r.next = (r.next + 1) % len(r.lines)
+	return len(p), nil
+}
+
+// String returns the records kept, oldest first.
+func (r *logRing) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	if r.dropped > 0 {
+		fmt.Fprintf(&b, "(%d earlier records dropped)\n", r.dropped)
+	}
+	for i := range r.lines {
+		b.WriteString(r.lines[(r.next+i)%len(r.lines)])
+	}
+	return b.String()
+}
+
+// testLogger logs to stderr when CONVOY_TEST_LOG is set, and returns nil
+// (no logging) otherwise.
 func testLogger() *slog.Logger {
 	level := slog.LevelDebug
 	switch os.Getenv("CONVOY_TEST_LOG") {
