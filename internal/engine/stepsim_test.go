@@ -31,6 +31,7 @@ var (
 	stepSeed      = flag.Uint64("step.seed", 0, "run TestGroupStep on this seed only, printing its trace (0: seeds from -step.first)")
 	stepFirst     = flag.Uint64("step.first", 1, "the first seed TestGroupStep runs")
 	stepLong      = flag.Bool("step.long", false, "TestGroupStep draws the longer schedules of TestGroupSim (up to four faults, clocks up to 1.5 s apart)")
+	stepSlow      = flag.Bool("step.slow", false, "TestGroupStep makes the work members spawn for their loops slow (stepOptions.slowWork)")
 	stepTraceKeep = 200 // trace lines a failing seed prints
 )
 
@@ -58,8 +59,9 @@ const stepLeaseTTL = 2 * time.Second
 // group comes back whole and delivers again within a bound of virtual
 // time (liveness), the histories hold the guarantees (vsCluster.check),
 // the members hold the same state, nothing reported durable was lost, a
-// view is shown only once its record is synced, and a joiner marks
-// itself caught up only once its state came.
+// view is shown only once its record is synced, a joiner marks itself
+// caught up only once its state came, and no member was excluded that
+// no fault touched (checkExclusions).
 //
 // A failing seed prints its last steps and replays, the same, with
 //
@@ -100,7 +102,7 @@ func TestGroupStep(t *testing.T) {
 						failed.Add(1)
 					}
 				}()
-				res := runStepWith(t, seed, stepOptions{verbose: *stepSeed != 0, long: *stepLong})
+				res := runStepWith(t, seed, stepOptions{verbose: *stepSeed != 0, long: *stepLong, slowWork: *stepSlow})
 				steps.Add(res.steps)
 				synced.Add(int64(res.synced))
 			})
@@ -158,11 +160,32 @@ func TestGroupStepFound(t *testing.T) {
 		{511730, stepOptions{long: true}, "a stateless durable group restarted from the members' logs: the members whose logs were shorter than the chosen one handed their entries to the application and started their logs again at the restart's start, so only the chosen log's holder kept the group's messages on disk; a second power cut took its unsynced durable mark, it rejoined with nothing too, and messages reported durable were on no disk (a recovered view now sends such members the messages their logs lack, Suffixes)"},
 		{513627, stepOptions{long: true}, "in a group without a StateMachine, a member still restoring when the next view installed fetched a snapshot, which no donor serves: after a recovered view's suffix fetch failed across a partition, the fetch stalled for good and the group did not come back whole (such a member is now caught up at once, as of the view's start)"},
 		{517482, stepOptions{long: true}, "the simulation crashed a member of a group without durable logs while every member still took part in the same view of all of them, but a view leaving out the far side of a partition was committed already: the crash left that view without a majority for good (a crash now waits for etcd to show no change under way)"},
+		{1825, stepOptions{long: true, slowWork: true}, "a joiner that got its state in one view could not mark itself caught up while it was cut off from etcd, and so was still listed as joining in the next view, in which it marked itself caught up before that view was shown to it (a donor's slow snapshot held it back): the mark was right, the simulation's check, which wanted the mark's own view shown, was not (it now asks that the member was shown that view or an earlier one since it last started or was excluded)"},
 		{604016, stepOptions{long: true}, "the simulation fixed the messages the group owed before a member whose lease ran out during an etcd outage was excluded, which happened only once etcd answered again: the messages it had accepted in that incarnation beyond the new view's cut were dropped, as the protocol says, and counted as lost (what is owed is now read at every check)"},
 	} {
 		t.Run(fmt.Sprintf("seed=%d", tc.seed), func(t *testing.T) {
 			t.Log(tc.found)
 			runStepWith(t, tc.seed, tc.opts)
+		})
+	}
+}
+
+var slowStepSeeds = flag.Int("step.slow.seeds", cond(invariants.RaceEnabled, 10, 300), "number of seeds TestGroupStepSlowWork runs")
+
+// TestGroupStepSlowWork runs TestGroupStep's simulation with slow work
+// (stepOptions.slowWork): each snapshot a donor reads for joiners, each
+// transferred state a joiner installs, takes up to three suspect
+// timeouts longer, as a large state's does. The work runs off the loop,
+// which goes on heartbeating: besides TestGroupStep's checks, none of
+// it may get a member excluded that no fault touched (checkExclusions).
+// The same runs on other seeds, and on longer schedules:
+//
+//	go test -run 'TestGroupStep$' -step.slow [-step.long] -step.first=N -step.seeds=M ./internal/engine
+func TestGroupStepSlowWork(t *testing.T) {
+	for seed := uint64(1); seed <= uint64(*slowStepSeeds); seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			runStepWith(t, seed, stepOptions{slowWork: true})
 		})
 	}
 }
@@ -249,6 +272,12 @@ type stepSim struct {
 	syncRng *rand.Rand
 	noSync  bool
 	syncs   int
+	// workRng, if set (stepOptions.slowWork), draws how much longer each
+	// piece of spawned work takes, apart from rng.
+	workRng *rand.Rand
+	// excluded records each exclusion a member saw (OnView), checked at
+	// the end against the faults (checkExclusions).
+	excluded []stepExclusion
 	// topDelivered is the highest index any member has delivered.
 	topDelivered uint64
 	// now is the virtual time, in nanoseconds since base; tasks run in
@@ -278,6 +307,11 @@ type stepSim struct {
 	// shown holds, for each member, the views its application has been
 	// shown as a member (in any incarnation).
 	shown map[NodeID]map[uint64]bool
+	// holdsSince is, for each member, the epoch of the first view its
+	// current incarnation was shown as a member since it last took part
+	// in none (it started, or was excluded): from then on it holds the
+	// group's state. Zero: it does not (yet).
+	holdsSince map[NodeID]uint64
 	// disks are the members' durable logs, in durable runs; acked holds
 	// the messages reported durable to their senders (delivered to them:
 	// what Send with WaitDelivered reports).
@@ -598,7 +632,11 @@ func (m *stepMember) poke() {
 
 func (m *stepMember) spawn(_ *Group, fn func()) (hurry func()) {
 	ran := false
-	m.s.after(m.s.latency(), func() {
+	d := m.s.latency()
+	if m.s.workRng != nil {
+		d += time.Duration(m.s.workRng.Int64N(int64(slowWorkMax) + 1))
+	}
+	m.s.after(d, func() {
 		if ran || m.gone() {
 			return
 		}
@@ -935,8 +973,11 @@ func (s *stepSim) open(id NodeID, initial int) {
 			switch {
 			case v.Excluded:
 				m.inView = false
+				s.excluded = append(s.excluded, stepExclusion{id: id, epoch: v.Epoch, at: s.now})
+				delete(s.holdsSince, id)
 			case !m.inView:
 				m.inView, m.joinStart = true, v.Start
+				s.holdsSince[id] = v.Epoch
 			}
 			if !v.Excluded {
 				if s.shown[id] == nil {
@@ -1135,6 +1176,7 @@ const (
 func (s *stepSim) crash(id NodeID, kind int) {
 	m := s.members[id]
 	s.note("m%d crash (%d)", id, kind)
+	delete(s.holdsSince, id)
 	if disk := s.disks[id]; disk != nil {
 		switch kind {
 		case crashWipe:
@@ -1181,7 +1223,18 @@ type stepOptions struct {
 	// topics gives the members topics to publish on and subscribe to
 	// (stepsim_topics_test.go).
 	topics bool
+	// slowWork makes the work a member spawns for its loop (reading its
+	// snapshot for joiners, installing the state transferred to it,
+	// taking a transfer's result) take up to slowWorkMax longer, as a
+	// large state's does.
+	slowWork bool
 }
+
+// slowWorkMax bounds the extra time spawned work takes with
+// stepOptions.slowWork: three suspect timeouts, so that a joiner's
+// Restore or a donor's Snapshot outlasts what the failure detector waits
+// for a heartbeat (TestViewsSlowRestore's case, under faults).
+const slowWorkMax = 3 * 200 * time.Millisecond
 
 // runStepWith runs seed with opts.
 func runStepWith(t testing.TB, seed uint64, opts stepOptions) stepResult {
@@ -1201,15 +1254,28 @@ func runStepWith(t testing.TB, seed uint64, opts stepOptions) stepResult {
 		t: t, plan: plan, rng: rand.New(rand.NewPCG(seed, seed^0x57e9)), verbose: verbose,
 		syncRng: rand.New(rand.NewPCG(seed, seed^0x5c5c)), noSync: opts.noSync,
 		base: time.Unix(1_800_000_000, 0), plant: planted,
-		etcd:    newSimEtcd("/sim/", stepLeaseTTL),
-		members: make(map[NodeID]*stepMember),
-		shown:   make(map[NodeID]map[uint64]bool),
-		disks:   make(map[NodeID]*simDisk),
-		c:       &vsCluster{t: t, leaseTTL: stepLeaseTTL, prefix: "/sim/", nodes: make(map[NodeID]*vsNode)},
+		etcd:       newSimEtcd("/sim/", stepLeaseTTL),
+		members:    make(map[NodeID]*stepMember),
+		shown:      make(map[NodeID]map[uint64]bool),
+		holdsSince: make(map[NodeID]uint64),
+		disks:      make(map[NodeID]*simDisk),
+		c:          &vsCluster{t: t, leaseTTL: stepLeaseTTL, prefix: "/sim/", nodes: make(map[NodeID]*vsNode)},
+	}
+	if opts.slowWork {
+		s.workRng = rand.New(rand.NewPCG(seed, seed^0x510e))
 	}
 	s.etcd.srv.Advance(s.clock().UnixNano())
 	s.etcd.checkPut = func(id NodeID, key, _ []byte) {
-		if err := checkCaughtUpMark(s.c.prefix, id, key, func(epoch uint64) bool { return s.shown[id][epoch] }); err != nil {
+		// A member holds the state of a view it was shown (in this
+		// incarnation, or in one before that kept its disk, from which
+		// it restarts), and of a later one, when its mark did not reach
+		// etcd in time (it was cut off) and the later view still lists it
+		// as joining.
+		holds := func(epoch uint64) bool {
+			e := s.holdsSince[id]
+			return s.shown[id][epoch] || e != 0 && e <= epoch
+		}
+		if err := checkCaughtUpMark(s.c.prefix, id, key, holds); err != nil {
 			s.fail("%v", err)
 		}
 	}
@@ -1375,8 +1441,53 @@ func runStepWith(t testing.TB, seed uint64, opts stepOptions) stepResult {
 	if err := checkAckedSurvived(s.acked, live, plan.stateless); err != nil {
 		s.fail("%v", err)
 	}
+	s.checkExclusions()
 	s.note("recovered in %v", recovered)
 	return stepResult{steps: s.steps, end: s.now, hash: s.hash, synced: s.syncs}
+}
+
+// stepExclusion is an exclusion member id saw: the view of epoch, at
+// virtual time at, left it out.
+type stepExclusion struct {
+	id    NodeID
+	epoch uint64
+	at    time.Duration
+}
+
+// checkExclusions fails the run if a member was excluded though no fault
+// touched it. A fault that names a member (a crash, a wipe, a cut from
+// etcd, a side of a partition, an end of a broken link) may explain its
+// exclusion, and a fault of the whole group (a crash of all, a power
+// cut, an etcd outage, after which leases may have run out, or faults
+// of half the members or more, which may leave a view without a
+// majority) any member's; nothing else may. Here no member is ever starved of time,
+// and the network's delays stay far below the suspect timeout, so the
+// suspicion of a member no fault touched is false: a slow Snapshot or
+// Restore (stepOptions.slowWork) that kept its loop from heartbeating,
+// say, or a view change that left out a member that was there.
+func (s *stepSim) checkExclusions() {
+	touched := make(map[NodeID]bool)
+	for _, f := range s.plan.faults {
+		if f.kind == "crash-all" || f.kind == "power-cut" || f.kind == "etcd-down" {
+			return
+		}
+		for _, side := range f.who {
+			for _, id := range side {
+				touched[id] = true
+			}
+		}
+	}
+	if 2*len(touched) >= s.plan.n {
+		// The faults may have left a view without a majority: then the
+		// group stops, and every member, whether touched or not, may
+		// take part in no view until it restarts.
+		return
+	}
+	for _, e := range s.excluded {
+		if !touched[e.id] {
+			s.fail("member %d was excluded at %v (view %d) though no fault touched it", e.id, e.at, e.epoch)
+		}
+	}
 }
 
 // powerCut crashes every member as a power cut does: member f.who keeps
