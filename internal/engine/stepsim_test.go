@@ -963,7 +963,7 @@ func (s *stepSim) open(id NodeID, initial int) {
 		// every view and transfer).
 		BlockBytes:        16 << 10,
 		test:              hooks{host: m, etcd: stepEtcd{}, batchBytes: 8 << 10, transferChunkBytes: 16 << 10, plant: s.plant},
-		HeartbeatInterval: 40 * time.Millisecond, SuspectTimeout: 200 * time.Millisecond,
+		HeartbeatInterval: 40 * time.Millisecond, SuspectTimeout: stepSuspectTimeout,
 		Logger: testLogger(),
 		Clock: func() int64 {
 			return s.base.UnixNano() + int64(skew) + int64(s.now) + int64(float64(s.now)*drift)
@@ -1230,11 +1230,15 @@ type stepOptions struct {
 	slowWork bool
 }
 
+// stepSuspectTimeout is the members' suspect timeout in the step
+// simulation.
+const stepSuspectTimeout = 200 * time.Millisecond
+
 // slowWorkMax bounds the extra time spawned work takes with
 // stepOptions.slowWork: three suspect timeouts, so that a joiner's
 // Restore or a donor's Snapshot outlasts what the failure detector waits
 // for a heartbeat (TestViewsSlowRestore's case, under faults).
-const slowWorkMax = 3 * 200 * time.Millisecond
+const slowWorkMax = 3 * stepSuspectTimeout
 
 // runStepWith runs seed with opts.
 func runStepWith(t testing.TB, seed uint64, opts stepOptions) stepResult {
@@ -1460,11 +1464,12 @@ type stepExclusion struct {
 // exclusion, and a fault of the whole group (a crash of all, a power
 // cut, an etcd outage, after which leases may have run out, or faults
 // of half the members or more, which may leave a view without a
-// majority) any member's; nothing else may. Here no member is ever starved of time,
-// and the network's delays stay far below the suspect timeout, so the
-// suspicion of a member no fault touched is false: a slow Snapshot or
-// Restore (stepOptions.slowWork) that kept its loop from heartbeating,
-// say, or a view change that left out a member that was there.
+// majority) any member's; nothing else may. Here no member is ever
+// starved of time, and the network's delays stay far below the suspect
+// timeout, so the suspicion of a member no fault touched is false: a
+// slow Snapshot or Restore (stepOptions.slowWork) that kept its loop
+// from heartbeating, say, or a view change that left out a member that
+// was there.
 func (s *stepSim) checkExclusions() {
 	touched := make(map[NodeID]bool)
 	for _, f := range s.plan.faults {

@@ -865,6 +865,12 @@ func clusterLogger(t testing.TB) *slog.Logger {
 	if l := testLogger(); l != nil {
 		return l
 	}
+	return ringLogger(t)
+}
+
+// ringLogger returns a logger that keeps the last records at info and
+// above in memory and writes them to t's log at its end if it failed.
+func ringLogger(t testing.TB) *slog.Logger {
 	ring := &logRing{lines: make([]string, 4096)}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -907,6 +913,81 @@ func (r *logRing) String() string {
 	}
 	return b.String()
 }
+
+func TestLogRing(t *testing.T) {
+	tests := []struct {
+		name   string
+		size   int
+		writes []string
+		want   string
+	}{
+		{"empty", 3, nil, ""},
+		{"partly filled", 3, []string{"a\n", "b\n"}, "a\nb\n"},
+		{"full", 3, []string{"a\n", "b\n", "c\n"}, "a\nb\nc\n"},
+		{"wrapped once", 3, []string{"a\n", "b\n", "c\n", "d\n"}, "(1 earlier records dropped)\nb\nc\nd\n"},
+		{"wrapped twice", 2, []string{"a\n", "b\n", "c\n", "d\n", "e\n"}, "(3 earlier records dropped)\nd\ne\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &logRing{lines: make([]string, tt.size)}
+			for _, w := range tt.writes {
+				if n, err := r.Write([]byte(w)); n != len(w) || err != nil {
+					t.Fatalf("Write(%q) = %d, %v", w, n, err)
+				}
+			}
+			if got := r.String(); got != tt.want {
+				t.Errorf("String() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestLogRingThroughSlog checks that the ring keeps slog's records whole,
+// one per Write, at info and above, as clusterLogger uses it.
+func TestLogRingThroughSlog(t *testing.T) {
+	r := &logRing{lines: make([]string, 2)}
+	l := slog.New(slog.NewTextHandler(r, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	l.Debug("not kept")
+	l.Info("first", "member", 1)
+	l.Warn("second", "member", 2)
+	l.Error("third", "member", 3)
+	got := r.String()
+	lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
+	if len(lines) != 3 || lines[0] != "(1 earlier records dropped)" ||
+		!strings.Contains(lines[1], "msg=second member=2") || !strings.Contains(lines[2], "msg=third member=3") {
+		t.Errorf("kept records:\n%s", got)
+	}
+}
+
+// TestRingLoggerDump checks that ringLogger (clusterLogger's without
+// CONVOY_TEST_LOG) writes the kept records to the test's log when the
+// test failed, and only then.
+func TestRingLoggerDump(t *testing.T) {
+	for _, failed := range []bool{false, true} {
+		tb := &dumpTB{TB: t, failed: failed}
+		ringLogger(tb).Info("member suspected", "member", 2, "reason", "no heartbeat")
+		for i := len(tb.cleanups) - 1; i >= 0; i-- {
+			tb.cleanups[i]()
+		}
+		dumped := strings.Join(tb.logs, "")
+		if want := "msg=\"member suspected\" member=2 reason=\"no heartbeat\""; failed != strings.Contains(dumped, want) {
+			t.Errorf("failed=%v: test log %q, want the record %q only when failed", failed, dumped, want)
+		}
+	}
+}
+
+// dumpTB is a testing.TB whose failure, clean-ups and log
+// TestRingLoggerDump controls.
+type dumpTB struct {
+	testing.TB
+	failed   bool
+	cleanups []func()
+	logs     []string
+}
+
+func (tb *dumpTB) Failed() bool            { return tb.failed }
+func (tb *dumpTB) Cleanup(f func())        { tb.cleanups = append(tb.cleanups, f) }
+func (tb *dumpTB) Logf(f string, a ...any) { tb.logs = append(tb.logs, fmt.Sprintf(f, a...)) }
 
 // testLogger logs to stderr when CONVOY_TEST_LOG is set, and returns nil
 // (no logging) otherwise.
