@@ -1,7 +1,10 @@
 // Package netns builds an emulated switched network on one Linux machine:
 // a set of network namespaces ("hosts"), each joined by a veth link to a
 // bridge that lives in a namespace of its own (the "switch"), with every
-// link optionally shaped by a tbf qdisc in both directions.
+// link optionally shaped by a tbf qdisc in both directions. On a shaped
+// link each of a host's TCP connections keeps at most about a millisecond
+// of the link's traffic queued in front of the others, as fair queueing
+// gives a real host (see Config.FlowQueueBytes).
 //
 // It drives the ip and tc commands (iproute2) and needs root. Programs run
 // inside a host with [Switch.Command]; pipes to and from them work across
@@ -53,6 +56,11 @@ const (
 	DefaultBurstBytes = 256 << 10
 	// DefaultQueueMillis sizes the tbf queue limit (see Config.LimitBytes).
 	DefaultQueueMillis = 50
+	// DefaultFlowQueueMillis sizes the bound on what one TCP connection of
+	// a host may queue in its link's qdisc (see Config.FlowQueueBytes).
+	DefaultFlowQueueMillis = 1
+	// minFlowQueueBytes is the least default bound: one TSO super-packet.
+	minFlowQueueBytes = 64 << 10
 	// teardownTimeout bounds Close, which must work even after the
 	// caller's context was cancelled.
 	teardownTimeout = 30 * time.Second
@@ -85,6 +93,16 @@ type Config struct {
 	// LimitBytes is the tbf queue limit; zero means DefaultQueueMillis of
 	// traffic at RateMbit plus 64 KiB.
 	LimitBytes int
+	// FlowQueueBytes bounds, on a shaped link, the bytes one TCP
+	// connection of a host may have queued in the qdisc below it (the
+	// host namespace's net.ipv4.tcp_limit_output_bytes, whose default is
+	// megabytes). A real host paces its connections or schedules them
+	// fairly (the fq and fq_codel qdiscs), so that the other connections'
+	// packets do not wait behind a bulk transfer's; tbf's queue is one
+	// FIFO, and this bound keeps what they wait behind short. Zero means
+	// DefaultFlowQueueMillis of traffic at RateMbit, at least 64 KiB.
+	// Unshaped links queue nothing, and the bound is not set.
+	FlowQueueBytes int
 	// Logger receives a debug line per command run; nil discards them.
 	Logger *slog.Logger
 }
@@ -148,8 +166,8 @@ func withDefaults(cfg Config) (Config, error) {
 	if cfg.Hosts < 1 {
 		return cfg, fmt.Errorf("netns: %d hosts, need at least 1", cfg.Hosts)
 	}
-	if cfg.RateMbit < 0 || cfg.BurstBytes < 0 || cfg.LimitBytes < 0 {
-		return cfg, errors.New("netns: negative rate, burst or limit")
+	if cfg.RateMbit < 0 || cfg.BurstBytes < 0 || cfg.LimitBytes < 0 || cfg.FlowQueueBytes < 0 {
+		return cfg, errors.New("netns: negative rate, burst, limit or flow queue")
 	}
 	if cfg.Name == "" {
 		id := make([]byte, 4)
@@ -173,7 +191,10 @@ func withDefaults(cfg Config) (Config, error) {
 		cfg.BurstBytes = DefaultBurstBytes
 	}
 	if cfg.LimitBytes == 0 {
-		cfg.LimitBytes = cfg.RateMbit*1_000_000/8*DefaultQueueMillis/1000 + 64<<10
+		cfg.LimitBytes = hostLimitBytes(cfg.RateMbit)
+	}
+	if cfg.FlowQueueBytes == 0 {
+		cfg.FlowQueueBytes = hostFlowQueueBytes(cfg.RateMbit)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -240,10 +261,31 @@ func (s *Switch) addHost(ctx context.Context, i int, h Host) error {
 	if s.cfg.RateMbit == 0 {
 		return nil
 	}
+	if err := s.setFlowQueue(i, s.cfg.FlowQueueBytes); err != nil {
+		return err
+	}
 	if err := s.shape(ctx, h.Namespace, "eth0"); err != nil { // host to switch
 		return err
 	}
 	return s.shape(ctx, s.sw, port) // switch to host
+}
+
+// flowQueueSysctl is the kernel setting Config.FlowQueueBytes sets in
+// each host's namespace. The settings under /proc/sys/net are those of
+// the namespace of the thread that opens them.
+const flowQueueSysctl = "/proc/sys/net/ipv4/tcp_limit_output_bytes"
+
+// setFlowQueue bounds what one TCP connection of host i may queue below
+// it (see Config.FlowQueueBytes).
+func (s *Switch) setFlowQueue(i, n int) error {
+	s.log.Debug("netns: flow queue", "host", i, "bytes", n)
+	err := s.InHost(i, func() error {
+		return os.WriteFile(flowQueueSysctl, []byte(strconv.Itoa(n)), 0)
+	})
+	if err != nil {
+		return fmt.Errorf("netns: host %d: bound its connections' queues: %w", i, err)
+	}
+	return nil
 }
 
 func (s *Switch) shape(ctx context.Context, ns, dev string) error {

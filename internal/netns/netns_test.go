@@ -98,6 +98,9 @@ func TestDefaults(t *testing.T) {
 	if cfg.BurstBytes != DefaultBurstBytes {
 		t.Errorf("burst %d", cfg.BurstBytes)
 	}
+	if want := 125_000; cfg.FlowQueueBytes != want {
+		t.Errorf("flow queue %d, want %d (1 ms at 1000 Mbit/s)", cfg.FlowQueueBytes, want)
+	}
 	other, err := withDefaults(Config{Hosts: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -108,6 +111,7 @@ func TestDefaults(t *testing.T) {
 	for _, bad := range []Config{
 		{Hosts: 0},
 		{Hosts: 2, RateMbit: -1},
+		{Hosts: 2, RateMbit: 100, FlowQueueBytes: -1},
 		{Hosts: 255},
 		{Hosts: 2, Subnet: netip.MustParsePrefix("fd00::/64")},
 	} {
@@ -183,4 +187,28 @@ func TestSwitch(t *testing.T) {
 	if err := server.Wait(); err != nil {
 		t.Errorf("server: %v", err)
 	}
+	for i := range sw.Hosts() {
+		if got := flowQueue(t, sw, i); got != minFlowQueueBytes {
+			t.Errorf("host %d: tcp_limit_output_bytes %d, want %d", i, got, minFlowQueueBytes)
+		}
+	}
+}
+
+// flowQueue returns host i's net.ipv4.tcp_limit_output_bytes.
+func flowQueue(t *testing.T, sw *Switch, i int) int {
+	t.Helper()
+	var out []byte
+	err := sw.InHost(i, func() error {
+		var err error
+		out, err = os.ReadFile(flowQueueSysctl)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("host %d: %v", i, err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("host %d: %s: %q: %v", i, flowQueueSysctl, out, err)
+	}
+	return n
 }

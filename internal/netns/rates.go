@@ -10,7 +10,9 @@ import (
 // (host to switch and switch to host), replacing the shaping New applied
 // from Config.RateMbit, or adding it if the switch was built unshaped. The
 // burst is the switch's (Config.BurstBytes); the queue limit holds
-// DefaultQueueMillis of traffic at the new rate plus 64 KiB.
+// DefaultQueueMillis of traffic at the new rate plus 64 KiB, and the
+// host's bound on what one connection may queue (Config.FlowQueueBytes)
+// DefaultFlowQueueMillis of it, at least 64 KiB.
 //
 // It lets one host have a faster or slower link than the others, such as
 // a recovering node whose inbound link several senders share.
@@ -20,6 +22,9 @@ func (s *Switch) SetHostRate(ctx context.Context, i, rateMbit int) error {
 	}
 	if rateMbit <= 0 {
 		return fmt.Errorf("netns: host %d: rate %d Mbit/s must be positive", i, rateMbit)
+	}
+	if err := s.setFlowQueue(i, hostFlowQueueBytes(rateMbit)); err != nil {
+		return err
 	}
 	limit := hostLimitBytes(rateMbit)
 	if err := s.reshape(ctx, s.hosts[i].Namespace, "eth0", rateMbit, limit); err != nil { // host to switch
@@ -32,6 +37,13 @@ func (s *Switch) SetHostRate(ctx context.Context, i, rateMbit int) error {
 // withDefaults picks for Config.LimitBytes.
 func hostLimitBytes(rateMbit int) int {
 	return rateMbit*1_000_000/8*DefaultQueueMillis/1000 + 64<<10
+}
+
+// hostFlowQueueBytes is the bound on what one connection of a host whose
+// link runs at rateMbit may queue: what withDefaults picks for
+// Config.FlowQueueBytes.
+func hostFlowQueueBytes(rateMbit int) int {
+	return max(rateMbit*1_000_000/8*DefaultFlowQueueMillis/1000, minFlowQueueBytes)
 }
 
 // reshape installs, or replaces, the tbf qdisc of dev in namespace ns.

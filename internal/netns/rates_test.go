@@ -22,9 +22,30 @@ func TestHostLimitBytes(t *testing.T) {
 	}
 }
 
+func TestHostFlowQueueBytes(t *testing.T) {
+	for _, tt := range []struct{ rate, want int }{
+		{0, 64 << 10},
+		{100, 64 << 10}, // 12.5 KB a millisecond: the floor
+		{1000, 125_000},
+		{10_000, 1_250_000},
+	} {
+		if got := hostFlowQueueBytes(tt.rate); got != tt.want {
+			t.Errorf("hostFlowQueueBytes(%d) = %d, want %d", tt.rate, got, tt.want)
+		}
+	}
+	cfg, err := withDefaults(Config{Hosts: 1, RateMbit: 700})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hostFlowQueueBytes(700); got != cfg.FlowQueueBytes {
+		t.Errorf("hostFlowQueueBytes(700) = %d, want the default %d", got, cfg.FlowQueueBytes)
+	}
+}
+
 // TestSetHostRate builds a switch shaped to 20 Mbit/s, raises two hosts'
-// links to 500 Mbit/s, and checks the qdiscs and that a transfer between
-// those hosts is much faster than 20 Mbit/s allows.
+// links to 1000 Mbit/s, and checks the qdiscs, the hosts' bounds on what
+// a connection may queue, and that a transfer between those hosts is much
+// faster than 20 Mbit/s allows.
 func TestSetHostRate(t *testing.T) {
 	if err := Check(); err != nil {
 		t.Skip(err)
@@ -46,13 +67,13 @@ func TestSetHostRate(t *testing.T) {
 		}
 	}
 	for _, h := range []int{0, 1} {
-		if err := sw.SetHostRate(ctx, h, 500); err != nil {
+		if err := sw.SetHostRate(ctx, h, 1000); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, q := range []struct{ ns, dev, want string }{
-		{sw.Hosts()[0].Namespace, "eth0", "500Mbit"},
-		{sw.sw, "p1", "500Mbit"},
+		{sw.Hosts()[0].Namespace, "eth0", "1Gbit"},
+		{sw.sw, "p1", "1Gbit"},
 		{sw.Hosts()[2].Namespace, "eth0", "20Mbit"},
 		{sw.sw, "p2", "20Mbit"},
 	} {
@@ -65,7 +86,13 @@ func TestSetHostRate(t *testing.T) {
 		}
 	}
 
-	// 4 MB at 20 Mbit/s would take 1.6 s; at 500 Mbit/s it takes ~0.06 s.
+	for _, f := range []struct{ host, want int }{{0, 125_000}, {1, 125_000}, {2, minFlowQueueBytes}} {
+		if got := flowQueue(t, sw, f.host); got != f.want {
+			t.Errorf("host %d: tcp_limit_output_bytes %d, want %d", f.host, got, f.want)
+		}
+	}
+
+	// 4 MB at 20 Mbit/s would take 1.6 s; at 1000 Mbit/s it takes ~0.03 s.
 	const size = 4_000_000
 	secs := transfer(ctx, t, sw, 0, 1, size)
 	t.Logf("%d bytes in %.3f s between reshaped hosts", size, secs)
