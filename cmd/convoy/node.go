@@ -93,9 +93,10 @@ beyond), and the service serves at most -max-requests requests holding
 at most -max-request-bytes (the key-value store's requests, the shared
 log's appends, the pub/sub service's publishes), and the key-value store
 and the pub/sub service at most -max-streams streams (event streams for
-pub/sub), refusing the others at once with 503 and Retry-After; the group's window
-(-window-messages, -window-bytes) bounds the messages sent and not yet
-delivered. The key-value store's package documentation (examples/paxos,
+pub/sub), refusing the others with 503 and Retry-After (a key-value
+stream's request first waits up to its Retry-After for a place); the
+group's window (-window-messages, -window-bytes) bounds the messages sent
+and not yet delivered. The key-value store's package documentation (examples/paxos,
 "Overload and memory") gives the bound on a member's memory they make.
 
 -clock-offset and -clock-drift-ppm set the member's clock (which stamps

@@ -11,7 +11,8 @@ import (
 )
 
 // errAtCapacity: the member serves as many requests (or bytes of them)
-// as Options.MaxRequests and Options.MaxRequestBytes allow, or as many
+// as Options.MaxRequests and Options.MaxRequestBytes allow (and a
+// stream's request found no place within Options.RetryAfter), or as many
 // streams as Options.MaxStreams: the request is refused with 503 and a
 // Retry-After.
 var errAtCapacity = errors.New("paxos: member at capacity")
@@ -35,9 +36,10 @@ var (
 
 // newAdmission returns what bounds the requests a member serves at once,
 // by count and by the bytes they hold, so that a load beyond what the
-// group can carry is refused at once instead of queueing: every KV
+// group can carry is refused instead of queueing without bound: every KV
 // request (reads included) takes a place for as long as it is served,
-// and a stream's request takes its place before its frame is read. It
+// and a stream's request takes its place, waiting up to
+// Options.RetryAfter for one, before its frame is read. It
 // counts what it admits and refuses, and the streams served, in the
 // service's metrics, made from Options.MeterProvider (the README's
 // Metrics section lists them with the library's).
@@ -45,7 +47,7 @@ func newAdmission(opts Options) (*admit.Metered, error) {
 	a, err := admit.NewMetered(opts.MaxRequests, opts.MaxRequestBytes, opts.MeterProvider, admit.Metrics{
 		Scope:   "github.com/convoy-gcs/convoy/examples/paxos",
 		Prefix:  "convoy.kv",
-		Refused: "Requests refused at once with 503 and Retry-After, by api (http, stream) and reason: capacity (MaxRequests or MaxRequestBytes reached), streams (a stream upgrade beyond MaxStreams).",
+		Refused: "Requests refused with 503 and Retry-After, by api (http, stream) and reason: capacity (MaxRequests or MaxRequestBytes reached; a stream's request after waiting RetryAfter for a place), streams (a stream upgrade beyond MaxStreams).",
 		Bytes:   "Bytes the requests being served hold, as admission counts them: at most MaxRequestBytes.",
 		Streams: "Streams being served: at most MaxStreams.",
 	})

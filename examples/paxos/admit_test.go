@@ -2,6 +2,8 @@ package paxos
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -144,8 +146,10 @@ func TestAdmissionBytes(t *testing.T) {
 }
 
 // TestAdmissionStream: a stream's request beyond the member's capacity
-// gets 503 with the RetryAfter, its frame unread, and the stream goes
-// on; an upgrade beyond MaxStreams gets 503 with Retry-After.
+// waits for a place, and is served once one frees; one for which none
+// frees within RetryAfter gets 503 with the RetryAfter, its frame unread,
+// and the stream goes on; an upgrade beyond MaxStreams gets 503 with
+// Retry-After.
 func TestAdmissionStream(t *testing.T) {
 	m := metrictest.New(t)
 	n, f := newTestNode(t, Options{MaxRequests: 1, MaxStreams: 1, RetryAfter: 1500 * time.Millisecond, MeterProvider: m.Provider})
@@ -164,16 +168,28 @@ func TestAdmissionStream(t *testing.T) {
 		reqs, _ := n.admit.Load()
 		return reqs == 1
 	})
-	write(wire.Request{Tag: 2, Op: wire.OpPut, Key: "b", Value: []byte("y")})
-	write(wire.Request{Tag: 3, Op: wire.OpGet, Key: "a"})
-	for _, tag := range []uint64{2, 3} {
-		r := readResponse(t, br)
-		if r.Tag != tag || r.Status != http.StatusServiceUnavailable || r.RetryAfter != 1500*time.Millisecond || !strings.Contains(string(r.Body), "at capacity") {
-			t.Errorf("answer %+v (%s), want tag %d refused with 503 and RetryAfter 1.5s", r, r.Body, tag)
-		}
+	// Tag 2 waits for tag 1's place, and takes it once tag 1 is answered.
+	write(wire.Request{Tag: 2, Op: wire.OpPut, Key: "b", ID: "p2", Value: []byte("y")})
+	waitFor(t, func() bool { return n.admit.Waiting() == 1 })
+	f.release()
+	if r := readResponse(t, br); r.Tag != 1 || r.Status != http.StatusOK {
+		t.Errorf("answer %+v, want tag 1 applied", r)
 	}
-	if got := m.Sum(t, "convoy.kv.refused.requests", "api", "stream", "reason", "capacity"); got != 2 {
-		t.Errorf("refused stream requests %d, want 2", got)
+	waitFor(t, func() bool {
+		reqs, _ := n.admit.Load()
+		return reqs == 1 && n.admit.Waiting() == 0
+	})
+	// Tag 3 finds no place within RetryAfter: tag 2 is held.
+	start := time.Now()
+	write(wire.Request{Tag: 3, Op: wire.OpGet, Key: "a"})
+	if r := readResponse(t, br); r.Tag != 3 || r.Status != http.StatusServiceUnavailable || r.RetryAfter != 1500*time.Millisecond || !strings.Contains(string(r.Body), "at capacity") {
+		t.Errorf("answer %+v (%s), want tag 3 refused with 503 and RetryAfter 1.5s", r, r.Body)
+	}
+	if waited := time.Since(start); waited < 1500*time.Millisecond {
+		t.Errorf("tag 3 refused after %v, want it to wait RetryAfter (1.5s) first", waited)
+	}
+	if got := m.Sum(t, "convoy.kv.refused.requests", "api", "stream", "reason", "capacity"); got != 1 {
+		t.Errorf("refused stream requests %d, want 1", got)
 	}
 
 	resp, err := srv.Client().Do(func() *http.Request {
@@ -197,8 +213,56 @@ func TestAdmissionStream(t *testing.T) {
 	}
 
 	f.release()
-	if r := readResponse(t, br); r.Tag != 1 || r.Status != http.StatusOK {
-		t.Errorf("answer %+v, want tag 1 applied", r)
+	if r := readResponse(t, br); r.Tag != 2 || r.Status != http.StatusOK {
+		t.Errorf("answer %+v, want tag 2 applied", r)
+	}
+}
+
+// TestAdmissionStreamBatch: of writes that arrive together, those with
+// places go to the group as one batch, and the rest wait for places
+// rather than being refused.
+func TestAdmissionStreamBatch(t *testing.T) {
+	m := metrictest.New(t)
+	n, f := newTestNode(t, Options{MaxRequests: 2, MeterProvider: m.Provider})
+	srv := httptest.NewServer(n.Handler())
+	t.Cleanup(srv.Close)
+	conn, br := rawStream(t, srv)
+	f.set(func(f *fakeGroup) { f.hold = true })
+	var frames []byte
+	for tag := uint64(1); tag <= 3; tag++ {
+		frames = wire.AppendRequest(frames, &wire.Request{Tag: tag, Op: wire.OpPut, Key: fmt.Sprint("k", tag), ID: fmt.Sprint("p", tag), Value: []byte("v")})
+	}
+	if _, err := conn.Write(frames); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		reqs, _ := n.admit.Load()
+		return reqs == 2 && n.admit.Waiting() == 1
+	})
+	f.mu.Lock()
+	held := len(f.held)
+	f.mu.Unlock()
+	if held != 1 {
+		t.Fatalf("%d messages sent to the group, want 1 (a batch of tags 1 and 2)", held)
+	}
+	f.release()
+	waitFor(t, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.held) == 1
+	})
+	f.set(func(f *fakeGroup) { f.hold = false })
+	f.release()
+	got := map[uint64]int{}
+	for range 3 {
+		r := readResponse(t, br)
+		got[r.Tag] = int(r.Status)
+	}
+	if want := map[uint64]int{1: http.StatusOK, 2: http.StatusOK, 3: http.StatusOK}; !maps.Equal(got, want) {
+		t.Errorf("answers %v, want %v", got, want)
+	}
+	if got := m.Sum(t, "convoy.kv.refused.requests"); got != 0 {
+		t.Errorf("%d requests refused, want none", got)
 	}
 }
 
@@ -221,7 +285,7 @@ func TestClientRetriesRefusals(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 
 			// While the place is taken, until the context ends.
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer cancel()
 			_, err := c.Put(ctx, "b", []byte("y"))
 			if !strings.Contains(err.Error(), "at capacity") || !strings.Contains(err.Error(), "deadline exceeded") {
@@ -229,7 +293,7 @@ func TestClientRetriesRefusals(t *testing.T) {
 			}
 			// Over HTTP, Retry-After is in seconds: one retry at most.
 			if got := m.Sum(t, "convoy.kv.refused.requests"); got < 1 || (streams && got < 2) {
-				t.Errorf("%d refusals in 300 ms, want at least %d", got, map[bool]int{false: 1, true: 2}[streams])
+				t.Errorf("%d refusals in 500 ms, want at least %d", got, map[bool]int{false: 1, true: 2}[streams])
 			}
 
 			// Room comes while the call waits.

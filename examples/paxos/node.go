@@ -81,10 +81,11 @@ type Options struct {
 	// MaxRequests bounds the requests this member serves at once: reads
 	// and writes, over HTTP and over streams, from their arrival to their
 	// answer (default DefaultMaxRequests, or the group's
-	// Config.WindowMessages if that is smaller). A request beyond it is
-	// refused at once with 503 and a Retry-After header (over a stream,
-	// the response's RetryAfter), and the client tries again later; a
-	// request admitted takes its place before its body is read.
+	// Config.WindowMessages if that is smaller). An HTTP request beyond it
+	// is refused at once with 503 and a Retry-After header, and the
+	// client tries again later; a stream's request waits up to
+	// RetryAfter for a place, then gets 503 with the response's
+	// RetryAfter. A request takes its place before its body is read.
 	MaxRequests int
 	// MaxRequestBytes bounds the bytes the requests being served hold,
 	// as admission counts them: a put's body, and the command made of
@@ -101,7 +102,8 @@ type Options struct {
 	// Retry-After.
 	MaxStreams int
 	// RetryAfter is how long a client refused for capacity is asked to
-	// wait before it tries again (default DefaultRetryAfter): in HTTP's
+	// wait before it tries again, and how long a stream's request waits
+	// for a place before it is refused (default DefaultRetryAfter): in HTTP's
 	// Retry-After header in whole seconds, rounded up; in a stream's
 	// response in milliseconds.
 	RetryAfter time.Duration

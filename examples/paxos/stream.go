@@ -204,17 +204,17 @@ func (s *stream) serve(br *bufio.Reader) {
 // next reads the next request, or the next writes that arrived together
 // (see gatherWrites), and hands them to a worker (wg counts the workers),
 // or answers a request at once: 413 above limit bytes, 400 if malformed,
-// 503 if the member is at capacity. It returns false once the stream
-// must end.
+// 503 if the member stayed at capacity (see read). It returns false once
+// the stream must end.
 func (s *stream) next(ctx context.Context, br *bufio.Reader, limit int, wg *sync.WaitGroup) bool {
-	req, charge, queued, ok := s.read(br, limit)
-	if !ok || !queued {
-		return ok
+	req, charge, r := s.read(ctx, br, limit, true)
+	if r != readQueued {
+		return r != readEnd
 	}
 	j := streamJob{reqs: []wire.Request{req}, charges: []int{charge}}
 	more := true
 	if isWrite(req.Op) {
-		more = s.gatherWrites(br, limit, &j)
+		more = s.gatherWrites(ctx, br, limit, &j)
 	}
 	s.serving.Add(int64(len(j.reqs)))
 	select {
@@ -237,10 +237,10 @@ func (s *stream) next(ctx context.Context, br *bufio.Reader, limit int, wg *sync
 }
 
 // gatherWrites adds to j, which holds a write, the writes that follow it
-// whose frames the reader holds whole already, up to streamMaxBatch
-// requests and streamBatchBytes of frames. It returns false once the
-// stream must end.
-func (s *stream) gatherWrites(br *bufio.Reader, limit int, j *streamJob) bool {
+// whose frames the reader holds whole already and that have places at
+// once, up to streamMaxBatch requests and streamBatchBytes of frames. It
+// returns false once the stream must end.
+func (s *stream) gatherWrites(ctx context.Context, br *bufio.Reader, limit int, j *streamJob) bool {
 	bytes := wire.RequestBytes(&j.reqs[0])
 	for len(j.reqs) < streamMaxBatch {
 		// Peek waits for bytes the reader lacks: only those it holds.
@@ -255,11 +255,15 @@ func (s *stream) gatherWrites(br *bufio.Reader, limit int, j *streamJob) bool {
 		if size > br.Buffered() || bytes+size > streamBatchBytes || !isWrite(wire.Op(head[4+8])) {
 			return true
 		}
-		req, charge, queued, ok := s.read(br, limit)
-		if !ok {
+		req, charge, r := s.read(ctx, br, limit, false)
+		switch r {
+		case readEnd:
 			return false
-		}
-		if queued {
+		case readLeft:
+			// No place at once: j goes without it, and the next read
+			// waits for one.
+			return true
+		case readQueued:
 			j.reqs = append(j.reqs, req)
 			j.charges = append(j.charges, charge)
 			bytes += size
@@ -274,20 +278,39 @@ func isWrite(op wire.Op) bool {
 	return op == wire.OpPut || op == wire.OpDelete || op == wire.OpCAS
 }
 
-// read reads the next request. It answers at once (queued false) one
-// above limit bytes (413), malformed (400), or for which the member is at
-// capacity (503); it returns the others with their admission charge. ok
-// is false once the stream must end.
-func (s *stream) read(br *bufio.Reader, limit int) (req wire.Request, charge int, queued, ok bool) {
+// readResult is what became of the request read tried to read.
+type readResult int
+
+const (
+	// readQueued: read returned the request, admitted, to be served.
+	readQueued readResult = iota
+	// readAnswered: read answered it at once (413, 400 or 503).
+	readAnswered
+	// readLeft: read left it unread, as the member had no place for it
+	// at once and read was not to wait.
+	readLeft
+	// readEnd: the stream must end.
+	readEnd
+)
+
+// read reads the next request. It answers one above limit bytes (413) or
+// malformed (400) at once. A request the member has no place for
+// (Options.MaxRequests and MaxRequestBytes) waits for one, with wait, up
+// to Options.RetryAfter and after the requests of every stream that
+// waited before it, while the stream reads nothing more and TCP holds the
+// client back; if none frees, it is answered 503 with that RetryAfter.
+// Without wait it is left unread. It returns a request it queues with its
+// admission charge.
+func (s *stream) read(ctx context.Context, br *bufio.Reader, limit int, wait bool) (req wire.Request, charge int, r readResult) {
 	// The frame's length, tag and op come first: the request takes its
 	// place (or is refused) before its frame is read.
 	head, err := br.Peek(4)
 	if err != nil {
-		return req, 0, false, false
+		return req, 0, readEnd
 	}
 	size := int(binary.BigEndian.Uint32(head))
 	if size > limit {
-		return req, 0, false, s.skip(br, size, wire.Response{Status: http.StatusRequestEntityTooLarge, Body: fmt.Appendf(nil, "request of %d bytes, limit %d", size, limit)})
+		return req, 0, answered(s.skip(br, size, wire.Response{Status: http.StatusRequestEntityTooLarge, Body: fmt.Appendf(nil, "request of %d bytes, limit %d", size, limit)}))
 	}
 	// A frame shorter than the smallest request (a tag, an op, flags and
 	// empty fields) is read and answered below, without a place: it holds
@@ -295,33 +318,56 @@ func (s *stream) read(br *bufio.Reader, limit int) (req wire.Request, charge int
 	if size >= wire.RequestBytes(&wire.Request{})-4 {
 		// The length, the tag, the op.
 		if head, err = br.Peek(4 + 8 + 1); err != nil {
-			return req, 0, false, false
+			return req, 0, readEnd
 		}
 		// A read holds its frame; a write its frame and its command.
 		charge = size
 		if op := wire.Op(head[4+8]); op != wire.OpGet && op != wire.OpGetStale {
 			charge = 2 * size
 		}
-		if !s.n.admit.Admit(charge, streamCapacity) {
-			return req, 0, false, s.skip(br, size, wire.Response{Status: http.StatusServiceUnavailable, Body: []byte(errAtCapacity.Error()), RetryAfter: s.n.opts.RetryAfter})
+		if !s.n.admit.TryAdmit(charge) {
+			if !wait {
+				return req, 0, readLeft
+			}
+			if !s.waitAdmit(ctx, charge) {
+				return req, 0, answered(s.skip(br, size, wire.Response{Status: http.StatusServiceUnavailable, Body: []byte(errAtCapacity.Error()), RetryAfter: s.n.opts.RetryAfter}))
+			}
 		}
 	}
 	frame, _, err := wire.ReadFrame(br, limit, nil)
 	if err != nil {
 		s.release(charge)
-		return req, 0, false, false
+		return req, 0, readEnd
 	}
 	req, err = wire.DecodeRequest(frame)
 	if err != nil {
 		s.release(charge)
 		t, ok := wire.Tag(frame)
 		if !ok {
-			return req, 0, false, false // nothing to answer: the client is not speaking the protocol
+			return req, 0, readEnd // nothing to answer: the client is not speaking the protocol
 		}
 		s.respond(wire.Response{Tag: t, Status: http.StatusBadRequest, Body: []byte(err.Error())})
-		return req, 0, false, true
+		return req, 0, readAnswered
 	}
-	return req, charge, true, true
+	return req, charge, readQueued
+}
+
+// answered is read's result for a request it answered at once: ok is
+// whether the stream goes on.
+func answered(ok bool) readResult {
+	if ok {
+		return readAnswered
+	}
+	return readEnd
+}
+
+// waitAdmit waits up to Options.RetryAfter, or until ctx ends, for a
+// place for a request of charge, and reports whether it got one (a
+// refusal is counted if not).
+func (s *stream) waitAdmit(ctx context.Context, charge int) bool {
+	ctx, cancel := context.WithTimeout(ctx, s.n.opts.RetryAfter)
+	defer cancel()
+	return s.n.admit.Wait(ctx, charge, streamCapacity)
 }
 
 // release gives back a request's admission charge (none if zero: the

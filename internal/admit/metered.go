@@ -101,6 +101,30 @@ func (a *Metered) Admit(bytes int, refused Reason) bool {
 	return true
 }
 
+// TryAdmit takes a place for a request that holds bytes if one is free,
+// and reports whether it did; unlike Admit it counts no refusal, for a
+// caller that waits for a place (Wait) when there is none.
+func (a *Metered) TryAdmit(bytes int) bool {
+	if !a.l.Admit(bytes) {
+		return false
+	}
+	a.count(1, bytes)
+	return true
+}
+
+// Wait takes a place for a request that holds bytes, waiting until ctx
+// ends for one (see Limiter.Wait), or counts a refusal for refused and
+// returns false if none freed. A request admitted must be released with
+// the same bytes.
+func (a *Metered) Wait(ctx context.Context, bytes int, refused Reason) bool {
+	if !a.l.Wait(ctx, bytes) {
+		a.Refuse(refused)
+		return false
+	}
+	a.count(1, bytes)
+	return true
+}
+
 // Release gives back the place of a request admitted with bytes.
 func (a *Metered) Release(bytes int) {
 	a.l.Release(bytes)
@@ -134,3 +158,6 @@ func (a *Metered) Load() (requests, bytes int) { return a.l.Load() }
 
 // Total returns how many requests were ever admitted.
 func (a *Metered) Total() uint64 { return a.l.Total() }
+
+// Waiting returns how many requests wait for a place (Wait).
+func (a *Metered) Waiting() int { return a.l.Waiting() }
