@@ -50,6 +50,7 @@ func newAdmission(opts Options) (*admit.Metered, error) {
 		Refused: "Requests refused with 503 and Retry-After, by api (http, stream) and reason: capacity (MaxRequests or MaxRequestBytes reached; a stream's request after waiting RetryAfter for a place), streams (a stream upgrade beyond MaxStreams).",
 		Bytes:   "Bytes the requests being served hold, as admission counts them: at most MaxRequestBytes.",
 		Streams: "Streams being served: at most MaxStreams.",
+		Waiting: "Stream requests waiting for a place (beyond MaxRequests or MaxRequestBytes), each for up to RetryAfter.",
 	})
 	if err != nil {
 		return nil, fmt.Errorf("paxos: metrics: %w", err)

@@ -171,6 +171,9 @@ func TestAdmissionStream(t *testing.T) {
 	// Tag 2 waits for tag 1's place, and takes it once tag 1 is answered.
 	write(wire.Request{Tag: 2, Op: wire.OpPut, Key: "b", ID: "p2", Value: []byte("y")})
 	waitFor(t, func() bool { return n.admit.Waiting() == 1 })
+	if got := m.Sum(t, "convoy.kv.waiting.requests"); got != 1 {
+		t.Errorf("waiting requests %d, want 1", got)
+	}
 	f.release()
 	if r := readResponse(t, br); r.Tag != 1 || r.Status != http.StatusOK {
 		t.Errorf("answer %+v, want tag 1 applied", r)

@@ -15,8 +15,9 @@ type Metrics struct {
 	// package path.
 	Scope string
 	// Prefix names the metrics: Prefix+".refused.requests",
-	// Prefix+".admitted.requests", Prefix+".admitted.bytes" and
-	// Prefix+".streams" (for example "convoy.log").
+	// Prefix+".admitted.requests", Prefix+".admitted.bytes",
+	// Prefix+".streams" and Prefix+".waiting.requests" (for example
+	// "convoy.log").
 	Prefix string
 	// Refused describes Prefix.refused.requests: the reasons (and any
 	// other attributes) a refusal is counted by.
@@ -26,6 +27,10 @@ type Metrics struct {
 	// Streams describes Prefix.streams, the streams being served; a
 	// service that serves none leaves it empty, and has no such metric.
 	Streams string
+	// Waiting describes Prefix.waiting.requests, the requests waiting
+	// for a place (Wait); a service whose requests never wait leaves it
+	// empty, and has no such metric.
+	Waiting string
 }
 
 // Reason is why a request was refused: the attributes its refusal is
@@ -48,6 +53,7 @@ func NewReason(reason string, attrs ...attribute.KeyValue) Reason {
 //	Prefix.admitted.requests  up-down counter: the requests admitted, not yet released
 //	Prefix.admitted.bytes     up-down counter: the bytes they hold
 //	Prefix.streams            up-down counter: the streams being served (AddStreams)
+//	Prefix.waiting.requests   up-down counter, observed: the requests waiting for a place (Wait)
 //
 // Its methods are safe for concurrent use.
 type Metered struct {
@@ -79,6 +85,15 @@ func NewMetered(maxRequests, maxBytes int, mp metric.MeterProvider, ms Metrics) 
 	if a.bytes, err = m.Int64UpDownCounter(ms.Prefix+".admitted.bytes", metric.WithUnit("By"),
 		metric.WithDescription(ms.Bytes)); err != nil {
 		return nil, err
+	}
+	if ms.Waiting != "" {
+		if _, err = m.Int64ObservableUpDownCounter(ms.Prefix+".waiting.requests", metric.WithUnit("{request}"),
+			metric.WithDescription(ms.Waiting), metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+				o.Observe(int64(a.l.Waiting()))
+				return nil
+			})); err != nil {
+			return nil, err
+		}
 	}
 	if ms.Streams != "" {
 		if a.streams, err = m.Int64UpDownCounter(ms.Prefix+".streams", metric.WithUnit("{stream}"),

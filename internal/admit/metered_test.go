@@ -1,10 +1,14 @@
 package admit
 
 import (
+	"context"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -127,4 +131,48 @@ func TestHTTP(t *testing.T) {
 	if reqs, bytes := a.Load(); !served || reqs != 0 || bytes != 0 {
 		t.Errorf("served %v, then Load = %d, %d, want true, 0, 0", served, reqs, bytes)
 	}
+}
+
+// TestMeteredWait: TryAdmit counts what it admits and no refusal; Wait
+// counts its refusal once its context ends without a place, and
+// svc.waiting.requests the requests waiting meanwhile.
+func TestMeteredWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		meters := metrictest.New(t)
+		a, err := NewMetered(1, 100, meters.Provider, Metrics{Scope: "test", Prefix: "svc", Refused: "refused", Bytes: "bytes", Waiting: "waiting"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		capacity := NewReason("capacity")
+		if !a.TryAdmit(10) || a.TryAdmit(10) {
+			t.Fatal("TryAdmit beyond MaxRequests, or not within it")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		refused := make(chan bool, 1)
+		go func() { refused <- !a.Wait(ctx, 10, capacity) }()
+		synctest.Wait()
+		if got := meters.Sum(t, "svc.waiting.requests"); got != 1 {
+			t.Errorf("svc.waiting.requests = %d while one waits, want 1", got)
+		}
+		if !<-refused {
+			t.Fatal("Wait admitted a request without a place")
+		}
+		admitted := make(chan bool, 1)
+		go func() { admitted <- a.Wait(context.Background(), 20, capacity) }()
+		synctest.Wait()
+		a.Release(10)
+		if !<-admitted {
+			t.Fatal("Wait did not admit the request once a place freed")
+		}
+		want := map[string]int64{
+			"svc.admitted.requests":                 1,
+			"svc.admitted.bytes":                    20,
+			"svc.waiting.requests":                  0,
+			"svc.refused.requests{reason=capacity}": 1,
+		}
+		if got := meters.Sums(t); !maps.Equal(got, want) {
+			t.Errorf("metrics %v, want %v", got, want)
+		}
+	})
 }
