@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/convoy-gcs/convoy/etcddev"
@@ -1578,33 +1579,41 @@ func TestSyncStatelessJoiner(t *testing.T) {
 // rejoined, was transferred the state again and excluded again, for as
 // long as its state took that long to restore — under load, with about
 // 100 MB of state, for good.
+//
+// It runs in a synctest bubble, on a simulated etcd: what it checks is
+// that the protocol excludes no one for a slow Restore, which real time
+// cannot show on a loaded machine, where any member may be starved past
+// a timeout (its lease's, or its neighbours' patience) for reasons of
+// its own. In the bubble, time moves only once every goroutine waits.
 func TestViewsSlowRestore(t *testing.T) {
-	c := newVSCluster(t)
-	const suspect = time.Second
-	patient := func(cfg *Config) { cfg.SuspectTimeout = suspect }
-	nodes := c.openAll(3, patient)
-	stop := make(chan struct{})
-	wg := c.load(stop, nodes...)
-	c.waitCount(nodes[0], 100)
-	joiner, err := c.open(4, 1, func(cfg *Config) {
-		patient(cfg)
-		cfg.State = &slowRestore{StateMachine: cfg.State, delay: 3 * suspect}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := append(nodes, joiner)
-	c.waitView(2, 4, all...)
-	// It delivers what the group sends after it is in, in view 2.
-	c.waitCount(joiner, joiner.delivered()+100)
-	close(stop)
-	wg.Wait()
-	sameState(t, all...)
-	for _, n := range all {
-		if v, _ := n.lastView(); v.Epoch != 2 || n.wasExcluded() {
-			t.Errorf("member %d: last view %d, excluded %v; want view 2 and never excluded", n.id, v.Epoch, n.wasExcluded())
+	synctest.Test(t, func(t *testing.T) {
+		c := newSimCluster(t)
+		const suspect = time.Second
+		patient := func(cfg *Config) { cfg.SuspectTimeout = suspect }
+		nodes := c.openAll(3, patient)
+		stop := make(chan struct{})
+		wg := c.load(stop, nodes...)
+		c.waitCount(nodes[0], 100)
+		joiner, err := c.open(4, 1, func(cfg *Config) {
+			patient(cfg)
+			cfg.State = &slowRestore{StateMachine: cfg.State, delay: 3 * suspect}
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		all := append(nodes, joiner)
+		c.waitView(2, 4, all...)
+		// It delivers what the group sends after it is in, in view 2.
+		c.waitCount(joiner, joiner.delivered()+100)
+		close(stop)
+		wg.Wait()
+		sameState(t, all...)
+		for _, n := range all {
+			if v, _ := n.lastView(); v.Epoch != 2 || n.wasExcluded() {
+				t.Errorf("member %d: last view %d, excluded %v; want view 2 and never excluded", n.id, v.Epoch, n.wasExcluded())
+			}
+		}
+	})
 }
 
 // slowRestore is a state machine whose Restore takes delay.
