@@ -84,8 +84,9 @@ type Options struct {
 	// Config.WindowMessages if that is smaller). An HTTP request beyond it
 	// is refused at once with 503 and a Retry-After header, and the
 	// client tries again later; a stream's request waits up to
-	// RetryAfter for a place, then gets 503 with the response's
-	// RetryAfter. A request takes its place before its body is read.
+	// RetryAfter for a place and, if none frees, gets 503 with the
+	// response's RetryAfter. A request takes its place before its body
+	// is read.
 	MaxRequests int
 	// MaxRequestBytes bounds the bytes the requests being served hold,
 	// as admission counts them: a put's body, and the command made of
@@ -103,9 +104,9 @@ type Options struct {
 	MaxStreams int
 	// RetryAfter is how long a client refused for capacity is asked to
 	// wait before it tries again, and how long a stream's request waits
-	// for a place before it is refused (default DefaultRetryAfter): in HTTP's
-	// Retry-After header in whole seconds, rounded up; in a stream's
-	// response in milliseconds.
+	// for a place before it is refused (default DefaultRetryAfter): in
+	// HTTP's Retry-After header in whole seconds, rounded up; in a
+	// stream's response in milliseconds.
 	RetryAfter time.Duration
 	// IdleRelease, if positive, makes the member return the memory its
 	// garbage collector holds to the system (two collections, so that
