@@ -33,17 +33,22 @@ func (s *Switch) SetHostRate(ctx context.Context, i, rateMbit int) error {
 	return s.reshape(ctx, s.sw, "p"+strconv.Itoa(i), rateMbit, limit) // switch to host
 }
 
+// linkBytes is what a link at rateMbit carries in millis milliseconds.
+func linkBytes(rateMbit, millis int) int {
+	return rateMbit * 1_000_000 / 8 * millis / 1000
+}
+
 // hostLimitBytes is the tbf queue limit of a link at rateMbit: what
 // withDefaults picks for Config.LimitBytes.
 func hostLimitBytes(rateMbit int) int {
-	return rateMbit*1_000_000/8*DefaultQueueMillis/1000 + 64<<10
+	return linkBytes(rateMbit, DefaultQueueMillis) + 64<<10
 }
 
 // hostFlowQueueBytes is the bound on what one connection of a host whose
 // link runs at rateMbit may queue: what withDefaults picks for
 // Config.FlowQueueBytes.
 func hostFlowQueueBytes(rateMbit int) int {
-	return max(rateMbit*1_000_000/8*DefaultFlowQueueMillis/1000, minFlowQueueBytes)
+	return max(linkBytes(rateMbit, DefaultFlowQueueMillis), minFlowQueueBytes)
 }
 
 // reshape installs, or replaces, the tbf qdisc of dev in namespace ns.
