@@ -3,6 +3,7 @@ package multicast
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -218,4 +219,92 @@ func (e *failOpenEndpoint) Open(ctx context.Context, peer rdma.NodeID, stream rd
 		e.opened.Failed(rdma.ErrUnreachable)
 	}()
 	return nil, errOpen
+}
+
+// A root whose receiver grants no batch credits, or more than a receiver
+// can have, fails the group with a descriptive error.
+func TestGroupBadCreditGrant(t *testing.T) {
+	for _, imm := range []uint64{0, maxBatchCredits + 1, 1 << 63} {
+		t.Run(fmt.Sprint(imm), func(t *testing.T) {
+			f := newMemFabric(t, 2, 1)
+			defer f.close()
+			m := newMember()
+			cfg := GroupConfig{ID: 9, Members: f.ids(), Root: f.eps[0].ID(), BlockBytes: 1024, SmallThreshold: 100, BatchBytes: 4096}
+			g, err := NewGroup(context.Background(), f.eps[0], cfg, m.callbacks())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			h := &rawHandler{signals: make(chan uint64, 64)}
+			qp, err := f.eps[1].Open(context.Background(), f.eps[0].ID(), streamID(cfg.ID, chanBatches), h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer qp.Close()
+			if err := qp.Signal(imm); err != nil {
+				t.Fatal(err)
+			}
+			m.waitFor(t, "failure", func(m *member) bool { return len(m.failures) > 0 })
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			want := fmt.Sprintf("granted %d batch credits", imm)
+			if len(m.failures) != 1 || !errors.Is(m.failures[0], ErrGroupFailed) || !strings.Contains(m.failures[0].Error(), want) {
+				t.Fatalf("failures = %v, want one ErrGroupFailed mentioning %q", m.failures, want)
+			}
+		})
+	}
+}
+
+// A receiver grants its root the credits for its batch buffers half of
+// them at a time: when it posts them first, and then once every half of
+// them has been taken in and posted again.
+func TestGroupCreditGrants(t *testing.T) {
+	for _, credits := range []int{1, 2, 3, 8} {
+		t.Run(fmt.Sprint(credits), func(t *testing.T) {
+			f := newMemFabric(t, 2, 1)
+			defer f.close()
+			m := newMember()
+			cfg := GroupConfig{ID: 9, Members: f.ids(), Root: f.eps[0].ID(), BlockBytes: 1024, SmallThreshold: 100, BatchBytes: 4096, BatchCredits: credits}
+			g, err := NewGroup(context.Background(), f.eps[1], cfg, m.callbacks())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			h := &rawHandler{signals: make(chan uint64, 64)}
+			qp, err := f.eps[0].Open(context.Background(), f.eps[1].ID(), streamID(cfg.ID, chanBatches), h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer qp.Close()
+			half := max(credits/2, 1)
+			granted := 0
+			for granted < credits {
+				if n := <-h.signals; n != uint64(half) && n != uint64(credits-granted) {
+					t.Fatalf("granted %d credits at first (after %d), want %d at a time", n, granted, half)
+				} else {
+					granted += int(n)
+				}
+			}
+			// Three rounds of frames, one in flight at a time as a root at
+			// light load sends them: a grant follows every half-th.
+			for i := range 3 * half {
+				frame := encodeTestBatch(uint64(i), []batchRecord{{size: 1, data: []byte{byte(i)}}})
+				if err := qp.PostSend(frame, 0, uint64(i)); err != nil {
+					t.Fatal(err)
+				}
+				m.waitMessages(t, i+1)
+				if (i+1)%half != 0 {
+					continue
+				}
+				if n := <-h.signals; n != uint64(half) {
+					t.Fatalf("after frame %d: granted %d credits, want %d", i, n, half)
+				}
+			}
+			select {
+			case n := <-h.signals:
+				t.Fatalf("granted %d credits more, want none", n)
+			default:
+			}
+		})
+	}
 }

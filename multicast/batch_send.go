@@ -119,9 +119,15 @@ func (b *batchSender) idle() bool {
 	return true
 }
 
-// batchCreditLocked handles a ready signal from receiver p.
-func (g *Group) batchCreditLocked(p int) {
-	g.mu.root.batches.credits[p]++
+// batchCreditLocked handles a grant of n credits (batch buffers posted)
+// from receiver p.
+func (g *Group) batchCreditLocked(p int, n uint64) {
+	b := &g.mu.root.batches
+	if n == 0 || n > maxBatchCredits {
+		g.failLocked(fmt.Errorf("%w: node %d granted %d batch credits", errBadBatch, g.ranks[p], n))
+		return
+	}
+	b.credits[p] += int(n)
 	g.pumpBatchesLocked()
 }
 

@@ -38,6 +38,9 @@ const (
 	// DefaultBatchCredits is how many batch buffers each receiver keeps
 	// posted: the number of batches the root may have in flight to it.
 	DefaultBatchCredits = 8
+	// maxBatchCredits bounds BatchCredits, and so a grant of credits a
+	// receiver may make at once.
+	maxBatchCredits = 1 << 16
 	// DefaultMaxMessageBytes bounds one message.
 	DefaultMaxMessageBytes = 1 << 30
 	// DefaultMaxQueuedBytes bounds the bytes the root holds in its send
@@ -67,7 +70,8 @@ type GroupConfig struct {
 	SmallThreshold int
 	// BatchBytes bounds a batch frame; must exceed SmallThreshold.
 	BatchBytes int
-	// BatchCredits is the number of batch buffers each receiver posts.
+	// BatchCredits is the number of batch buffers each receiver posts,
+	// the batch frames the root may have in flight to it: 1 to 65536.
 	BatchCredits int
 	// MaxMessageBytes bounds a message; larger sends fail with ErrTooLarge
 	// and a larger announced size fails the group on receivers.
@@ -147,8 +151,8 @@ func (c *GroupConfig) withDefaults() (GroupConfig, error) {
 		return cfg, errors.New("multicast: negative BlockBytes")
 	case cfg.SmallThreshold >= 0 && cfg.BatchBytes < cfg.SmallThreshold+batchRecordOverhead+batchHeaderBytes:
 		return cfg, fmt.Errorf("multicast: BatchBytes %d too small for SmallThreshold %d", cfg.BatchBytes, cfg.SmallThreshold)
-	case cfg.BatchCredits < 1:
-		return cfg, errors.New("multicast: BatchCredits must be positive")
+	case cfg.BatchCredits < 1 || cfg.BatchCredits > maxBatchCredits:
+		return cfg, fmt.Errorf("multicast: BatchCredits must be from 1 to %d", maxBatchCredits)
 	case cfg.MaxMessageBytes < 0, cfg.MaxQueuedBytes < 0, cfg.MaxQueuedMessages < 0:
 		return cfg, errors.New("multicast: negative limit")
 	}

@@ -24,7 +24,10 @@
 // Messages no larger than GroupConfig.SmallThreshold take a separate low-latency
 // path: the root batches them into frames sent to every receiver directly,
 // so a stream of 64-byte messages costs one transfer per batch, not per
-// message. Both paths merge into the one send order.
+// message. A receiver keeps GroupConfig.BatchCredits frame buffers posted
+// and grants the root their credits half of them at a time, in one signal
+// whose immediate value is their number. Both paths merge into the one
+// send order.
 //
 // Any failure (a member crashing, a broken connection, bad input) stops the
 // group on every member that notices it, with exactly one

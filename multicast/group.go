@@ -362,7 +362,7 @@ func (h *qpHandler) Signal(imm uint64) {
 			g.mu.credits[h.peer]++
 			g.pumpBlocksLocked()
 		} else {
-			g.batchCreditLocked(h.peer)
+			g.batchCreditLocked(h.peer, imm)
 		}
 	}
 	g.unlockAndDeliver()

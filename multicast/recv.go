@@ -14,6 +14,9 @@ type recvState struct {
 	pending     []recvEntry
 	pendingHead int
 	largeDone   [][]byte
+	// owed counts the batch buffers posted again whose credits the root
+	// has not been granted yet (see grantBatchCreditsLocked).
+	owed int
 }
 
 type recvEntry struct {
@@ -35,17 +38,42 @@ func (g *Group) startBatchReceivesLocked() {
 	for i := 0; i < len(g.mu.recv.bufs) && g.doneLocked() == nil; i++ {
 		g.postBatchLocked(i)
 	}
+	if g.doneLocked() == nil {
+		g.grantBatchCreditsLocked(1)
+	}
 }
 
+// postBatchLocked posts batch buffer i again once its frame was taken in,
+// and grants the root its credit, with others (see
+// grantBatchCreditsLocked).
 func (g *Group) postBatchLocked(i int) {
 	qp := g.mu.qps[chanBatches][0]
 	if err := qp.PostRecv(g.mu.recv.bufs[i], uint64(i)); err != nil {
 		g.failLocked(err)
 		return
 	}
-	if err := qp.Signal(0); err != nil {
-		g.failLocked(err)
+	g.mu.recv.owed++
+	g.grantBatchCreditsLocked(max(len(g.mu.recv.bufs)/2, 1))
+}
+
+// grantBatchCreditsLocked grants the root the credits it is owed, in one
+// signal whose immediate value is their number, once there are at least
+// min of them. Granting half the buffers at a time, rather than each one
+// as it is posted again, saves signals and their wake-ups on both ends
+// (at light load a frame holds one message, so a credit per frame was a
+// signal per message). It costs the root no wait: fewer than half its
+// credits are ever owed, so when it has none left, more than half its
+// frames are in flight, and taking them in grants it more.
+func (g *Group) grantBatchCreditsLocked(min int) {
+	s := &g.mu.recv
+	if s.owed < min {
+		return
 	}
+	if err := g.mu.qps[chanBatches][0].Signal(uint64(s.owed)); err != nil {
+		g.failLocked(err)
+		return
+	}
+	s.owed = 0
 }
 
 // batchReceivedLocked handles batch frame wr of n bytes from the root.
