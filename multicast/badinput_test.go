@@ -19,6 +19,36 @@ func (h *rawHandler) SendComplete(uint64)              {}
 func (h *rawHandler) Signal(imm uint64)                { h.signals <- imm }
 func (h *rawHandler) Failed(error)                     {}
 
+// openRawPeer opens a two-member group on an in-memory fabric in which
+// only one member runs the group: the root if root is set, else the
+// receiver. The test plays the other by hand, through the queue pair on
+// channel ch that openRawPeer returns with its handler. credits is the
+// group's BatchCredits (0: the default). Everything closes when the test
+// ends.
+func openRawPeer(t *testing.T, root bool, ch, credits int) (*member, rdma.QueuePair, *rawHandler) {
+	t.Helper()
+	f := newMemFabric(t, 2, 1)
+	t.Cleanup(f.close)
+	self, other := f.eps[1], f.eps[0]
+	if root {
+		self, other = other, self
+	}
+	m := newMember()
+	cfg := GroupConfig{ID: 9, Members: f.ids(), Root: f.eps[0].ID(), BlockBytes: 1024, SmallThreshold: 100, BatchBytes: 4096, BatchCredits: credits}
+	g, err := NewGroup(context.Background(), self, cfg, m.callbacks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	h := &rawHandler{signals: make(chan uint64, 64)}
+	qp, err := other.Open(context.Background(), self.ID(), streamID(cfg.ID, ch), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { qp.Close() })
+	return m, qp, h
+}
+
 // A receiver that gets malformed input from its root fails the group with
 // a descriptive error; it neither panics nor delivers anything.
 func TestGroupBadInput(t *testing.T) {
@@ -37,21 +67,7 @@ func TestGroupBadInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newMemFabric(t, 2, 1)
-			defer f.close()
-			m := newMember()
-			cfg := GroupConfig{ID: 9, Members: f.ids(), Root: f.eps[0].ID(), BlockBytes: 1024, SmallThreshold: 100, BatchBytes: 4096}
-			g, err := NewGroup(context.Background(), f.eps[1], cfg, m.callbacks())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Close()
-			h := &rawHandler{signals: make(chan uint64, 64)}
-			qp, err := f.eps[0].Open(context.Background(), f.eps[1].ID(), streamID(cfg.ID, tt.ch), h)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer qp.Close()
+			m, qp, h := openRawPeer(t, false, tt.ch, 0)
 			<-h.signals // the receiver posted a buffer
 			if err := qp.PostSend(tt.frame, tt.imm, 0); err != nil {
 				t.Fatal(err)
@@ -226,21 +242,7 @@ func (e *failOpenEndpoint) Open(ctx context.Context, peer rdma.NodeID, stream rd
 func TestGroupBadCreditGrant(t *testing.T) {
 	for _, imm := range []uint64{0, maxBatchCredits + 1, 1 << 63} {
 		t.Run(fmt.Sprint(imm), func(t *testing.T) {
-			f := newMemFabric(t, 2, 1)
-			defer f.close()
-			m := newMember()
-			cfg := GroupConfig{ID: 9, Members: f.ids(), Root: f.eps[0].ID(), BlockBytes: 1024, SmallThreshold: 100, BatchBytes: 4096}
-			g, err := NewGroup(context.Background(), f.eps[0], cfg, m.callbacks())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Close()
-			h := &rawHandler{signals: make(chan uint64, 64)}
-			qp, err := f.eps[1].Open(context.Background(), f.eps[0].ID(), streamID(cfg.ID, chanBatches), h)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer qp.Close()
+			m, qp, _ := openRawPeer(t, true, chanBatches, 0)
 			if err := qp.Signal(imm); err != nil {
 				t.Fatal(err)
 			}
@@ -261,21 +263,7 @@ func TestGroupBadCreditGrant(t *testing.T) {
 func TestGroupCreditGrants(t *testing.T) {
 	for _, credits := range []int{1, 2, 3, 8} {
 		t.Run(fmt.Sprint(credits), func(t *testing.T) {
-			f := newMemFabric(t, 2, 1)
-			defer f.close()
-			m := newMember()
-			cfg := GroupConfig{ID: 9, Members: f.ids(), Root: f.eps[0].ID(), BlockBytes: 1024, SmallThreshold: 100, BatchBytes: 4096, BatchCredits: credits}
-			g, err := NewGroup(context.Background(), f.eps[1], cfg, m.callbacks())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Close()
-			h := &rawHandler{signals: make(chan uint64, 64)}
-			qp, err := f.eps[0].Open(context.Background(), f.eps[1].ID(), streamID(cfg.ID, chanBatches), h)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer qp.Close()
+			m, qp, h := openRawPeer(t, false, chanBatches, credits)
 			half := max(credits/2, 1)
 			granted := 0
 			for granted < credits {
