@@ -43,8 +43,8 @@ func (g *Group) startBatchReceivesLocked() {
 	}
 }
 
-// postBatchLocked posts batch buffer i again once its frame was taken in,
-// and grants the root its credit, with others (see
+// postBatchLocked posts batch buffer i, at the start or again once its
+// frame was taken in, and grants the root its credit, with others (see
 // grantBatchCreditsLocked).
 func (g *Group) postBatchLocked(i int) {
 	qp := g.mu.qps[chanBatches][0]
@@ -58,15 +58,15 @@ func (g *Group) postBatchLocked(i int) {
 
 // grantBatchCreditsLocked grants the root the credits it is owed, in one
 // signal whose immediate value is their number, once there are at least
-// min of them. Granting half the buffers at a time, rather than each one
+// atLeast of them. Granting half the buffers at a time, rather than each one
 // as it is posted again, saves signals and their wake-ups on both ends
 // (at light load a frame holds one message, so a credit per frame was a
 // signal per message). It costs the root no wait: fewer than half its
 // credits are ever owed, so when it has none left, more than half its
 // frames are in flight, and taking them in grants it more.
-func (g *Group) grantBatchCreditsLocked(min int) {
+func (g *Group) grantBatchCreditsLocked(atLeast int) {
 	s := &g.mu.recv
-	if s.owed < min {
+	if s.owed < atLeast {
 		return
 	}
 	if err := g.mu.qps[chanBatches][0].Signal(uint64(s.owed)); err != nil {
