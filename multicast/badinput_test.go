@@ -68,7 +68,7 @@ func TestGroupBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m, qp, h := openRawPeer(t, false, tt.ch, 0)
-			<-h.signals // the receiver posted a buffer
+			<-h.signals // the receiver posted buffers and granted their credits
 			if err := qp.PostSend(tt.frame, tt.imm, 0); err != nil {
 				t.Fatal(err)
 			}
@@ -267,11 +267,11 @@ func TestGroupCreditGrants(t *testing.T) {
 			half := max(credits/2, 1)
 			granted := 0
 			for granted < credits {
-				if n := <-h.signals; n != uint64(half) && n != uint64(credits-granted) {
+				n := <-h.signals
+				if n != uint64(half) && n != uint64(credits-granted) {
 					t.Fatalf("granted %d credits at first (after %d), want %d at a time", n, granted, half)
-				} else {
-					granted += int(n)
 				}
+				granted += int(n)
 			}
 			// Three rounds of frames, one in flight at a time as a root at
 			// light load sends them: a grant follows every half-th.
