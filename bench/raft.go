@@ -77,7 +77,10 @@ func runRaftReplica(ctx context.Context, a replica.Args, ready func() error, log
 	if err != nil {
 		return err
 	}
-	defer r.Shutdown()
+	// Shutdown only starts the shutdown: wait for raft's goroutines to
+	// end before the deferred closes above take the log store (an mmap)
+	// and the transport from under them.
+	defer func() { _ = r.Shutdown().Error() }()
 
 	deadline := time.Now().Add(raftLeaderTimeout)
 	for {
