@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -36,13 +37,13 @@ var plotFormats = []string{"png", "svg"}
 // writePlots draws what res holds into dir, each plot as a PNG and an SVG
 // file, and returns the files' names: throughput against the client count
 // (throughput-a.png ...), the latency distribution at a fixed load
-// (latency-c.png) and multicast completion time against group size
+// (latency-c.png, latency-g.png) and multicast completion time against group size
 // (multicast.png), each for the workloads that ran and measured something.
 // workloads gives the plots their titles.
 func writePlots(dir string, res results, workloads []workload) ([]string, error) {
 	titles := make(map[string]string)
 	for _, w := range workloads {
-		titles[w.name] = fmt.Sprintf("(%s) %s", w.name, w.title)
+		titles[w.name] = wrapTitle(fmt.Sprintf("(%s) %s", w.name, w.title), titleWidth)
 	}
 	type named struct {
 		name string
@@ -85,6 +86,31 @@ func writePlots(dir string, res results, workloads []workload) ([]string, error)
 type point struct {
 	line string // the legend's name for the line
 	x, y float64
+}
+
+// titleWidth is the most characters a line of a plot's title holds: a
+// longer one would run past the plot's edges.
+const titleWidth = 80
+
+// wrapTitle breaks s into lines of at most width characters at spaces
+// (a word longer than width gets a line of its own).
+func wrapTitle(s string, width int) string {
+	var b strings.Builder
+	line := 0
+	for i, word := range strings.Fields(s) {
+		switch {
+		case i == 0:
+		case line+1+len(word) > width:
+			b.WriteByte('\n')
+			line = 0
+		default:
+			b.WriteByte(' ')
+			line++
+		}
+		b.WriteString(word)
+		line += len(word)
+	}
+	return b.String()
 }
 
 // linePlot returns a plot with its title and axis labels, a grid, the

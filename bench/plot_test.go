@@ -155,3 +155,23 @@ func TestSummarizeMulticast(t *testing.T) {
 		t.Errorf("summary %+v, want %+v", got, want)
 	}
 }
+
+func TestWrapTitle(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		width int
+		want  string
+	}{
+		{"", 10, ""},
+		{"short", 10, "short"},
+		{"exactly ten", 11, "exactly ten"},
+		{"exactly ten", 10, "exactly\nten"},
+		{"a b c d e f", 3, "a b\nc d\ne f"},
+		{"averyverylongword and more", 8, "averyverylongword\nand more"},
+		{"  spaces   collapse  ", 20, "spaces collapse"},
+	} {
+		if got := wrapTitle(tc.in, tc.width); got != tc.want {
+			t.Errorf("wrapTitle(%q, %d) = %q, want %q", tc.in, tc.width, got, tc.want)
+		}
+	}
+}
