@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -98,9 +99,10 @@ func wrapTitle(s string, width int) string {
 	var b strings.Builder
 	line := 0
 	for i, word := range strings.Fields(s) {
+		n := utf8.RuneCountInString(word)
 		switch {
 		case i == 0:
-		case line+1+len(word) > width:
+		case line+1+n > width:
 			b.WriteByte('\n')
 			line = 0
 		default:
@@ -108,7 +110,7 @@ func wrapTitle(s string, width int) string {
 			line++
 		}
 		b.WriteString(word)
-		line += len(word)
+		line += n
 	}
 	return b.String()
 }

@@ -169,6 +169,7 @@ func TestWrapTitle(t *testing.T) {
 		{"a b c d e f", 3, "a b\nc d\ne f"},
 		{"averyverylongword and more", 8, "averyverylongword\nand more"},
 		{"  spaces   collapse  ", 20, "spaces collapse"},
+		{"ratio ÷ floor’s p50", 15, "ratio ÷ floor’s\np50"},
 	} {
 		if got := wrapTitle(tc.in, tc.width); got != tc.want {
 			t.Errorf("wrapTitle(%q, %d) = %q, want %q", tc.in, tc.width, got, tc.want)
