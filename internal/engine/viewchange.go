@@ -222,11 +222,14 @@ func (r *runner) report() {
 }
 
 // hears returns whom this wedged member hears now: the members whose
-// heartbeats came in the last two intervals, when every wedged member
-// beats to all (older ones may predate a partition).
+// heartbeats came since it wedged, when every wedged member beats to all,
+// and within the last suspect timeout (older ones may predate a
+// partition). A shorter window would take a member's scheduling pause
+// of a few heartbeat intervals, which the detector itself forgives, for
+// a partition, and the view change would exclude it.
 func (r *runner) hears() []uint64 {
 	g, v := r.g, r.v
-	since := max(r.vs.WedgedAt(), g.cfg.Clock()-2*int64(g.cfg.HeartbeatInterval))
+	since := max(r.vs.WedgedAt(), g.cfg.Clock()-int64(g.cfg.SuspectTimeout))
 	var out []uint64
 	for _, rank := range v.det.Heard(since) {
 		out = append(out, v.rec.Members[rank].ID)
